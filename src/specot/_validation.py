@@ -1,0 +1,123 @@
+"""Input checks shared by every public entry point.
+
+Every check raises a :class:`TypeError` or :class:`ValueError` whose message names the bad value
+and says how to fix it. Nothing here ever returns NaN or silently repairs bad input.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "sum_tolerance",
+    "check_probs",
+    "check_tokens",
+    "check_same_vocab",
+    "working_dtype",
+    "check_probability_scalar",
+]
+
+
+def sum_tolerance(dtype: torch.dtype, vocab_size: int) -> float:
+    """Tolerance on ``|Σ p − 1|`` for a probability vector of ``vocab_size`` entries of ``dtype``."""
+    if dtype == torch.float64:
+        return 1e-9 + 1e-12 * vocab_size
+    if dtype == torch.float32:
+        return 1e-4 + 1e-7 * vocab_size
+    return 2e-2  # bf16 / fp16: a softmax over 49k entries rounds to ~1e-2
+
+
+def working_dtype(*tensors: Tensor) -> torch.dtype:
+    """float64 if any input is float64, else float32 (bf16/fp16 are upcast for verification)."""
+    return torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
+
+
+def check_probs(p: object, name: str, *, ndim: int | None = None) -> Tensor:
+    """Check that ``p`` is a floating tensor of probability vectors over its last axis.
+
+    Args:
+        p: tensor ``[..., V]``.
+        name: the argument's name, used in error messages (e.g. ``"p (target probs)"``).
+        ndim: required number of dimensions, if any.
+
+    Returns:
+        ``p`` unchanged.
+
+    Raises:
+        TypeError: ``p`` is not a floating-point ``torch.Tensor``.
+        ValueError: wrong rank, empty vocabulary, NaN/inf entries, negative entries, or rows that
+            do not sum to 1 within :func:`sum_tolerance`.
+    """
+    if not isinstance(p, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of probabilities, got {type(p).__name__}")
+    if not p.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor, got dtype {p.dtype}")
+    if ndim is not None and p.ndim != ndim:
+        raise ValueError(f"{name} must have {ndim} dimensions, got shape {tuple(p.shape)}")
+    if p.ndim == 0 or p.shape[-1] == 0:
+        raise ValueError(f"{name} must have a non-empty vocabulary axis, got shape {tuple(p.shape)}")
+    if not bool(torch.isfinite(p).all()):
+        raise ValueError(f"{name} contains NaN or infinite entries; pass finite probabilities")
+    if bool((p < 0).any()):
+        raise ValueError(f"{name} contains negative entries (min {p.min().item():.3g}); probabilities must be >= 0")
+    sums = p.sum(-1, dtype=torch.float64).reshape(-1)
+    tol = sum_tolerance(p.dtype, p.shape[-1])
+    if sums.numel():
+        worst = int((sums - 1.0).abs().argmax())
+        worst_sum = float(sums.flatten()[worst])
+        err = abs(worst_sum - 1.0)
+        if err > tol:
+            raise ValueError(
+                f"{name} rows must sum to 1 (row {worst} sums to {worst_sum:.6g}, |error| {err:.3g} > "
+                f"tolerance {tol:.3g}); normalise with p / p.sum(-1, keepdim=True) or pass softmax output"
+            )
+    return p
+
+
+def check_tokens(tokens: object, name: str, vocab_size: int, *, ndim: int | None = None) -> Tensor:
+    """Check an integer token tensor with every id in ``[0, vocab_size)``.
+
+    Raises:
+        TypeError: not an integer ``torch.Tensor``.
+        ValueError: wrong rank or an id out of range.
+    """
+    if not isinstance(tokens, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of token ids, got {type(tokens).__name__}")
+    if tokens.is_floating_point() or tokens.is_complex() or tokens.dtype == torch.bool:
+        raise TypeError(f"{name} must be an integer tensor of token ids, got dtype {tokens.dtype}")
+    if ndim is not None and tokens.ndim != ndim:
+        raise ValueError(f"{name} must have {ndim} dimensions, got shape {tuple(tokens.shape)}")
+    if tokens.numel():
+        lo, hi = int(tokens.min()), int(tokens.max())
+        if lo < 0 or hi >= vocab_size:
+            raise ValueError(f"{name} has token ids outside [0, {vocab_size}) (min {lo}, max {hi})")
+    return tokens
+
+
+def check_same_vocab(p: Tensor, q: Tensor, p_name: str = "p (target)", q_name: str = "q (draft)") -> None:
+    """Raise ``ValueError`` if the target and draft distributions disagree in shape.
+
+    A vocabulary-size mismatch between target and draft is the most common integration error
+    (different tokenizers, padded embedding matrices): the message says so.
+    """
+    if p.shape[-1] != q.shape[-1]:
+        raise ValueError(
+            f"vocabulary mismatch: {p_name} has {p.shape[-1]} entries, {q_name} has {q.shape[-1]}; "
+            "target and draft must share one tokenizer (slice padded logits to the tokenizer's size)"
+        )
+    if p.shape != q.shape:
+        raise ValueError(f"shape mismatch: {p_name} {tuple(p.shape)} vs {q_name} {tuple(q.shape)}")
+
+
+def check_probability_scalar(x: object, name: str, *, low_open: bool = True) -> float:
+    """Validate a scalar in (0, 1] (or [0, 1] with ``low_open=False``)."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        raise TypeError(f"{name} must be a number, got {type(x).__name__}")
+    x = float(x)
+    if not math.isfinite(x) or x > 1 or x < 0 or (low_open and x == 0):
+        interval = "(0, 1]" if low_open else "[0, 1]"
+        raise ValueError(f"{name} must lie in {interval}, got {x}")
+    return x

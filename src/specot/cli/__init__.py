@@ -1,0 +1,1 @@
+"""The ``specot`` command line: one module per sub-command, each with ``register(subparsers)``."""

@@ -1,0 +1,31 @@
+"""Token-level verifiers: one algorithm per module, a registry by name.
+
+``get_verifier("speculative")``, ``available_verifiers()``; see :mod:`specot.verifiers.base` for
+the common interface (``p [B, V]``, ``q [B, V]``, ``drafts [B, n]``, a ``torch.Generator``).
+"""
+
+from .base import (
+    Acceptance,
+    DraftLaw,
+    Verifier,
+    VerifyOutput,
+    available_verifiers,
+    get_verifier,
+    prepare_inputs,
+    register_verifier,
+)
+from .speculative import LenientVerifier, SpeculativeVerifier, residual_distribution
+
+__all__ = [
+    "Acceptance",
+    "DraftLaw",
+    "Verifier",
+    "VerifyOutput",
+    "available_verifiers",
+    "get_verifier",
+    "prepare_inputs",
+    "register_verifier",
+    "SpeculativeVerifier",
+    "LenientVerifier",
+    "residual_distribution",
+]
