@@ -1,0 +1,1 @@
+"""Benchmarks: scripts with JSON output (``python -m specot.bench.<name>``) and ``specot bench``."""
