@@ -15,6 +15,7 @@ from .base import (
     register_verifier,
 )
 from .speculative import LenientVerifier, SpeculativeVerifier, residual_distribution
+from .otm import MAX_OTM_SETS, MAX_OTM_VARIABLES, OTMSolution, OTMVerifier, draft_sets, solve_otm_lp
 
 __all__ = [
     "Acceptance",
@@ -28,4 +29,10 @@ __all__ = [
     "SpeculativeVerifier",
     "LenientVerifier",
     "residual_distribution",
+    "OTMVerifier",
+    "OTMSolution",
+    "solve_otm_lp",
+    "draft_sets",
+    "MAX_OTM_SETS",
+    "MAX_OTM_VARIABLES",
 ]
