@@ -16,6 +16,12 @@ from .base import (
 )
 from .speculative import LenientVerifier, SpeculativeVerifier, residual_distribution
 from .otm import MAX_OTM_SETS, MAX_OTM_VARIABLES, OTMSolution, OTMVerifier, draft_sets, solve_otm_lp
+from .kseq import KSeqVerifier, kseq_rho
+from .rrs import RRSVerifier
+from .rrs_wor import RRSWORVerifier
+from .greedy import GreedyVerifier
+from .spechub import SpecHubVerifier
+from .mentored import MentoredSolution, MentoredVerifier, mentored_solve
 
 __all__ = [
     "Acceptance",
@@ -35,4 +41,13 @@ __all__ = [
     "draft_sets",
     "MAX_OTM_SETS",
     "MAX_OTM_VARIABLES",
+    "KSeqVerifier",
+    "kseq_rho",
+    "RRSVerifier",
+    "RRSWORVerifier",
+    "GreedyVerifier",
+    "SpecHubVerifier",
+    "MentoredVerifier",
+    "MentoredSolution",
+    "mentored_solve",
 ]

@@ -1,0 +1,110 @@
+"""Shared helpers of the multi-draft verifiers (private)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from ..sampling import draw_uniforms
+from .base import Acceptance, DraftLaw, Verifier
+
+__all__: list[str] = []
+
+#: Largest number of enumerated draft tuples used for an exact acceptance by enumeration.
+EXACT_ENUMERATION_LIMIT = 5_000
+
+
+def gather1(t: Tensor, idx: Tensor) -> Tensor:
+    """``t[b, idx[b]]`` for ``t [B, V]`` and ``idx [B]`` → ``[B]``."""
+    return t.gather(-1, idx.unsqueeze(-1)).squeeze(-1)
+
+
+def check_draft_probs(q: Tensor, drafts: Tensor, name: str) -> Tensor:
+    """``q(drafts)`` ``[B, n]``; raise ``ValueError`` if a drafted token has ``q(x) = 0``."""
+    qx = q.gather(-1, drafts)
+    if bool((qx <= 0).any()):
+        b, j = (qx <= 0).nonzero()[0].tolist()
+        raise ValueError(
+            f"{name}: draft {j} at position {b} (token {int(drafts[b, j])}) has draft probability q(x) = 0; "
+            "drafts must be sampled from q under the verifier's draft law (see specot.drafting.sample_drafts)"
+        )
+    return qx
+
+
+def get_uniforms(uniforms: Tensor | None, shape: tuple[int, int], generator: torch.Generator | None,
+                 device: torch.device) -> Tensor:
+    """Pre-drawn uniforms ``[B, k]`` (checked) or fresh ones from ``generator`` (float64)."""
+    if uniforms is None:
+        return draw_uniforms(shape, generator, device)
+    if not isinstance(uniforms, Tensor) or tuple(uniforms.shape) != tuple(shape):
+        got = tuple(uniforms.shape) if isinstance(uniforms, Tensor) else type(uniforms).__name__
+        raise ValueError(f"uniforms must be a tensor of shape {tuple(shape)} ([B, n + 1]), got {got}")
+    u = uniforms.to(torch.float64)
+    if bool(((u < 0) | (u >= 1) | torch.isnan(u)).any()):
+        raise ValueError("uniforms must lie in [0, 1)")
+    return u
+
+
+def first_match(drafts: Tensor, tokens: Tensor) -> Tensor:
+    """Index of the first draft equal to the emitted token, or −1 ``[B]``."""
+    match = drafts == tokens.unsqueeze(-1)
+    first = match.to(torch.int64).argmax(-1)
+    return torch.where(match.any(-1), first, torch.full_like(first, -1))
+
+
+def safe_normalise(w: Tensor, fallback: Tensor) -> Tensor:
+    """``w / Σ w`` per row; rows with zero mass become ``fallback`` normalised (no NaN)."""
+    mass = w.sum(-1, keepdim=True)
+    empty = mass <= 0
+    if bool(empty.any()):
+        w = torch.where(empty, fallback, w)
+        mass = w.sum(-1, keepdim=True)
+    return w / mass
+
+
+def enumerated_acceptance(verifier: Verifier, p: Tensor, q: Tensor, n: int, law: DraftLaw) -> Tensor:
+    """Exact ``E[P(accept | drafts)]`` ``[B]`` by enumerating every draft tuple (small support only)."""
+    from ..drafting.laws import enumerate_draft_law
+
+    out = torch.empty(p.shape[0], dtype=torch.float64)
+    for b in range(p.shape[0]):
+        tuples, probs = enumerate_draft_law(q[b].to(torch.float64), n, law)
+        m = tuples.shape[0]
+        pb = p[b].to(torch.float64).expand(m, -1)
+        qb = q[b].to(torch.float64).expand(m, -1)
+        acc = verifier.accept_probability(pb, qb, tuples)  # type: ignore[attr-defined]
+        out[b] = (acc * probs).sum()
+    return out
+
+
+def enumeration_size(q: Tensor, n: int, law: DraftLaw) -> int:
+    """Largest number of tuples :func:`enumerate_draft_law` would list over the rows of ``q``."""
+    s = int((q > 0).sum(-1).max())
+    if law == DraftLaw.IID or n == 1:
+        return s**n
+    if law == DraftLaw.WOR:
+        return math.perm(s, n) if s >= n else 0
+    return s
+
+
+def monte_carlo_acceptance(verifier: Verifier, p: Tensor, q: Tensor, n: int, law: DraftLaw, samples: int,
+                           generator: torch.Generator | None) -> Acceptance:
+    """Rao–Blackwellised Monte-Carlo estimate of α ``[B]``: mean of ``P(accept | drafts)`` over drafts
+    sampled from the law, with its standard error."""
+    from ..drafting.laws import sample_drafts
+
+    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 2:
+        raise ValueError(f"samples must be an int >= 2, got {samples!r}")
+    B, V = p.shape
+    chunk = max(1, min(samples, 2_000_000 // max(V, 1)))  # bound memory to ~2M entries per pass
+    acc = torch.empty(B, samples, dtype=torch.float64)
+    for b in range(B):
+        for s0 in range(0, samples, chunk):
+            m = min(chunk, samples - s0)
+            pe = p[b : b + 1].expand(m, V)
+            qe = q[b : b + 1].expand(m, V).contiguous()
+            drafts = sample_drafts(qe, n, law, generator)
+            acc[b, s0 : s0 + m] = verifier.accept_probability(pe, qe, drafts).to(torch.float64)  # type: ignore[attr-defined]
+    return Acceptance(value=acc.mean(-1), stderr=acc.std(-1) / math.sqrt(samples), exact=False, samples=samples)
