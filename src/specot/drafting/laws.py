@@ -173,10 +173,11 @@ def enumerate_draft_law(q: Tensor | np.ndarray, n: int, law: DraftLaw | str) -> 
     """
     law = _as_law(law)
     n = _check_n(n, law)
-    qt = torch.as_tensor(q).to(torch.float64)
+    qt = torch.as_tensor(q)
     if qt.ndim != 1:
         raise ValueError(f"q must be one distribution of shape [V], got shape {tuple(qt.shape)}")
-    check_probs(qt, "q (draft probs)", ndim=1)
+    check_probs(qt, "q (draft probs)", ndim=1)  # in the input's dtype (its own sum tolerance)
+    qt = qt.to(torch.float64)
     qn = qt.numpy()
     support = np.flatnonzero(qn > 0)
     s = len(support)

@@ -47,6 +47,16 @@ def get_uniforms(uniforms: Tensor | None, shape: tuple[int, int], generator: tor
     return u
 
 
+def unique_rows(p: Tensor, q: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Distinct ``(p, q)`` row pairs: ``(p_u [U, V], q_u [U, V], inverse [B])`` (per-row solvers run once)."""
+    if p.shape[0] <= 1:
+        return p, q, torch.zeros(p.shape[0], dtype=torch.int64, device=p.device)
+    both = torch.cat([p, q], -1)
+    uniq, inv = torch.unique(both, dim=0, return_inverse=True)
+    V = p.shape[1]
+    return uniq[:, :V], uniq[:, V:], inv
+
+
 def first_match(drafts: Tensor, tokens: Tensor) -> Tensor:
     """Index of the first draft equal to the emitted token, or −1 ``[B]``."""
     match = drafts == tokens.unsqueeze(-1)

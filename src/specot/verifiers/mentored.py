@@ -36,7 +36,7 @@ import torch
 from torch import Tensor
 
 from ..sampling import sample_categorical
-from ._common import check_draft_probs, gather1, get_uniforms, safe_normalise
+from ._common import check_draft_probs, gather1, get_uniforms, safe_normalise, unique_rows
 from .base import Acceptance, DraftLaw, Verifier, VerifyOutput, prepare_inputs, register_verifier
 
 __all__ = ["MentoredVerifier", "MentoredSolution", "mentored_solve"]
@@ -121,10 +121,11 @@ def _solve_row(p: np.ndarray, q: np.ndarray, D: float, tol: float, max_iter: int
 
 def mentored_solve(p: Tensor, q: Tensor, D: float, tol: float = 1e-3) -> MentoredSolution:
     """Solve the mentored program for every row of ``p, q [B, V]`` (validated) → :class:`MentoredSolution`."""
-    pn = p.detach().to(torch.float64).cpu().numpy()
-    qn = q.detach().to(torch.float64).cpu().numpy()
+    pu, qu, inv = unique_rows(p, q)  # solve each distinct row once
+    pn = pu.detach().to(torch.float64).cpu().numpy()
+    qn = qu.detach().to(torch.float64).cpu().numpy()
     rows = [_solve_row(pn[b], qn[b], D, tol) for b in range(pn.shape[0])]
-    a, bt, kl, R = (torch.tensor(v, dtype=torch.float64, device=p.device) for v in zip(*rows))
+    a, bt, kl, R = (torch.tensor(v, dtype=torch.float64, device=p.device)[inv] for v in zip(*rows))
     return MentoredSolution(alpha=a, beta=bt, kl=kl, acceptance=R)
 
 

@@ -30,6 +30,7 @@ import torch
 from torch import Tensor
 
 from ..sampling import sample_categorical
+from ._common import unique_rows
 from .base import Acceptance, DraftLaw, Verifier, VerifyOutput, prepare_inputs, register_verifier
 
 __all__ = ["OTMSolution", "solve_otm_lp", "draft_sets", "OTMVerifier", "MAX_OTM_SETS", "MAX_OTM_VARIABLES"]
@@ -176,8 +177,10 @@ class OTMVerifier(Verifier):
         return f"OTMVerifier(law={self.law.value!r})"
 
     def _row(self, p: Tensor, q: Tensor, n: int) -> tuple[np.ndarray, np.ndarray, OTMSolution]:
+        # float64, renormalised: float32 inputs sum to 1 only within float32 rounding
         pn = p.detach().to(torch.float64).cpu().numpy().copy()
         qn = q.detach().to(torch.float64).cpu().numpy().copy()
+        pn, qn = pn / pn.sum(), qn / qn.sum()
         return _solve_cached(pn.tobytes(), qn.tobytes(), n, self.law.value)
 
     def output_distribution(self, p: Tensor, q: Tensor, drafts: Tensor) -> Tensor:
@@ -185,17 +188,21 @@ class OTMVerifier(Verifier):
         assert d is not None
         B, V = p.shape
         out = torch.empty(B, V, dtype=torch.float64)
-        for b in range(B):
-            masks, masses, sol = self._row(p[b], q[b], d.shape[1])
-            s = np.zeros(V, dtype=bool)
-            s[d[b].cpu().numpy()] = True
-            hit = np.flatnonzero((masks == s).all(1))
-            if hit.size == 0 or masses[hit[0]] <= 0:
-                raise ValueError(
-                    f"drafts {d[b].tolist()} at position {b} have probability 0 under draft law {self.law.value!r}"
-                )
-            k = int(hit[0])
-            out[b] = torch.from_numpy(sol.plan[k] / masses[k])
+        pu, qu, inv = unique_rows(p, q)  # one LP per distinct (p, q) row
+        smask = torch.zeros(B, V, dtype=torch.bool).scatter_(-1, d.cpu(), True).numpy()
+        skeys = np.packbits(smask, axis=1)
+        for u in range(pu.shape[0]):
+            masks, masses, sol = self._row(pu[u], qu[u], d.shape[1])
+            index = {np.packbits(masks[k]).tobytes(): k for k in range(masks.shape[0])}
+            cond = np.divide(sol.plan, masses[:, None], out=np.zeros_like(sol.plan), where=masses[:, None] > 0)
+            for b in (inv == u).nonzero().squeeze(-1).tolist():
+                k = index.get(skeys[b].tobytes())
+                if k is None:
+                    raise ValueError(
+                        f"drafts {d[b].tolist()} at position {b} have probability 0 under draft law {self.law.value!r}"
+                    )
+                # a possible set whose mass underflowed to 0: any law is exact; use p
+                out[b] = torch.from_numpy(cond[k]) if masses[k] > 0 else p[b].to(torch.float64)
         return out.to(p.dtype)
 
     def verify(self, p: Tensor, q: Tensor, drafts: Tensor, generator: torch.Generator | None = None) -> VerifyOutput:

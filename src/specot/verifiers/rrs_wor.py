@@ -84,7 +84,7 @@ class RRSWORVerifier(Verifier):
                 tokens[rows[acc]] = x[acc]
                 idx[rows[acc]] = j
                 keep = ~acc
-                rows, w, z, qm, qz = rows[keep], w[keep], z[keep], qm[keep], qz[keep]
+                rows, x, w, z, qm, qz = rows[keep], x[keep], w[keep], z[keep], qm[keep], qz[keep]
             if rows.numel() == 0:
                 return VerifyOutput(tokens=tokens, accepted_index=idx)
             w2 = (w - (z / qz).to(w.dtype).unsqueeze(-1) * qm).clamp_min(0.0)
