@@ -255,7 +255,13 @@ class SuccessivePrefixEvaluator:
         if K == 0:
             return np.zeros(0)
         c, a = self.c[ks], self.a[ks]
-        Pm = (self.M[:, ks].T @ self.Cmat).reshape(K, T, n - 1)  # Σ_{tail∩H_k} x_i(t)^m, m = 1..n−1
+        # Σ_{tail∩H_k} x_i(t)^m, m = 1..n−1, as Σ_r M[r, k]·Cmat[r] (explicit loop: a BLAS call for
+        # this small product spins threads and costs ~10 ms on a loaded 2-core machine)
+        Mk = self.M[:, ks]  # [R, K]
+        Pm = np.zeros((K, self.Cmat.shape[1]))
+        for r in range(self.R):
+            Pm += Mk[r][:, None] * self.Cmat[r][None, :]
+        Pm = Pm.reshape(K, T, n - 1)
         # tail log-generating function Σ_m (−1)^{m+1} P_m z^m / m; exponentiate as a power series
         L = Pm * (((-1.0) ** np.arange(n - 1)) / np.arange(1, n))  # [K, T, n−1]
         E = np.zeros((K, T, n))
