@@ -21,6 +21,7 @@ draft is accepted in exact arithmetic; if rounding still rejects all, the token 
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -33,7 +34,7 @@ __all__ = ["KSeqVerifier", "kseq_rho"]
 
 def _rho_beta(p: Tensor, q: Tensor, rho: Tensor) -> Tensor:
     """``ρ·β(ρ) = Σ min(ρ q, p)`` ``[B]`` in float64, for ``rho [B]``."""
-    return torch.minimum(q * rho.to(q.dtype).unsqueeze(-1), p).sum(-1, dtype=torch.float64)
+    return torch.minimum(q * rho.to(q.dtype).unsqueeze(-1), p).sum(-1).to(torch.float64)  # input-dtype sum: speed
 
 
 def kseq_rho(p: Tensor, q: Tensor, n: int, *, rtol: float = 1e-13, max_iter: int = 200) -> tuple[Tensor, Tensor]:
@@ -45,48 +46,47 @@ def kseq_rho(p: Tensor, q: Tensor, n: int, *, rtol: float = 1e-13, max_iter: int
 
     Returns:
         ``(rho, beta)``: float64 ``[B]`` each; ``rho`` is the valid (upper) end of a bracket of
-        relative width ``rtol`` around ρ*.
+        relative width ``rtol`` around ρ* (bracket bookkeeping in numpy: only the evaluation of
+        ``Σ min(ρq, p)`` touches the vocabulary).
     """
     B = p.shape[0]
-    one = torch.ones(B, dtype=torch.float64, device=p.device)
-    if n == 1:
-        return one, _rho_beta(p, q, one)
+    one = np.ones(B)
 
-    def f(rho: Tensor) -> tuple[Tensor, Tensor]:
-        s = _rho_beta(p, q, rho)
+    def f(rho: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        s = _rho_beta(p, q, torch.from_numpy(rho).to(p.device)).cpu().numpy()
         beta = s / rho
-        return (1.0 - (1.0 - beta).clamp_min(0.0) ** n) - s, beta
+        return (1.0 - np.clip(1.0 - beta, 0.0, None) ** n) - s, beta
 
-    lo, hi = one.clone(), torch.full_like(one, float(n))
+    if n == 1:
+        return torch.ones(B, dtype=torch.float64, device=p.device), torch.from_numpy(f(one)[1]).to(p.device)
+    lo, hi = one.copy(), np.full(B, float(n))
     f_lo, beta_lo = f(lo)
     f_hi, beta_hi = f(hi)
     done = f_lo <= 0  # ρ* = 1 (β(1) ∈ {0, 1})
-    hi = torch.where(done, lo, hi)
-    beta_hi = torch.where(done, beta_lo, beta_hi)
-    f_hi = torch.where(done, f_lo, f_hi).clamp_max(0.0)
-    side = torch.zeros(B, dtype=torch.int8, device=p.device)  # Illinois: which end was kept last
+    hi = np.where(done, lo, hi)
+    beta_hi = np.where(done, beta_lo, beta_hi)
+    f_hi = np.minimum(np.where(done, f_lo, f_hi), 0.0)
+    side = np.zeros(B)  # Illinois rule: +1 if hi was replaced last, -1 if lo
     for _ in range(max_iter):
         done = done | (hi - lo <= rtol * hi)
-        if bool(done.all()):
+        if done.all():
             break
         denom = f_lo - f_hi
-        x = torch.where(denom > 0, hi + f_hi * (hi - lo) / torch.where(denom > 0, denom, one), 0.5 * (lo + hi))
-        bad = ~((x > lo) & (x < hi))
-        x = torch.where(bad, 0.5 * (lo + hi), x)
-        x = torch.where(done, hi, x)
+        x = np.where(denom > 0, hi + f_hi * (hi - lo) / np.where(denom > 0, denom, 1.0), 0.5 * (lo + hi))
+        x = np.where((x > lo) & (x < hi), x, 0.5 * (lo + hi))
+        x = np.where(done, hi, x)
         fx, bx = f(x)
         to_hi = (fx <= 0) & ~done
         to_lo = (fx > 0) & ~done
-        # Illinois modification: halve the function value kept at the stale end
-        f_lo = torch.where(to_hi & (side == 1), f_lo * 0.5, f_lo)
-        f_hi = torch.where(to_lo & (side == -1), f_hi * 0.5, f_hi)
-        hi = torch.where(to_hi, x, hi)
-        f_hi = torch.where(to_hi, fx, f_hi)
-        beta_hi = torch.where(to_hi, bx, beta_hi)
-        lo = torch.where(to_lo | (to_hi & (fx == 0)), x, lo)  # an exact root closes the bracket
-        f_lo = torch.where(to_lo, fx, f_lo)
-        side = torch.where(to_hi, torch.ones_like(side), torch.where(to_lo, -torch.ones_like(side), side))
-    return hi, beta_hi
+        f_lo = np.where(to_hi & (side == 1), 0.5 * f_lo, f_lo)  # Illinois: halve the stale end
+        f_hi = np.where(to_lo & (side == -1), 0.5 * f_hi, f_hi)
+        hi = np.where(to_hi, x, hi)
+        f_hi = np.where(to_hi, fx, f_hi)
+        beta_hi = np.where(to_hi, bx, beta_hi)
+        lo = np.where(to_lo | (to_hi & (fx == 0)), x, lo)  # an exact root closes the bracket
+        f_lo = np.where(to_lo, fx, f_lo)
+        side = np.where(to_hi, 1.0, np.where(to_lo, -1.0, side))
+    return torch.from_numpy(hi).to(p.device), torch.from_numpy(beta_hi).to(p.device)
 
 
 @register_verifier("kseq")
