@@ -81,7 +81,8 @@ def spectr_upper_bound(p: object, q: object, n: int, omega0: object | None = Non
         else:
             mask = np.zeros(V, dtype=bool)
             mask[arr.astype(np.int64)] = True
-    cover = -np.expm1(n * np.log1p(-np.minimum(qv, 1.0))) if n else np.zeros(V)  # 1 − (1 − q)^n
+    with np.errstate(divide="ignore"):
+        cover = -np.expm1(n * np.log1p(-np.minimum(qv, 1.0)))  # 1 − (1 − q)^n, accurate for tiny q
     cover = np.where(qv >= 1.0, 1.0, cover)
     first = float(np.minimum(pv, cover)[mask].sum())
     if mask.all():
