@@ -37,7 +37,7 @@ def _rho_beta(p: Tensor, q: Tensor, rho: Tensor) -> Tensor:
     return torch.minimum(q * rho.to(q.dtype).unsqueeze(-1), p).sum(-1).to(torch.float64)  # input-dtype sum: speed
 
 
-def kseq_rho(p: Tensor, q: Tensor, n: int, *, rtol: float = 1e-13, max_iter: int = 200) -> tuple[Tensor, Tensor]:
+def kseq_rho(p: Tensor, q: Tensor, n: int, *, rtol: float | None = None, max_iter: int = 200) -> tuple[Tensor, Tensor]:
     """ρ* of k-Seq and β(ρ*) per row.
 
     Args:
@@ -46,11 +46,14 @@ def kseq_rho(p: Tensor, q: Tensor, n: int, *, rtol: float = 1e-13, max_iter: int
 
     Returns:
         ``(rho, beta)``: float64 ``[B]`` each; ``rho`` is the valid (upper) end of a bracket of
-        relative width ``rtol`` around ρ* (bracket bookkeeping in numpy: only the evaluation of
+        relative width ``rtol`` (default 1e-13 for float64 inputs, 1e-7 for float32: any ρ ≥ ρ* is
+        exact, a wider bracket only costs ~rtol of acceptance) around ρ* (bracket bookkeeping in numpy: only the evaluation of
         ``Σ min(ρq, p)`` touches the vocabulary).
     """
     B = p.shape[0]
     one = np.ones(B)
+    if rtol is None:
+        rtol = 1e-13 if p.dtype == torch.float64 else 1e-7
 
     def f(rho: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         s = _rho_beta(p, q, torch.from_numpy(rho).to(p.device)).cpu().numpy()
