@@ -48,7 +48,7 @@ class DraftLaw(str, enum.Enum):
     * ``SPECHUB`` — n = 2: one sampled draft; the second is the top-1 token of q, or (when the first
       draft is the top-1 token) a sample without replacement (DIGEST §3).
 
-    For ``n = 1`` the ``IID``, ``WOR`` and ``SPECHUB`` laws coincide (one draw from q).
+    For ``n = 1`` all four laws coincide (one draw from q).
     """
 
     IID = "iid"
@@ -136,8 +136,8 @@ class Verifier(ABC):
     def check_construction(self, law: DraftLaw | str, n: int) -> None:
         """Raise ``ValueError`` unless this verifier is valid for ``n`` drafts drawn under ``law``.
 
-        With one draft every sampled law is a single draw from q, so a verifier valid for
-        ``IID`` is also valid for ``WOR``/``SPECHUB`` at ``n = 1`` and vice versa.
+        With one draft every law is a single draw from q, so a verifier valid for one of
+        ``IID``/``WOR``/``SPECHUB``/``GREEDY`` at ``n = 1`` is valid for all of them.
         """
         law = DraftLaw(law) if not isinstance(law, DraftLaw) else law
         if n < self.min_drafts or (self.max_drafts is not None and n > self.max_drafts):
@@ -145,7 +145,7 @@ class Verifier(ABC):
             raise ValueError(
                 f"verifier {self.name!r} takes between {self.min_drafts} and {hi} drafts per position, got n={n}"
             )
-        single_draw = {DraftLaw.IID, DraftLaw.WOR, DraftLaw.SPECHUB}
+        single_draw = {DraftLaw.IID, DraftLaw.WOR, DraftLaw.SPECHUB, DraftLaw.GREEDY}
         ok = law in self.valid_laws or (n == 1 and law in single_draw and bool(self.valid_laws & single_draw))
         if not ok:
             valid = ", ".join(sorted(v.value for v in self.valid_laws))

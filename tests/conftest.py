@@ -1,0 +1,62 @@
+"""Shared fixtures: tiny random Llama models built from a config (no hub access), and a tiny
+on-disk model directory with a word-level tokenizer for loader and CLI tests."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import pytest
+import torch
+
+from specot.models import CausalLM
+
+
+def tiny_llama(seed: int, vocab: int = 16, dtype: torch.dtype = torch.float64, layers: int = 2,
+               hidden: int = 32, max_pos: int = 256, eos: int | None = None):
+    """A random LlamaForCausalLM; weights scaled up so its distributions are far from uniform."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=max_pos,
+                      eos_token_id=eos, bos_token_id=None, pad_token_id=None, tie_word_embeddings=False)
+    model = LlamaForCausalLM(cfg)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(8.0)  # sharper next-token distributions
+    return model.to(dtype).eval()
+
+
+def tiny_lm(seed: int, **kw) -> CausalLM:
+    return CausalLM(tiny_llama(seed, **kw), name=f"tiny-{seed}")
+
+
+@pytest.fixture
+def tiny_target() -> CausalLM:
+    return tiny_lm(0)
+
+
+@pytest.fixture
+def tiny_draft() -> CausalLM:
+    return tiny_lm(1)
+
+
+WORDS = ["<eos>", "the", "a", "cat", "dog", "sat", "on", "mat", "and", "ran", "to", "park", "big", "small", "red", "blue"]
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """A saved tiny Llama + word-level tokenizer (vocabulary of 16 words) in a temp directory."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    d = tmp_path_factory.mktemp("tiny_model")
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<eos>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", unk_token="<eos>")
+    fast.save_pretrained(d)
+    model = tiny_llama(3, vocab=len(WORDS), dtype=torch.float32, eos=0)
+    model.save_pretrained(d)
+    return d
