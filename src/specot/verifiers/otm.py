@@ -112,7 +112,11 @@ def solve_otm_lp(p: np.ndarray, set_masks: np.ndarray, set_masses: np.ndarray) -
             shape=(M + V, nvar),
         )
         b_ub = np.concatenate([m, p])
-        res = scipy.optimize.linprog(-np.ones(nvar), A_ub=a_ub, b_ub=b_ub, bounds=(0, None), method="highs")
+        # HiGHS's default feasibility tolerance (1e-7) lets a plan overshoot a marginal by ~5e-9;
+        # tighter tolerances make the optimum exact to ~1e-15 on the enumeration tests.
+        res = scipy.optimize.linprog(-np.ones(nvar), A_ub=a_ub, b_ub=b_ub, bounds=(0, None), method="highs",
+                                     options={"primal_feasibility_tolerance": 1e-10,
+                                              "dual_feasibility_tolerance": 1e-10})
         if res.status != 0:
             raise ValueError(f"OTM linear program failed: {res.message} (status {res.status})")
         accepted[rows, cols] = np.clip(res.x, 0.0, None)

@@ -1,0 +1,141 @@
+"""Model wrapper (cache rollback / compaction), loading from a local directory, drafters, CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from specot.cli.main import main as cli_main
+from specot.drafting import ModelDrafter, NGramDrafter, NGramTable, check_vocab_compatible
+from specot.models import CausalLM, load_model, resolve_dtype
+from specot.sampling import SamplingConfig
+
+from conftest import tiny_lm
+
+
+def test_logits_after_matches_full_forward_and_rolls_back():
+    lm = tiny_lm(0)
+    seq = [1, 4, 2, 9, 9, 3, 7]
+    with torch.no_grad():
+        full = lm.model(input_ids=torch.tensor([seq])).logits[0].float()
+    out = lm.logits_after(seq[:4], seq[4:])  # one pass over the rest
+    torch.testing.assert_close(out, full[3:], atol=1e-10, rtol=0)
+    # a diverging continuation: the cache is cropped back to the common prefix
+    out2 = lm.logits_after(seq[:3] + [5], [6])
+    with torch.no_grad():
+        ref = lm.model(input_ids=torch.tensor([seq[:3] + [5, 6]])).logits[0, -2:].float()
+    torch.testing.assert_close(out2, ref, atol=1e-10, rtol=0)
+    assert lm.cached_ids == seq[:3] + [5, 6]
+
+
+def test_keep_positions_compacts_cache():
+    lm = tiny_lm(0)
+    lm.forward([1, 2, 3, 8, 9])
+    lm.keep_positions([0, 1, 2, 3])  # keep a prefix: same as a rollback
+    assert lm.cached_ids == [1, 2, 3, 8]
+    out = lm.forward([5])
+    with torch.no_grad():
+        ref = lm.model(input_ids=torch.tensor([[1, 2, 3, 8, 5]])).logits[0, -1].float()
+    torch.testing.assert_close(out[0], ref, atol=1e-10, rtol=0)
+    lm.keep_positions([0, 2])
+    assert lm.cached_ids == [1, 3]
+
+
+def test_context_limit_in_wrapper():
+    lm = tiny_lm(0, max_pos=8)
+    with pytest.raises(ValueError, match="exceed"):
+        lm.logits_after(list(range(6)), [1, 2, 3])
+
+
+def test_resolve_dtype():
+    assert resolve_dtype("float32") == torch.float32
+    assert resolve_dtype("auto", "cuda") == torch.bfloat16
+    assert resolve_dtype("auto") in (torch.float32, torch.bfloat16)
+    with pytest.raises(ValueError, match="unknown dtype"):
+        resolve_dtype("float8")
+
+
+def test_load_model_from_local_directory(tiny_model_dir):
+    lm = load_model(tiny_model_dir, dtype="float32")
+    assert lm.vocab_size == 16 and lm.tokenizer is not None
+    assert lm.eos_token_ids == {0}
+    ids = lm.encode_prompt("the cat sat on the mat", chat=False)
+    assert ids == [1, 3, 5, 6, 1, 7]
+    with pytest.raises(FileNotFoundError):
+        load_model("./no/such/model/dir")
+
+
+def test_vocab_mismatch_detected_at_load(tiny_model_dir):
+    target = load_model(tiny_model_dir, dtype="float32")
+    other = tiny_lm(1, vocab=12)
+    with pytest.raises(ValueError, match="vocabulary mismatch"):
+        check_vocab_compatible(target, other)
+    same = load_model(tiny_model_dir, dtype="float32")
+    check_vocab_compatible(target, same)
+    # same size, different token->id map
+    same.tokenizer.add_tokens(["zebra"])
+    with pytest.raises(ValueError, match="tokenizer mismatch"):
+        check_vocab_compatible(target, same)
+
+
+def test_ngram_table_and_prompt_lookup():
+    table = NGramTable.from_token_sequences([[1, 2, 3, 4], [1, 2, 3, 5], [1, 2, 3, 5], [7, 3, 6]], n=2)
+    assert table.lookup([1, 2, 3]) == 5  # most frequent after (2, 3)
+    assert table.lookup([9, 3]) == 5  # back-off to (3,): 5 (x2) beats 4 and 6
+    assert table.lookup([9]) is None
+    d = NGramDrafter(n=3, table=table)
+    # prompt lookup: the context's last 2 tokens (8, 9) occurred before, followed by 10, 11
+    prop = d.propose([8, 9, 10, 11, 12, 8, 9], 3, SamplingConfig())
+    assert prop.tokens == [10, 11, 12] and prop.q is None
+    assert d.propose([2, 3], 3, SamplingConfig()).tokens == [5]  # table: (2,3)->5, then nothing follows 5
+    q = prop.draft_probs(16)
+    assert q.shape == (3, 16) and torch.equal(q.argmax(-1), torch.tensor([10, 11, 12]))
+    assert NGramDrafter(n=2, table=None).propose([1, 2, 3], 4, SamplingConfig()).tokens == []
+    with pytest.raises(ValueError):
+        NGramDrafter(n=0)
+
+
+def test_model_drafter_returns_its_distributions():
+    d = ModelDrafter(tiny_lm(1))
+    prop = d.propose([1, 2, 3], 4, SamplingConfig(0.7), torch.Generator().manual_seed(0))
+    assert len(prop.tokens) == 4 and prop.q.shape == (4, 16)
+    assert all(prop.q[i, t] > 0 for i, t in enumerate(prop.tokens))
+    torch.testing.assert_close(prop.q.sum(-1), torch.ones(4, dtype=prop.q.dtype))
+
+
+def test_cli_generate_json(tiny_model_dir, capsys):
+    rc = cli_main(["generate", "--prompt", "the cat sat", "--target", str(tiny_model_dir), "--draft", str(tiny_model_dir),
+                   "--raw", "--max-new-tokens", "8", "--gamma", "3", "--temperature", "0", "--baseline", "--json",
+                   "--dtype", "float32"])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    spec, base = out["speculative"], out["baseline"]
+    assert spec["tokens"] == base["tokens"]  # greedy: identical
+    assert spec["stats"]["block_efficiency"] >= 1.0 and out["speedup"] > 0
+
+
+def test_cli_generate_streams_text_and_stats(tiny_model_dir, capsys):
+    rc = cli_main(["generate", "--prompt", "the dog ran", "--target", str(tiny_model_dir), "--draft", "ngram",
+                   "--ngram-corpus", "none", "--raw", "--max-new-tokens", "6", "--dtype", "float32"])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "block efficiency" in text and "tokens/s" in text
+
+
+@pytest.mark.parametrize(
+    "args,match",
+    [
+        (["--temperature", "-1"], "temperature"),
+        (["--top-p", "0"], "top_p"),
+        (["--gamma", "0"], "gamma"),
+        (["--verifier", "nope"], "unknown verifier"),
+        (["--max-new-tokens", "0"], "max_new_tokens"),
+    ],
+)
+def test_cli_bad_arguments_give_clear_errors(tiny_model_dir, capsys, args, match):
+    rc = cli_main(["generate", "--prompt", "the", "--target", str(tiny_model_dir), "--draft", "ngram",
+                   "--ngram-corpus", "none", "--raw", "--dtype", "float32", *args])
+    assert rc == 1
+    assert match in capsys.readouterr().err
