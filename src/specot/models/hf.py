@@ -18,7 +18,14 @@ from torch import Tensor
 
 from .cache import cache_length, crop_cache, keep_cache_positions
 
-__all__ = ["CausalLM", "load_model", "resolve_dtype", "cpu_has_native_bf16"]
+__all__ = ["CausalLM", "load_model", "resolve_dtype", "cpu_has_native_bf16", "tree_attention_mask"]
+
+
+def tree_attention_mask(visible: Tensor, dtype: torch.dtype) -> Tensor:
+    """Additive 4D attention mask ``[1, 1, T, S]`` from a bool ``visible [T, S]``: 0 where a query
+    may attend, the dtype's most negative finite value elsewhere (as transformers' own masks)."""
+    fill = torch.finfo(dtype).min
+    return torch.zeros(visible.shape, dtype=dtype).masked_fill(~visible, fill)[None, None]
 
 
 def cpu_has_native_bf16() -> bool:
@@ -81,6 +88,11 @@ class CausalLM:
     forward_time_s: float = 0.0
     _cache: Any = field(default=None, repr=False)
     _cached_ids: list[int] = field(default_factory=list, repr=False)
+    # Tree region (see forward_tree): cached positions >= _tree_base hold tree nodes; for each,
+    # its position id and its ancestors' absolute cache indices (itself included).
+    _tree_base: int | None = field(default=None, repr=False)
+    _tree_pos: list[int] = field(default_factory=list, repr=False)
+    _tree_anc: list[list[int]] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
         cfg = self.model.config
@@ -123,6 +135,7 @@ class CausalLM:
         """Empty the KV cache (a new sequence starts)."""
         self._cache = None
         self._cached_ids = []
+        self._clear_tree()
 
     def reset_stats(self) -> None:
         self.forward_calls = 0
@@ -133,6 +146,12 @@ class CausalLM:
         if self._cache is not None:
             crop_cache(self._cache, length)
         del self._cached_ids[length:]
+        if self._tree_base is not None:
+            if length <= self._tree_base:
+                self._clear_tree()
+            else:
+                del self._tree_pos[length - self._tree_base:]
+                del self._tree_anc[length - self._tree_base:]
 
     def keep_positions(self, keep: Sequence[int]) -> None:
         """Keep the cached positions ``keep`` (increasing indices), e.g. a tree's accepted path."""
@@ -140,6 +159,7 @@ class CausalLM:
         if self._cache is not None:
             keep_cache_positions(self._cache, idx)
         self._cached_ids = [self._cached_ids[i] for i in idx.tolist()]
+        self._clear_tree()
 
     # ----------------------------------------------------------------- forward
     @torch.inference_mode()
@@ -192,6 +212,8 @@ class CausalLM:
             raise ValueError(f"{self.name}: {total} positions exceed the model's context of {self.max_context}")
         common = 0
         limit = min(len(self._cached_ids), len(context) - 1)
+        if self._tree_base is not None:  # tree nodes are not a sequence: never reuse them as a prefix
+            limit = min(limit, self._tree_base)
         cached = self._cached_ids
         while common < limit and cached[common] == context[common]:
             common += 1
@@ -199,6 +221,142 @@ class CausalLM:
         new = list(context[common:]) + list(extra)
         logits = self.forward(new)
         return logits[-(1 + len(extra)):]
+
+    # ----------------------------------------------------------------- tree attention
+    def _clear_tree(self) -> None:
+        self._tree_base = None
+        self._tree_pos = []
+        self._tree_anc = []
+
+    @property
+    def tree_base(self) -> int | None:
+        """First cached index of the tree region (``None`` when the cache holds one plain sequence)."""
+        return self._tree_base
+
+    def forward_tree(self, tokens: Sequence[int], parents: Sequence[int]) -> Tensor:
+        """Run ``tokens`` (``[T]``) as nodes of a token tree hanging off the cached sequence, in one pass.
+
+        The first call after a plain sequence opens a *tree region* at ``base = len(cached_ids)``:
+        positions ``< base`` are the committed sequence, seen by every node. ``parents[i]`` is the
+        absolute cache index of token i's parent: ``base − 1`` (the last committed token; ``-1`` on
+        an empty cache) or a tree position ``>= base`` (earlier call, or an earlier token of this
+        call). Token i then attends to the committed sequence, its tree ancestors and itself
+        (a float ``[1, 1, T, cached + T]`` mask of 0 / dtype-min, returned as-is by transformers'
+        mask builders and added to the attention scores by both the SDPA and eager kernels), at
+        position id ``depth-consistent``: its parent's position + 1.
+
+        Returns float32 logits ``[T, V]``. The cache then holds the tree nodes; cut it back with
+        :meth:`keep_tree_path`, :meth:`keep_positions` or :meth:`rollback` before plain decoding.
+
+        Raises:
+            ValueError: empty ``tokens``, mismatched lengths, or a parent outside the allowed range.
+        """
+        T = len(tokens)
+        if T == 0 or len(parents) != T:
+            raise ValueError(f"forward_tree needs tokens and parents of one nonzero length, got {T} and {len(parents)}")
+        C = len(self._cached_ids)
+        if self._tree_base is None:
+            self._tree_base = C
+        base = self._tree_base
+        pos: list[int] = []
+        anc: list[list[int]] = []
+        for i, par in enumerate(parents):
+            par = int(par)
+            if par == base - 1:
+                pos.append(base)
+                anc.append([C + i])
+            elif base <= par < C + i:
+                r = par - base
+                ppos, panc = (self._tree_pos[r], self._tree_anc[r]) if par < C else (pos[par - C], anc[par - C])
+                pos.append(ppos + 1)
+                anc.append(panc + [C + i])
+            else:
+                raise ValueError(f"parent {par} of tree token {i} must be {base - 1} (the last committed position) "
+                                 f"or a tree position in [{base}, {C + i})")
+        if max(pos) >= self.max_context:
+            raise ValueError(f"{self.name}: tree position {max(pos)} exceeds the model's context of {self.max_context}")
+        rows = torch.tensor([i for i, a in enumerate(anc) for _ in a], dtype=torch.int64)
+        cols = torch.tensor([c for a in anc for c in a], dtype=torch.int64)
+        visible = torch.zeros(T, C + T, dtype=torch.bool)  # [T, cached + T]
+        visible[:, :base] = True
+        visible[rows, cols] = True
+        mask = tree_attention_mask(visible, self.dtype)  # [1, 1, T, cached + T]
+        logits = self.forward(tokens, position_ids=torch.tensor(pos, dtype=torch.int64), attention_mask=mask)
+        self._tree_pos.extend(pos)
+        self._tree_anc.extend(anc)
+        return logits
+
+    def tree_logits_after(self, context: Sequence[int], tokens: Sequence[int], parents: Sequence[int]) -> Tensor:
+        """Logits after ``context`` and after every node of a token tree, in ONE forward pass.
+
+        Rolls the cache back to the longest common prefix of the cached ids and ``context[:-1]``,
+        then runs the rest of ``context`` (causally) and the tree nodes (tree attention).
+
+        Args:
+            context: committed token ids (>= 1).
+            tokens: tree node tokens ``[N]``, every parent before its children.
+            parents: ``[N]``, ``-1`` for a child of the root (the last context token), else the
+                index ``j < i`` of the parent node in ``tokens``.
+
+        Returns:
+            float32 logits ``[1 + N, V]``: row 0 predicts the token after ``context``, row ``1 + i``
+            the token after ``context`` + the root-to-node-i path. Node i sits at cache index
+            ``len(context) + i``.
+        """
+        if len(context) == 0:
+            raise ValueError("context must hold at least one token")
+        if len(tokens) != len(parents):
+            raise ValueError("tokens and parents must have the same length")
+        common = 0
+        limit = min(len(self._cached_ids), len(context) - 1)
+        if self._tree_base is not None:
+            limit = min(limit, self._tree_base)
+        cached = self._cached_ids
+        while common < limit and cached[common] == context[common]:
+            common += 1
+        self.rollback(common)
+        if self._tree_base is not None:  # rollback kept part of a tree region: drop it too
+            self.rollback(self._tree_base)
+        new_ctx = [int(t) for t in context[common:]]
+        n0 = len(new_ctx)
+        L = len(context)
+        abs_par = [common - 1 + j for j in range(n0)]  # the context suffix: a chain
+        for i, par in enumerate(parents):
+            par = int(par)
+            if not -1 <= par < i:
+                raise ValueError(f"parent {par} of tree node {i} must be -1 (root) or an earlier node index")
+            abs_par.append(L - 1 if par < 0 else L + par)
+        logits = self.forward_tree(new_ctx + [int(t) for t in tokens], abs_par)
+        return logits[n0 - 1:]
+
+    @torch.inference_mode()
+    def keep_tree_path(self, prefix_len: int, positions: Sequence[int]) -> None:
+        """Keep the first ``prefix_len`` cached positions followed by ``positions`` (increasing,
+        each ``>= prefix_len``), moving those entries down IN PLACE and cropping the rest (no copy
+        of the committed prefix). Closes the tree region: the cache is one plain sequence again."""
+        keep = [int(i) for i in positions]
+        have = len(self._cached_ids)
+        if any(b <= a for a, b in zip(keep, keep[1:])) or (keep and (keep[0] < prefix_len or keep[-1] >= have)):
+            raise ValueError(f"positions {keep} must increase within [{prefix_len}, {have})")
+        if not 0 <= prefix_len <= have:
+            raise ValueError(f"prefix_len {prefix_len} outside [0, {have}]")
+        moved = [(prefix_len + j, src) for j, src in enumerate(keep) if prefix_len + j != src]
+        if moved and self._cache is not None:
+            dst = torch.tensor([d for d, _ in moved], dtype=torch.int64)
+            src = torch.tensor([s for _, s in moved], dtype=torch.int64)
+            for layer in getattr(self._cache, "layers", []):
+                k = getattr(layer, "keys", None)
+                if k is None or k.numel() == 0:
+                    continue
+                d, s_ = dst.to(k.device), src.to(k.device)
+                layer.keys[..., d, :] = layer.keys[..., s_, :]
+                layer.values[..., d, :] = layer.values[..., s_, :]
+        new_ids = self._cached_ids[:prefix_len] + [self._cached_ids[i] for i in keep]
+        new_len = len(new_ids)
+        if self._cache is not None:
+            crop_cache(self._cache, new_len)
+        self._cached_ids = new_ids
+        self._clear_tree()
 
     # ----------------------------------------------------------------- text
     def encode_prompt(self, prompt: str, *, chat: bool | None = None, system: str | None = None) -> list[int]:
