@@ -20,14 +20,17 @@ import torch
 from .drafting.base import Drafter
 from .drafting.model import ModelDrafter, check_vocab_compatible
 from .drafting.ngram import NGramDrafter, NGramTable
+from .drafting.tree import TreeSpec, default_law_for, parse_tree_spec
 from .engine.speculative import autoregressive_generate, speculative_generate
+from .engine.tree import tree_generate
 from .engine.types import GenerationConfig, GenerationResult
 from .models.embedded import EMBEDDED_TARGET, load_embedded_target
 from .models.hf import CausalLM, load_model
 from .sampling import SamplingConfig
 from .verifiers.base import get_verifier
 
-__all__ = ["GenerateReport", "generate", "load_target", "load_drafter", "pydoc_ngram_table", "pydoc_texts"]
+__all__ = ["GenerateReport", "generate", "load_target", "load_drafter", "pydoc_ngram_table", "pydoc_texts",
+           "resolve_tree_spec"]
 
 
 @dataclass
@@ -120,6 +123,27 @@ def load_drafter(spec: str | Drafter | CausalLM, target: CausalLM, *, dtype: str
     return ModelDrafter(draft)
 
 
+def resolve_tree_spec(tree: str | TreeSpec | None, *, drafts: int | None, draft_len: int | None,
+                      verifier: Any, tree_law: str | None = None, default_len: int = 4) -> TreeSpec:
+    """The :class:`TreeSpec` for the tree options of :func:`generate` / ``specot generate``.
+
+    ``tree`` is a :class:`TreeSpec` or a CLI form (see :func:`specot.drafting.tree.parse_tree_spec`);
+    ``None`` means K = ``drafts`` sequences of length ``draft_len``. Where the form does not name
+    the law (``None``, ``topology:FILE`` without one, ``eagle``), it is ``tree_law`` or else the
+    verifier's own (:func:`default_law_for`: kseq/rrs → iid, rrs_wor → wor, greedy → greedy, ...).
+    Forms without expansion factors take L = ``draft_len``, else ``default_len``.
+    """
+    if isinstance(tree, TreeSpec):
+        return tree
+    kind = (tree or "").partition(":")[0].strip().lower()
+    names_law = kind not in ("", "topology", "eagle")
+    law = tree_law if (tree_law or names_law) else default_law_for(verifier).value
+    has_factors = ":" in (tree or "") and kind != "topology"
+    if draft_len is None and not has_factors:
+        draft_len = default_len
+    return parse_tree_spec(tree, drafts=drafts, draft_len=draft_len, law=law)
+
+
 def generate(
     prompt: str | Sequence[int],
     *,
@@ -138,6 +162,10 @@ def generate(
     dtype: str | torch.dtype = "auto",
     device: str = "cpu",
     on_text: Callable[[str], None] | None = None,
+    drafts: int | None = None,
+    draft_len: int | None = None,
+    tree: str | TreeSpec | None = None,
+    tree_law: str | None = None,
 ) -> GenerateReport:
     """Speculative decoding of ``prompt`` with ``target`` and ``draft`` (see ``specot generate``).
 
@@ -153,6 +181,12 @@ def generate(
         verifier_params: parameters of the verifier (e.g. ``{"lenience": 0.5}``).
         baseline: also run autoregressive decoding on the same prompt (for ``report.speedup``).
         on_text: called with each newly decoded piece of text, for streaming.
+        drafts, draft_len, tree, tree_law: multi-draft tree decoding (``specot generate --drafts K
+            --draft-len L --tree ...``): K drafts, draft length L (default ``gamma``), the
+            construction (``iid | wor | greedy | spechub | prefix:k1,..,kL | topology:FILE | eagle``
+            or a :class:`TreeSpec`; default K sequences under the verifier's law) and the law of a
+            topology. The draft must be a model. When ``drafts`` and ``tree`` are both ``None`` the
+            single-draft engine runs, unchanged.
 
     Returns:
         :class:`GenerateReport`.
@@ -180,6 +214,15 @@ def generate(
             on_text(text[len(printed[0]):])
             printed[0] = text
 
-    result = speculative_generate(tgt, drafter, ids, cfg, verifier=ver, on_tokens=stream)
+    if drafts is None and tree is None:
+        result = speculative_generate(tgt, drafter, ids, cfg, verifier=ver, on_tokens=stream)
+    else:
+        if not isinstance(drafter, ModelDrafter):
+            raise ValueError("multi-draft tree decoding needs a draft MODEL (draft=PATH or a CausalLM), not an n-gram drafter")
+        spec = resolve_tree_spec(tree, drafts=drafts, draft_len=draft_len, verifier=ver, tree_law=tree_law,
+                                 default_len=gamma)
+        if verifier == "otm" and "law" not in (verifier_params or {}):
+            ver = get_verifier("otm", law=spec.law)  # the exact OT plan for the tree's own law
+        result = tree_generate(tgt, drafter, ids, spec, cfg, verifier=ver, on_tokens=stream)
     base = autoregressive_generate(tgt, ids, cfg) if baseline else None
     return GenerateReport(result=result, baseline=base, prompt_tokens=len(ids))

@@ -30,8 +30,16 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus mass in (0, 1] (default 1 = off)")
     p.add_argument("--max-new-tokens", type=int, default=128, help="exact cap on new tokens (default 128)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    p.add_argument("--verifier", default="speculative", help="single-draft verifier: speculative (default) or lenient")
+    p.add_argument("--verifier", default="speculative",
+                   help="verifier name (default speculative); with --drafts/--tree any verifier valid for the "
+                        "construction: kseq, rrs, rrs_wor, greedy, spechub, otm, ...")
     p.add_argument("--lenience", type=float, default=None, help="lenience l in (0, 1] for --verifier lenient")
+    p.add_argument("--drafts", type=int, default=None, help="multi-draft: K draft sequences per step (tree decoding)")
+    p.add_argument("--draft-len", type=int, default=None, help="multi-draft: draft length L (default --gamma)")
+    p.add_argument("--tree", default=None,
+                   help="draft tree construction: iid | wor | greedy | spechub | prefix:2,2,1 | LAW:k1,..,kL | "
+                        "topology:FILE.json | eagle (default: K sequences under the verifier's draft law)")
+    p.add_argument("--tree-law", default=None, help="draft law of a topology/eagle tree: iid, wor, greedy, spechub")
     p.add_argument("--raw", action="store_true", help="send the prompt as raw text, without the chat template")
     p.add_argument("--dtype", default="auto", help="auto (default), float32, bfloat16, float16")
     p.add_argument("--device", default="cpu", help="torch device (default cpu)")
@@ -71,13 +79,18 @@ def run(args: argparse.Namespace) -> int:
         prompt, target=target, draft=draft, gamma=args.gamma, temperature=args.temperature, top_k=args.top_k,
         top_p=args.top_p, max_new_tokens=args.max_new_tokens, seed=args.seed, verifier=args.verifier,
         verifier_params=params, baseline=args.baseline, chat=False if args.raw else None, dtype=args.dtype,
-        device=args.device, on_text=stream,
+        device=args.device, on_text=stream, drafts=args.drafts, draft_len=args.draft_len, tree=args.tree,
+        tree_law=args.tree_law,
     )
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
         return 0
     print("\n")
-    print(_fmt_stats("speculative", report.result.stats.to_dict()))
+    st = report.result.stats.to_dict()
+    print(_fmt_stats(report.result.method if report.result.method == "tree" else "speculative", st))
+    if report.result.method == "tree":
+        print(f"[tree] mean tree size {st['mean_tree_size']:.1f} nodes | mean accepted length "
+              f"{st['mean_accepted_length']:.2f} | time outside forward passes {100 * st['overhead_share']:.1f}%")
     if report.baseline is not None:
         print(_fmt_stats("autoregressive", report.baseline.stats.to_dict()))
         print(f"speedup over autoregressive: {report.speedup:.2f}x (tokens/s ratio, same prompt, same run)")

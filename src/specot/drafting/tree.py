@@ -1,0 +1,408 @@
+"""Draft trees: construction specs (topologies of draft *slots*) and batched tree drafting.
+
+A :class:`TreeSpec` is a static topology of *slots* — index paths in the EAGLE/Medusa convention
+(``(0,)``, ``(1,)``, ``(0, 0)``, ...: path ``(i_1, .., i_d)`` is child ``i_d`` of slot
+``(i_1, .., i_{d−1})``) — plus the draft law by which the children of a node are drawn. Every
+construction of the issue is such a topology:
+
+* ``iid`` — K i.i.d. draft sequences of length L (SpecTr Eq. 7): K slots at the root, then a chain
+  of one slot each (factors ``(K, 1, .., 1)``), law IID.
+* ``prefix:k_1,..,k_L`` — SpecTr Algorithm 4 (App. D): every slot at depth i−1 has ``k_i`` child
+  slots drawn i.i.d.; ``K = Π k_i``.
+* ``wor`` / ``greedy`` / ``spechub`` (optionally ``LAW:k_1,..,k_L``) — the same shapes with the
+  children of a node drawn under that law (without replacement; top-(n−1) + 1 sampled; SpecHub).
+* ``topology`` — any list of index paths (e.g. EAGLE's default tree, Hu et al. App. D,
+  :data:`EAGLE_DEFAULT_TREE`), in code or a JSON file, with any law.
+
+**Slots vs nodes.** Drafting walks the topology depth by depth. A tree *node* is a distinct token
+prefix; it holds the slots that reached it. Its children slots (the union of its slots' children,
+in slot order, ``n`` of them) receive ``n`` draws from the draft distribution q at the node under
+the law: draw j goes to child slot j, and slots that drew the same token share one child node (only
+possible under IID). So under IID a node with multiplicity m sees m·k conditionally i.i.d. draws —
+exactly SpecTr's Algorithm 3, where the K' surviving sequences that agree with the selected token
+all propose their next token. Under WOR / GREEDY / SPECHUB the siblings are distinct; when q has
+fewer than n tokens with positive mass (top-k, top-p, temperature 0, or a tree wider than the
+vocabulary) the node draws n' = support size tokens instead — the same law with fewer drafts —
+and the last n − n' child slots (and their subtrees) are dropped.
+
+:func:`build_draft_tree` runs the draft model once per depth for ALL frontier nodes (tree attention
+over the draft's KV cache, :meth:`specot.models.CausalLM.forward_tree`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import torch
+from torch import Tensor
+
+from ..models.hf import CausalLM
+from ..sampling import SamplingConfig, standardize
+from ..verifiers.base import DraftLaw, Verifier
+from .laws import sample_drafts
+
+__all__ = [
+    "TreeSpec",
+    "DraftTree",
+    "EAGLE_DEFAULT_TREE",
+    "parse_tree_spec",
+    "load_topology",
+    "default_law_for",
+    "build_draft_tree",
+]
+
+Path_ = tuple[int, ...]
+
+#: EAGLE's default sparse draft tree as listed by Hu et al. 2025, App. D (25 slots, depth 5, at most
+#: 4 children per node).
+EAGLE_DEFAULT_TREE: tuple[Path_, ...] = (
+    (0,), (1,), (2,), (3,),
+    (0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (2, 0), (2, 1), (3, 0),
+    (0, 0, 0), (0, 0, 1), (0, 0, 2), (0, 1, 0), (0, 1, 1), (0, 2, 0), (0, 2, 1), (1, 0, 0),
+    (0, 0, 0, 0), (0, 0, 0, 1), (0, 0, 0, 2),
+    (0, 0, 0, 0, 0), (0, 0, 0, 0, 1),
+)
+
+
+def _as_law(law: DraftLaw | str) -> DraftLaw:
+    try:
+        return law if isinstance(law, DraftLaw) else DraftLaw(law)
+    except ValueError:
+        raise ValueError(f"unknown draft law {law!r}; use one of {[v.value for v in DraftLaw]}") from None
+
+
+def _factor_paths(factors: Sequence[int]) -> tuple[Path_, ...]:
+    paths: list[Path_] = []
+    level: list[Path_] = [()]
+    for k in factors:
+        level = [p + (j,) for p in level for j in range(k)]
+        paths.extend(level)
+    return tuple(paths)
+
+
+@dataclass(frozen=True)
+class TreeSpec:
+    """A draft-tree construction: a slot topology and the law of each node's children.
+
+    Attributes:
+        law: how the children of one node are drawn from q (:class:`DraftLaw`).
+        paths: slot index paths, every proper prefix present, children of a slot numbered
+            ``0..c−1``; stored sorted by (depth, path).
+        name: a label, e.g. ``"iid K=4 L=3"``.
+
+    Raises:
+        ValueError: an empty topology, a missing prefix, non-contiguous child indices, negative
+            indices, or more than 2 children per slot under SPECHUB.
+    """
+
+    law: DraftLaw
+    paths: tuple[Path_, ...]
+    name: str = field(default="", compare=False)
+    _children: dict[Path_, tuple[Path_, ...]] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "law", _as_law(self.law))
+        paths = tuple(sorted({tuple(int(i) for i in p) for p in self.paths}, key=lambda p: (len(p), p)))
+        if not paths:
+            raise ValueError("a draft tree needs at least one slot (a non-empty list of index paths)")
+        if len(paths) != len(self.paths):
+            raise ValueError("the topology lists a path twice")
+        have = set(paths)
+        children: dict[Path_, list[Path_]] = {(): []}
+        for p in paths:
+            if len(p) == 0 or any(i < 0 for i in p):
+                raise ValueError(f"tree path {list(p)} must be a non-empty list of indices >= 0")
+            if p[:-1] and p[:-1] not in have:
+                raise ValueError(f"tree path {list(p)} has no parent path {list(p[:-1])} in the topology")
+            children.setdefault(p[:-1], []).append(p)
+            children.setdefault(p, [])
+        for parent, kids in children.items():
+            idx = sorted(k[-1] for k in kids)
+            if idx != list(range(len(idx))):
+                raise ValueError(f"children of {list(parent)} are numbered {idx}; use 0..{len(idx) - 1} (no gaps)")
+            if self.law == DraftLaw.SPECHUB and len(kids) > 2:
+                raise ValueError(f"the SpecHub law draws at most 2 children per node; {list(parent)} has {len(kids)}")
+        object.__setattr__(self, "paths", paths)
+        object.__setattr__(self, "_children", {k: tuple(sorted(v)) for k, v in children.items()})
+
+    # ---------------------------------------------------------------- constructors
+    @classmethod
+    def sequences(cls, drafts: int, draft_len: int, law: DraftLaw | str = DraftLaw.IID) -> "TreeSpec":
+        """K = ``drafts`` sequences of length L = ``draft_len`` sharing the root (factors (K, 1, .., 1)):
+        SpecTr's i.i.d. draft set (Eq. 7) under IID; distinct first tokens under WOR / GREEDY."""
+        _check_pos_int(drafts, "drafts (K)")
+        _check_pos_int(draft_len, "draft_len (L)")
+        law = _as_law(law)
+        return cls(law, _factor_paths([drafts] + [1] * (draft_len - 1)), f"{law.value} K={drafts} L={draft_len}")
+
+    @classmethod
+    def prefix(cls, factors: Sequence[int], law: DraftLaw | str = DraftLaw.IID) -> "TreeSpec":
+        """SpecTr Algorithm 4: each slot at depth i−1 gets ``factors[i−1]`` children (K = Π k_i)."""
+        factors = [int(k) for k in factors]
+        if not factors:
+            raise ValueError("prefix tree needs at least one expansion factor")
+        for k in factors:
+            _check_pos_int(k, "expansion factor")
+        law = _as_law(law)
+        label = "prefix" if law == DraftLaw.IID else law.value
+        return cls(law, _factor_paths(factors), f"{label}:{','.join(map(str, factors))}")
+
+    @classmethod
+    def topology(cls, paths: Iterable[Sequence[int]], law: DraftLaw | str, name: str = "topology") -> "TreeSpec":
+        """A static topology given as index paths (EAGLE/Medusa convention)."""
+        return cls(_as_law(law), tuple(tuple(p) for p in paths), name)
+
+    # ---------------------------------------------------------------- derived
+    @property
+    def depth(self) -> int:
+        """Draft length L (deepest slot)."""
+        return max(len(p) for p in self.paths)
+
+    @property
+    def num_slots(self) -> int:
+        return len(self.paths)
+
+    @property
+    def num_leaves(self) -> int:
+        """Number of root-to-leaf slot paths (K for ``sequences`` and ``prefix``)."""
+        return sum(1 for p in self.paths if not self._children[p])
+
+    def children(self, slot: Path_) -> tuple[Path_, ...]:
+        """Child slots of ``slot`` (``()`` is the root), in index order."""
+        return self._children.get(slot, ())
+
+    def max_drafts_per_node(self) -> int:
+        """Largest number of drafts a node can be verified with: under IID all slots of one depth
+        can merge into one node, otherwise the largest number of children of one slot."""
+        if self.law == DraftLaw.IID:
+            return max(Counter(len(p) for p in self.paths).values())
+        return max(len(v) for v in self._children.values())
+
+    def check_verifier(self, verifier: Verifier) -> None:
+        """Raise ``ValueError`` (before decoding) unless ``verifier`` is valid for every node of
+        this construction: ``check_construction(law, n)`` for every n the tree can produce."""
+        for n in range(1, self.max_drafts_per_node() + 1):
+            try:
+                verifier.check_construction(self.law, n)
+            except ValueError as exc:
+                raise ValueError(f"tree {self.name or self.law.value!r} (law {self.law.value!r}, up to "
+                                 f"{self.max_drafts_per_node()} drafts per node) cannot be verified by "
+                                 f"{verifier.name!r}: {exc}") from None
+
+    def to_json(self) -> str:
+        return json.dumps({"law": self.law.value, "paths": [list(p) for p in self.paths]})
+
+
+def _check_pos_int(v: object, what: str) -> None:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ValueError(f"{what} must be an integer >= 1, got {v!r}")
+
+
+def load_topology(path: str | os.PathLike[str]) -> tuple[list[list[int]], str | None]:
+    """Read a topology JSON file: a list of index paths, or ``{"paths": [...], "law": "..."}``.
+
+    Returns ``(paths, law or None)``.
+
+    Raises:
+        FileNotFoundError / ValueError: missing file, bad JSON or a bad shape.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"tree topology file {str(p)!r} does not exist")
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"tree topology file {str(p)!r} is not valid JSON: {exc}") from None
+    law = None
+    if isinstance(data, dict):
+        law = data.get("law")
+        data = data.get("paths")
+    if not isinstance(data, list) or not all(isinstance(q, list) and all(isinstance(i, int) for i in q) for q in data):
+        raise ValueError(f"tree topology file {str(p)!r} must hold a list of index paths, e.g. [[0], [1], [0, 0]]")
+    return data, law
+
+
+def default_law_for(verifier: Verifier) -> DraftLaw:
+    """The draft law a tree should use for ``verifier`` when none is named: the verifier's own law
+    (OTM), else the first valid one of IID, WOR, GREEDY, SPECHUB."""
+    law = getattr(verifier, "law", None)
+    if isinstance(law, DraftLaw):
+        return law
+    for cand in (DraftLaw.IID, DraftLaw.WOR, DraftLaw.GREEDY, DraftLaw.SPECHUB):
+        if cand in verifier.valid_laws:
+            return cand
+    return DraftLaw.IID
+
+
+def parse_tree_spec(text: str | None, *, drafts: int | None = None, draft_len: int | None = None,
+                    law: DraftLaw | str | None = None) -> TreeSpec:
+    """Parse a construction as written on the command line.
+
+    Forms: ``iid`` | ``wor`` | ``greedy`` | ``spechub`` (K = ``drafts`` sequences of length
+    L = ``draft_len``; also ``LAW:k_1,..,k_L`` for expansion factors), ``prefix:k_1,..,k_L`` (IID,
+    SpecTr Alg. 4), ``topology:FILE`` (JSON index paths; law from the file, else ``law``, else IID),
+    ``eagle`` (EAGLE's default tree, Hu et al. App. D; law ``law`` or IID). ``None`` means ``law``
+    (default IID) with ``drafts`` × ``draft_len``.
+
+    Raises:
+        ValueError: unknown form, bad factors, or ``drafts`` / ``draft_len`` that contradict the
+            factors (K must equal Π k_i, L the number of factors).
+    """
+    K = 1 if drafts is None else drafts
+    L = 4 if draft_len is None else draft_len
+    if text is None or text == "":
+        return TreeSpec.sequences(K, L, law or DraftLaw.IID)
+    kind, _, arg = text.partition(":")
+    kind = kind.strip().lower()
+    if kind in ("topology", "eagle"):
+        if kind == "eagle":
+            paths, file_law = [list(p) for p in EAGLE_DEFAULT_TREE], None
+        else:
+            if not arg:
+                raise ValueError("topology needs a file: --tree topology:FILE.json")
+            paths, file_law = load_topology(arg)
+        return TreeSpec.topology(paths, file_law or law or DraftLaw.IID, name=text)
+    if kind == "prefix" or kind in {v.value for v in DraftLaw}:
+        tree_law = DraftLaw.IID if kind == "prefix" else DraftLaw(kind)
+        if law is not None and _as_law(law) != tree_law:
+            raise ValueError(f"--tree {text!r} draws {tree_law.value!r} children but the law {_as_law(law).value!r} was asked for")
+        if not arg:
+            if kind == "prefix":
+                raise ValueError("prefix needs expansion factors, e.g. --tree prefix:2,2,1")
+            return TreeSpec.sequences(K, L, tree_law)
+        try:
+            factors = [int(x) for x in arg.split(",")]
+        except ValueError:
+            raise ValueError(f"expansion factors must be integers, e.g. prefix:2,2,1; got {arg!r}") from None
+        spec = TreeSpec.prefix(factors, tree_law)
+        if drafts is not None and drafts != math.prod(factors):
+            raise ValueError(f"--drafts {drafts} contradicts the expansion factors {factors} (K = product = {math.prod(factors)})")
+        if draft_len is not None and draft_len != len(factors):
+            raise ValueError(f"--draft-len {draft_len} contradicts the expansion factors {factors} (L = {len(factors)})")
+        return spec
+    raise ValueError(f"unknown tree construction {text!r}; use iid, wor, greedy, spechub, prefix:k1,..,kL, "
+                     "topology:FILE or eagle")
+
+
+# ==================================================================== drafting
+@dataclass
+class DraftTree:
+    """One drafted tree. Node 0 is the root (the last committed token); nodes 1..N are drafts,
+    numbered by depth (every parent before its children).
+
+    Attributes:
+        tokens: ``[1 + N]`` token per node (``tokens[0]``: the last context token).
+        parents: ``[1 + N]`` parent node (``parents[0] = -1``).
+        depths: ``[1 + N]`` depth (root 0).
+        drafts: expanded node → its children's tokens WITH multiplicity, in slot (draw) order: the
+            ``drafts [1, n]`` its verifier sees.
+        child_of: expanded node → token → child node.
+        q: ``[M, V]`` draft probabilities of the expanded nodes; ``q_row[node]`` indexes it.
+        draft_pos: node → index of its entry in the draft model's KV cache (fed nodes only).
+        draft_calls: draft forward passes used.
+    """
+
+    tokens: list[int]
+    parents: list[int]
+    depths: list[int]
+    drafts: dict[int, list[int]] = field(default_factory=dict)
+    child_of: dict[int, dict[int, int]] = field(default_factory=dict)
+    q: Tensor | None = None
+    q_row: dict[int, int] = field(default_factory=dict)
+    draft_pos: dict[int, int] = field(default_factory=dict)
+    draft_calls: int = 0
+
+    @property
+    def size(self) -> int:
+        """Number of draft nodes N (the root excluded)."""
+        return len(self.tokens) - 1
+
+    def path_tokens(self, node: int) -> list[int]:
+        """Tokens on the root-to-``node`` path (root excluded)."""
+        out: list[int] = []
+        while node > 0:
+            out.append(self.tokens[node])
+            node = self.parents[node]
+        return out[::-1]
+
+    def is_chain(self) -> bool:
+        """True when every expanded node has exactly one draft (the single-draft case)."""
+        return all(len(d) == 1 for d in self.drafts.values())
+
+
+def build_draft_tree(draft: CausalLM, context: Sequence[int], spec: TreeSpec, depth: int, sampling: SamplingConfig,
+                     generator: torch.Generator | None, stop_tokens: set[int] | frozenset[int] = frozenset()) -> DraftTree:
+    """Draft a tree after ``context`` with ``spec`` cut at ``depth``, one draft pass per depth.
+
+    The draft model's cache first catches up with ``context`` (a plain pass, giving q at the root);
+    then, for each depth, all frontier nodes (nodes with child slots, not at ``depth``, not a stop
+    token) run in ONE :meth:`CausalLM.forward_tree` call. Leaves are never run through the draft.
+
+    Returns:
+        :class:`DraftTree`. The draft cache then holds ``context`` + the fed nodes; the caller
+        keeps the accepted path with :meth:`CausalLM.keep_tree_path`.
+    """
+    law = spec.law
+    tree = DraftTree(tokens=[int(context[-1])], parents=[-1], depths=[0])
+    slots: dict[int, list[Path_]] = {0: [()]}
+    if depth <= 0 or not spec.children(()):
+        return tree
+    logits = draft.logits_after(context)[-1:]  # [1, V]
+    tree.draft_calls = 1
+    tree.draft_pos[0] = len(context) - 1
+    frontier = [0]
+    q_rows: list[Tensor] = []
+    for d in range(depth):
+        q = standardize(logits, sampling)  # [F, V]
+        kid_slots = [[c for s in slots[node] for c in spec.children(s)] for node in frontier]
+        n_eff = [len(k) for k in kid_slots]
+        if law != DraftLaw.IID:
+            support = (q > 0).sum(-1).tolist()
+            n_eff = [min(n, int(s)) for n, s in zip(n_eff, support)]
+        # one sample_drafts call per distinct n, nodes in frontier order
+        draws: dict[int, list[int]] = {}
+        for n in dict.fromkeys(n_eff):
+            rows = [i for i, m in enumerate(n_eff) if m == n]
+            got = sample_drafts(q[rows], n, law, generator).tolist()  # [len(rows), n]
+            for i, toks in zip(rows, got):
+                draws[i] = toks
+        next_frontier: list[int] = []
+        for i, node in enumerate(frontier):
+            tree.q_row[node] = len(q_rows)
+            q_rows.append(q[i])
+            toks = draws[i]
+            tree.drafts[node] = toks
+            kids = tree.child_of.setdefault(node, {})
+            for tok, slot in zip(toks, kid_slots[i]):
+                child = kids.get(tok)
+                if child is None:
+                    child = len(tree.tokens)
+                    kids[tok] = child
+                    tree.tokens.append(tok)
+                    tree.parents.append(node)
+                    tree.depths.append(d + 1)
+                    slots[child] = []
+                slots[child].append(slot)
+        if d + 1 >= depth:
+            break
+        for node in range(len(tree.tokens)):
+            if tree.depths[node] == d + 1 and tree.tokens[node] not in stop_tokens:
+                if any(spec.children(s) for s in slots[node]):
+                    next_frontier.append(node)
+        if not next_frontier:
+            break
+        start = len(draft.cached_ids)
+        logits = draft.forward_tree([tree.tokens[n] for n in next_frontier],
+                                    [tree.draft_pos[tree.parents[n]] for n in next_frontier])  # [F, V]
+        tree.draft_calls += 1
+        for j, node in enumerate(next_frontier):
+            tree.draft_pos[node] = start + j
+        frontier = next_frontier
+    tree.q = torch.stack(q_rows) if q_rows else None  # [M, V]
+    return tree
