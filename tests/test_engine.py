@@ -25,7 +25,8 @@ ALPHA = 1e-4
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("gamma", [1, 3, 5])
 @pytest.mark.parametrize("drafter_kind", ["model", "ngram", "self"])
-def test_greedy_identical_to_autoregressive(dtype, gamma, drafter_kind):
+@pytest.mark.parametrize("schedule", ["constant", "heuristic"])
+def test_greedy_identical_to_autoregressive(dtype, gamma, drafter_kind, schedule):
     target = tiny_lm(0, dtype=dtype)
     if drafter_kind == "model":
         drafter = ModelDrafter(tiny_lm(1, dtype=dtype))
@@ -34,12 +35,12 @@ def test_greedy_identical_to_autoregressive(dtype, gamma, drafter_kind):
     else:
         table = NGramTable.from_token_sequences([[1, 5, 3, 7, 2, 9, 4, 4, 1, 5, 3, 8]], n=2)
         drafter = NGramDrafter(n=2, table=table)
-    cfg = GenerationConfig(max_new_tokens=24, gamma=gamma, sampling=GREEDY)
+    cfg = GenerationConfig(max_new_tokens=24, gamma=gamma, sampling=GREEDY, gamma_schedule=schedule)
     ar = autoregressive_generate(target, PROMPT, cfg)
     sd = speculative_generate(target, drafter, PROMPT, cfg)
     assert sd.tokens == ar.tokens
     assert len(sd.tokens) == 24
-    if drafter_kind == "self":
+    if drafter_kind == "self" and schedule == "constant":
         assert sd.stats.accepted == sd.stats.drafted
         assert sd.stats.target_calls == -(-24 // (gamma + 1))
 
@@ -70,6 +71,28 @@ def test_sampling_is_lossless_chi_square(sampling, gamma, drafter_kind):
         drafter = NGramDrafter(n=1, table=NGramTable.from_token_sequences([[i, (i * 3 + 1) % V] for i in range(V)], n=1))
     exact = exact_joint(target.model, PROMPT, 3, sampling)
     samples = _sample_many(target, drafter, sampling, 1500, gamma)
+    assert chi_square_pvalue(samples, exact) > ALPHA
+
+
+def test_heuristic_gamma_schedule():
+    cfg = GenerationConfig(gamma=3, gamma_schedule="heuristic")
+    assert cfg.next_gamma(3, 3, 3) == 5 and cfg.next_gamma(5, 5, 5) == 6  # capped at 2γ
+    assert cfg.next_gamma(3, 3, 1) == 2 and cfg.next_gamma(1, 1, 0) == 1
+    assert cfg.next_gamma(3, 0, 0) == 3  # nothing drafted: unchanged
+    assert GenerationConfig(gamma=3).next_gamma(3, 3, 3) == 3
+    with pytest.raises(ValueError, match="gamma_schedule"):
+        GenerationConfig(gamma_schedule="fast")
+
+
+@pytest.mark.slow
+def test_heuristic_schedule_is_lossless_chi_square():
+    V = 8
+    target, drafter = tiny_lm(0, vocab=V), ModelDrafter(tiny_lm(1, vocab=V))
+    sampling = SamplingConfig(1.0)
+    exact = exact_joint(target.model, PROMPT, 3, sampling)
+    gen = make_generator(99)
+    cfg = GenerationConfig(max_new_tokens=3, gamma=1, sampling=sampling, stop_at_eos=False, gamma_schedule="heuristic")
+    samples = [tuple(speculative_generate(target, drafter, PROMPT, cfg, generator=gen).tokens) for _ in range(1500)]
     assert chi_square_pvalue(samples, exact) > ALPHA
 
 

@@ -150,6 +150,7 @@ def generate(
     target: str | CausalLM | None = None,
     draft: str | Drafter | CausalLM = "ngram",
     gamma: int = 4,
+    gamma_schedule: str = "constant",
     temperature: float = 1.0,
     top_k: int | None = None,
     top_p: float = 1.0,
@@ -174,6 +175,7 @@ def generate(
         target: ``None``/``"smollm2"`` (embedded default), a path, a hub id or a :class:`CausalLM`.
         draft: ``"ngram"``, a path / hub id of a draft model, a :class:`CausalLM` or a :class:`Drafter`.
         gamma: draft length γ >= 1.
+        gamma_schedule: ``"constant"`` or ``"heuristic"`` (adaptive γ; see :class:`GenerationConfig`).
         temperature, top_k, top_p: the standardized-sampling transform (temperature 0 = greedy).
         max_new_tokens: exact cap on new tokens.
         seed: seed of every random decision; ``None`` for a random seed.
@@ -195,7 +197,7 @@ def generate(
         ValueError: invalid sampling parameters, γ or lengths, unknown verifier, vocabulary
             mismatch, prompt too long for the target's context.
     """
-    cfg = GenerationConfig(max_new_tokens=max_new_tokens, gamma=gamma, seed=seed,
+    cfg = GenerationConfig(max_new_tokens=max_new_tokens, gamma=gamma, seed=seed, gamma_schedule=gamma_schedule,
                            sampling=SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p))
     ver = get_verifier(verifier, **(verifier_params or {}))
     tgt = load_target(target, dtype=dtype, device=device)

@@ -22,7 +22,8 @@ __all__ = ["run_generate_bench", "main"]
 
 def run_generate_bench(*, target: Any = None, draft: str = "ngram", prompts: list[str], gammas: list[int],
                        temperatures: list[float], max_new_tokens: int, seed: int = 0, dtype: str = "auto",
-                       ngram_corpus: str | None = "pydoc", progress: bool = True) -> dict[str, Any]:
+                       ngram_corpus: str | None = "pydoc", progress: bool = True,
+                       gamma_schedule: str = "constant") -> dict[str, Any]:
     """Measure AR and speculative decoding on ``prompts``; returns a JSON-ready dict (schema: see README)."""
     from ..api import load_drafter, load_target
     from ..engine import GenerationConfig, autoregressive_generate, speculative_generate
@@ -52,7 +53,7 @@ def run_generate_bench(*, target: Any = None, draft: str = "ngram", prompts: lis
             sd_runs = []
             for i, ids in enumerate(encoded):
                 cfg = GenerationConfig(max_new_tokens=max_new_tokens, gamma=gamma, seed=seed + i,
-                                       sampling=SamplingConfig(temperature=temp))
+                                       sampling=SamplingConfig(temperature=temp), gamma_schedule=gamma_schedule)
                 sd_runs.append(speculative_generate(tgt, drafter, ids, cfg).stats)
                 bar.update()
             sd_tok = sum(s.new_tokens for s in sd_runs)
@@ -82,6 +83,8 @@ def run_generate_bench(*, target: Any = None, draft: str = "ngram", prompts: lis
         "target": tgt.name,
         "target_dtype": str(tgt.dtype).replace("torch.", ""),
         "draft": draft,
+        "ngram_corpus": ngram_corpus if draft == "ngram" else None,
+        "gamma_schedule": gamma_schedule,
         "max_new_tokens": max_new_tokens,
         "prompt_set": "pydoc_data.topics (specot.bench.prompts.pydoc_prompts)",
         "rows": rows,
@@ -104,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompts", default="pydoc", help="'pydoc', 'pydoc:OFFSET' or a JSONL file with a 'prompt' field")
     ap.add_argument("--n-prompts", type=int, default=10)
     ap.add_argument("--gammas", default="2,4")
+    ap.add_argument("--gamma-schedule", choices=("constant", "heuristic"), default="constant")
     ap.add_argument("--temperatures", default="0,1")
     ap.add_argument("--max-new-tokens", type=int, default=96)
     ap.add_argument("--dtype", default="auto")
@@ -118,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         target=args.target, draft=args.draft, prompts=load_prompts(args.prompts, n),
         gammas=[int(g) for g in args.gammas.split(",")], temperatures=[float(t) for t in args.temperatures.split(",")],
         max_new_tokens=16 if args.quick else args.max_new_tokens, seed=args.seed, dtype=args.dtype,
-        ngram_corpus=None if args.ngram_corpus == "none" else args.ngram_corpus,
+        ngram_corpus=None if args.ngram_corpus == "none" else args.ngram_corpus, gamma_schedule=args.gamma_schedule,
     )
     result["command"] = "python -m specot.bench.generate_speed " + " ".join(argv if argv is not None else sys.argv[1:])
     print(_table(result))

@@ -25,6 +25,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--ngram-corpus", default="pydoc",
                    help="text for the n-gram drafter's table: 'pydoc' (default, pydoc_data.topics), a file, or 'none'")
     p.add_argument("--gamma", type=int, default=4, help="draft length γ (default 4)")
+    p.add_argument("--gamma-schedule", choices=("constant", "heuristic"), default="constant",
+                   help="constant γ, or heuristic: +2 after a fully accepted block, -1 otherwise, within [1, 2γ]")
     p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature; 0 = greedy (default 1)")
     p.add_argument("--top-k", type=int, default=None, help="top-k filter (default off)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus mass in (0, 1] (default 1 = off)")
@@ -76,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         target = args.target
     stream = None if args.json else (lambda s: (sys.stdout.write(s), sys.stdout.flush()))
     report = generate(
-        prompt, target=target, draft=draft, gamma=args.gamma, temperature=args.temperature, top_k=args.top_k,
+        prompt, target=target, draft=draft, gamma=args.gamma, gamma_schedule=args.gamma_schedule, temperature=args.temperature, top_k=args.top_k,
         top_p=args.top_p, max_new_tokens=args.max_new_tokens, seed=args.seed, verifier=args.verifier,
         verifier_params=params, baseline=args.baseline, chat=False if args.raw else None, dtype=args.dtype,
         device=args.device, on_text=stream, drafts=args.drafts, draft_len=args.draft_len, tree=args.tree,

@@ -114,10 +114,11 @@ def speculative_generate(
     stats = GenerationStats()
     ctx = [int(t) for t in prompt_ids]
     out: list[int] = []
+    cur_gamma = cfg.gamma
     t_start = time.perf_counter()
     while len(out) < cfg.max_new_tokens:
         remaining = cfg.max_new_tokens - len(out)
-        gamma = min(cfg.gamma, remaining - 1) if drafter is not None else 0
+        gamma = min(cur_gamma, remaining - 1) if drafter is not None else 0
         proposal = drafter.propose(ctx, gamma, cfg.sampling, gen) if gamma > 0 else DraftProposal([])  # type: ignore[union-attr]
         d = proposal.tokens
         k = len(d)
@@ -134,6 +135,7 @@ def speculative_generate(
                 stats.record_position(i, accepted[i])
             stats.drafted += k
             stats.accepted += n_acc
+            cur_gamma = cfg.next_gamma(cur_gamma, k, n_acc)
             if n_acc < k:
                 emitted = d[:n_acc] + [int(res.tokens[n_acc])]
             else:

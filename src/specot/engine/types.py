@@ -20,9 +20,13 @@ class GenerationConfig:
         sampling: the standardized-sampling transform applied to target and draft alike.
         seed: seed of the ``torch.Generator`` behind every random decision (``None``: random).
         stop_at_eos: stop after the first end-of-sequence token (it is emitted, nothing after it).
+        gamma_schedule: ``"constant"`` (γ every iteration) or ``"heuristic"`` (Hugging Face's
+            assisted-generation schedule: start at γ, +2 after an iteration whose drafts were all
+            accepted, −1 otherwise, within ``[1, 2γ]``). The draft length depends only on past
+            outcomes, so the output law is unchanged (still exact).
 
     Raises:
-        ValueError: ``max_new_tokens < 1`` or ``gamma < 1``.
+        ValueError: ``max_new_tokens < 1``, ``gamma < 1`` or an unknown ``gamma_schedule``.
     """
 
     max_new_tokens: int = 128
@@ -30,12 +34,23 @@ class GenerationConfig:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     seed: int | None = 0
     stop_at_eos: bool = True
+    gamma_schedule: str = "constant"
 
     def __post_init__(self) -> None:
         for name in ("max_new_tokens", "gamma"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+        if self.gamma_schedule not in ("constant", "heuristic"):
+            raise ValueError(f"gamma_schedule must be 'constant' or 'heuristic', got {self.gamma_schedule!r}")
+
+    def next_gamma(self, current: int, drafted: int, accepted: int) -> int:
+        """Draft length of the next iteration after ``accepted`` of ``drafted`` drafts passed."""
+        if self.gamma_schedule == "constant" or drafted == 0:
+            return current
+        if accepted == drafted:
+            return min(current + 2, 2 * self.gamma)
+        return max(current - 1, 1)
 
 
 @dataclass
