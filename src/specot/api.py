@@ -24,7 +24,8 @@ from .drafting.tree import TreeSpec, default_law_for, parse_tree_spec
 from .engine.speculative import autoregressive_generate, speculative_generate
 from .engine.tree import tree_generate
 from .engine.types import GenerationConfig, GenerationResult
-from .models.embedded import EMBEDDED_TARGET, load_embedded_target
+from .models.embedded import (EMBEDDED_DRAFT, EMBEDDED_TARGET, embedded_draft_dir, is_embedded_target, load_embedded_draft,
+                              load_embedded_target)
 from .models.hf import CausalLM, load_model
 from .sampling import SamplingConfig
 from .verifiers.base import get_verifier
@@ -95,8 +96,10 @@ def load_drafter(spec: str | Drafter | CausalLM, target: CausalLM, *, dtype: str
     """Build the drafter named by ``spec``.
 
     Args:
-        spec: ``"ngram"`` (prompt lookup + an n-gram table), a local directory / hub id of a draft
-            causal LM, a :class:`CausalLM`, or a ready :class:`Drafter`.
+        spec: ``"auto"`` (the shipped distilled draft for the embedded target, else ``"ngram"``),
+            ``"distilled"`` (the draft distilled from SmolLM2, ``specot/data/draft``), ``"ngram"``
+            (prompt lookup + an n-gram table), a local directory / hub id of a draft causal LM, a
+            :class:`CausalLM`, or a ready :class:`Drafter`.
         target: the target (its tokenizer builds the n-gram table; the draft must match it).
         ngram_corpus: ``"pydoc"`` (``pydoc_data.topics``), a text file path, or ``None``
             (prompt lookup only).
@@ -107,6 +110,8 @@ def load_drafter(spec: str | Drafter | CausalLM, target: CausalLM, *, dtype: str
     """
     if isinstance(spec, Drafter):
         return spec
+    if isinstance(spec, str) and spec == "auto":
+        spec = EMBEDDED_DRAFT if is_embedded_target(target) and (embedded_draft_dir() / "config.json").exists() else "ngram"
     if isinstance(spec, str) and spec == "ngram":
         table = None
         if ngram_corpus and target.tokenizer is not None:
@@ -116,6 +121,8 @@ def load_drafter(spec: str | Drafter | CausalLM, target: CausalLM, *, dtype: str
                 text = Path(ngram_corpus).read_text(encoding="utf-8")
                 table = NGramTable.from_text([text], target.tokenizer, n=ngram_n)
         return NGramDrafter(n=ngram_n, table=table)
+    if isinstance(spec, str) and spec == EMBEDDED_DRAFT:
+        spec = load_embedded_draft(dtype=dtype, device=device)
     draft = spec if isinstance(spec, CausalLM) else load_model(spec, dtype=dtype, device=device)
     if draft is target:
         raise ValueError("the draft wrapper must not be the target's own CausalLM (they would share a KV cache)")
@@ -148,7 +155,7 @@ def generate(
     prompt: str | Sequence[int],
     *,
     target: str | CausalLM | None = None,
-    draft: str | Drafter | CausalLM = "ngram",
+    draft: str | Drafter | CausalLM = "auto",
     gamma: int = 4,
     gamma_schedule: str = "constant",
     temperature: float = 1.0,
@@ -173,7 +180,9 @@ def generate(
     Args:
         prompt: text (chat-templated for instruct models unless ``chat=False``) or token ids.
         target: ``None``/``"smollm2"`` (embedded default), a path, a hub id or a :class:`CausalLM`.
-        draft: ``"ngram"``, a path / hub id of a draft model, a :class:`CausalLM` or a :class:`Drafter`.
+        draft: ``"auto"`` (default: the distilled draft for the embedded target, else ``"ngram"``),
+            ``"distilled"``, ``"ngram"``, a path / hub id of a draft model, a :class:`CausalLM` or a
+            :class:`Drafter`.
         gamma: draft length γ >= 1.
         gamma_schedule: ``"constant"`` or ``"heuristic"`` (adaptive γ; see :class:`GenerationConfig`).
         temperature, top_k, top_p: the standardized-sampling transform (temperature 0 = greedy).

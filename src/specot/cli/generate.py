@@ -20,7 +20,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     src.add_argument("--prompt", help="prompt text")
     src.add_argument("--prompt-file", type=Path, help="file holding the prompt text")
     p.add_argument("--target", default=None, help="target model: 'smollm2' (embedded default), a local directory or a hub id")
-    p.add_argument("--draft", default="ngram", help="'ngram' (default) or a draft model directory / hub id sharing the target's tokenizer")
+    p.add_argument("--draft", default="auto",
+                   help="'auto' (default: the shipped distilled draft for the embedded target, else 'ngram'), 'distilled', "
+                        "'ngram', or a draft model directory / hub id sharing the target's tokenizer")
     p.add_argument("--ngram-n", type=int, default=3, help="longest n-gram matched by the n-gram drafter (default 3)")
     p.add_argument("--ngram-corpus", default="pydoc",
                    help="text for the n-gram drafter's table: 'pydoc' (default, pydoc_data.topics), a file, or 'none'")
@@ -67,6 +69,11 @@ def run(args: argparse.Namespace) -> int:
     params = {"lenience": args.lenience} if args.lenience is not None else {}
     if args.ngram_n < 1:
         raise ValueError(f"--ngram-n must be >= 1, got {args.ngram_n}")
+    if args.draft == "auto":  # the distilled draft for the embedded target, else the n-gram drafter
+        from ..models.embedded import embedded_draft_dir
+
+        embedded = args.target in (None, "smollm2") and (embedded_draft_dir() / "config.json").exists()
+        args.draft = "distilled" if embedded else "ngram"
     draft: object = args.draft
     if args.draft == "ngram":
         from ..api import load_drafter, load_target

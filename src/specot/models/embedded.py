@@ -13,9 +13,12 @@ import torch
 
 from .hf import CausalLM, load_model
 
-__all__ = ["EMBEDDED_TARGET", "embedded_gguf", "load_embedded_target"]
+__all__ = ["EMBEDDED_TARGET", "EMBEDDED_DRAFT", "embedded_gguf", "load_embedded_target", "embedded_draft_dir",
+           "load_embedded_draft", "is_embedded_target"]
 
 EMBEDDED_TARGET = "smollm2"
+EMBEDDED_DRAFT = "distilled"
+_TARGET_LABEL = "SmolLM2-135M-Instruct"
 
 
 def embedded_gguf() -> tuple[Path, str]:
@@ -46,4 +49,38 @@ def load_embedded_target(dtype: str | torch.dtype = "auto", device: str = "cpu")
         device: torch device.
     """
     directory, gguf = embedded_gguf()
-    return load_model(directory, gguf_file=gguf, dtype=dtype, device=device, label="SmolLM2-135M-Instruct")
+    return load_model(directory, gguf_file=gguf, dtype=dtype, device=device, label=_TARGET_LABEL)
+
+
+def is_embedded_target(model: CausalLM) -> bool:
+    """True if ``model`` is the embedded SmolLM2 target loaded by :func:`load_embedded_target`."""
+    return model.name == _TARGET_LABEL and model.vocab_size == 49152
+
+
+def embedded_draft_dir() -> Path:
+    """Directory of the shipped distilled draft (``specot/data/draft``: config.json, model.safetensors,
+    tokenizer files), a standard ``LlamaForCausalLM`` checkpoint; see README "Distilled draft model"."""
+    return Path(__file__).resolve().parent.parent / "data" / "draft"
+
+
+def load_embedded_draft(dtype: str | torch.dtype = "auto", device: str = "cpu", tokenizer: object = None) -> CausalLM:
+    """Load the shipped draft distilled from SmolLM2-135M-Instruct (same tokenizer and vocabulary).
+
+    The weights are stored in bfloat16 and cast to ``dtype`` (``"auto"``: see
+    :func:`specot.models.resolve_dtype`). Without tokenizer files in the directory, ``tokenizer``
+    (e.g. the target's) is attached instead.
+
+    Raises:
+        FileNotFoundError: the checkpoint is missing from the installed package.
+    """
+    from transformers import AutoModelForCausalLM
+
+    from .hf import resolve_dtype
+
+    directory = embedded_draft_dir()
+    if not (directory / "config.json").exists():
+        raise FileNotFoundError(f"no distilled draft checkpoint in {directory}; reinstall specot or use --draft ngram")
+    if (directory / "tokenizer.json").exists() and tokenizer is None:
+        return load_model(directory, dtype=dtype, device=device, label="specot-distilled-draft")
+    model = AutoModelForCausalLM.from_pretrained(directory, dtype=resolve_dtype(dtype, device)).to(device)
+    return CausalLM(model=model, tokenizer=tokenizer, name="specot-distilled-draft")

@@ -1,0 +1,192 @@
+"""``specot distill``: build a small draft model for the embedded target by distillation.
+
+Sub-commands (run in this order; each is resumable and logs progress):
+
+* ``specot distill prompts --split train|heldout [--n N] --out FILE.jsonl`` — write a prompt set.
+* ``specot distill data --out DIR [--split train|heldout|text]`` — sample the target at temperature 1
+  on the prompt set (batched, left-padded, KV-cached, float32 by default: no native bf16 here) and
+  store token ids and the target's top-k next-token probabilities per position in shards;
+  ``--split text`` labels raw text by teacher forcing instead.
+* ``specot distill train --data DIR [DIR...] [--val DIR] --out DIR [--export DIR]`` — train a
+  ``LlamaForCausalLM`` draft on the soft labels (KL/cross-entropy to the target + CE fallback).
+* ``specot distill export --run DIR --out DIR`` — write the checkpoint of a (partial) run as a
+  Hugging Face model directory (bf16 safetensors + config + tokenizer).
+* ``specot distill eval --draft DIR|distilled`` — held-out α (T = 1 and 0), c (float32 and bf16),
+  the Leviathan prediction and the end-to-end speedup over autoregressive decoding.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+__all__ = ["register"]
+
+
+def _threads(n: int) -> None:
+    import torch
+
+    if n:
+        torch.set_num_threads(n)
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("distill", help="distil a small draft model from the target (data, train, export, eval)",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    dsub = p.add_subparsers(dest="distill_command", metavar="STEP")
+    dsub.required = True
+
+    pp = dsub.add_parser("prompts", help="write the train or held-out prompt set as JSONL")
+    pp.add_argument("--split", choices=("train", "heldout"), default="train")
+    pp.add_argument("--n", type=int, default=None, help="number of prompts (default: all train / 20 held-out)")
+    pp.add_argument("--seed", type=int, default=0)
+    pp.add_argument("--out", type=Path, required=True)
+    pp.set_defaults(func=_run_prompts)
+
+    pd = dsub.add_parser("data", help="sample the target into soft-label shards (resumable)")
+    pd.add_argument("--out", type=Path, required=True, help="shard directory")
+    pd.add_argument("--split", choices=("train", "heldout", "text"), default="train",
+                    help="train prompts (default), held-out prompts, or raw train text by teacher forcing")
+    pd.add_argument("--n-prompts", type=int, default=None, help="limit the prompt set (held-out default 40)")
+    pd.add_argument("--batch-size", type=int, default=48)
+    pd.add_argument("--max-new-tokens", type=int, default=160)
+    pd.add_argument("--temperature", type=float, default=1.0)
+    pd.add_argument("--top-k", type=int, default=32, help="probabilities stored per position (default 32)")
+    pd.add_argument("--seed", type=int, default=0)
+    pd.add_argument("--max-tokens", type=int, default=None, help="stop after this many stored tokens")
+    pd.add_argument("--dtype", default="float32", help="target dtype (default float32; bf16 is ~3x slower batched on AVX2-only CPUs)")
+    pd.add_argument("--threads", type=int, default=0, help="torch threads (0 = default; 1 is faster on a busy CPU)")
+    pd.set_defaults(func=_run_data)
+
+    pt = dsub.add_parser("train", help="train the draft on the shards (resumable)")
+    pt.add_argument("--data", type=Path, nargs="+", required=True, help="shard directories")
+    pt.add_argument("--val", type=Path, nargs="*", default=[], help="held-out shard directories (validation α)")
+    pt.add_argument("--out", type=Path, required=True, help="run directory (ckpt.pt, log.jsonl)")
+    pt.add_argument("--export", type=Path, default=None, help="write the final model here (HF directory)")
+    pt.add_argument("--hidden", type=int, default=192)
+    pt.add_argument("--layers", type=int, default=4)
+    pt.add_argument("--heads", type=int, default=6)
+    pt.add_argument("--kv-heads", type=int, default=3)
+    pt.add_argument("--intermediate", type=int, default=768)
+    pt.add_argument("--epochs", type=float, default=2.0)
+    pt.add_argument("--batch-tokens", type=int, default=4096)
+    pt.add_argument("--max-len", type=int, default=640)
+    pt.add_argument("--lr", type=float, default=2e-3)
+    pt.add_argument("--warmup", type=int, default=50)
+    pt.add_argument("--ce-weight", type=float, default=0.1, help="weight of the hard-label CE term (default 0.1)")
+    pt.add_argument("--prompt-weight", type=float, default=0.5, help="loss weight of prompt positions (default 0.5)")
+    pt.add_argument("--no-pca-init", action="store_true", help="random embedding instead of the target's PCA")
+    pt.add_argument("--seed", type=int, default=0)
+    pt.add_argument("--max-steps", type=int, default=None, help="stop (resumably) after this many steps")
+    pt.add_argument("--eval-every", type=int, default=200)
+    pt.add_argument("--threads", type=int, default=0)
+    pt.set_defaults(func=_run_train)
+
+    pe = dsub.add_parser("export", help="export a run's checkpoint as a Hugging Face model directory")
+    pe.add_argument("--run", type=Path, required=True)
+    pe.add_argument("--out", type=Path, required=True)
+    pe.add_argument("--dtype", default="bfloat16", help="stored weight dtype (default bfloat16)")
+    pe.set_defaults(func=_run_export)
+
+    pv = dsub.add_parser("eval", help="held-out α, c, predicted and measured speedup")
+    pv.add_argument("--draft", default="distilled", help="draft directory, or 'distilled' (the shipped one)")
+    pv.add_argument("--n-prompts", type=int, default=20)
+    pv.add_argument("--bench-prompts", type=int, default=None, help="prompts of the end-to-end run (default --n-prompts)")
+    pv.add_argument("--max-new-tokens", type=int, default=96)
+    pv.add_argument("--gammas", default="1,2,3,4,5,6")
+    pv.add_argument("--temperatures", default="1,0")
+    pv.add_argument("--no-bench", action="store_true", help="skip the end-to-end speed run")
+    pv.add_argument("--no-bf16", action="store_true", help="skip the bf16 timing")
+    pv.add_argument("--seed", type=int, default=0)
+    pv.add_argument("--threads", type=int, default=0)
+    pv.add_argument("--out", type=Path, default=None, help="write the JSON result here")
+    pv.set_defaults(func=_run_eval)
+
+
+def _run_prompts(args: argparse.Namespace) -> int:
+    from ..distill.data import heldout_prompts, train_prompts, write_jsonl
+
+    prompts = train_prompts(args.seed, max_prompts=args.n) if args.split == "train" else heldout_prompts(args.n or 20)
+    write_jsonl(prompts, args.out)
+    print(f"{len(prompts)} {args.split} prompts -> {args.out}")
+    return 0
+
+
+def _run_data(args: argparse.Namespace) -> int:
+    from ..distill.data import (SampleConfig, generate_shards, heldout_prompts, raw_texts, teacher_force_shards,
+                                train_prompts)
+    from ..models.embedded import load_embedded_target
+
+    _threads(args.threads)
+    t0 = time.perf_counter()
+    target = load_embedded_target(dtype=args.dtype)
+    if args.split == "text":
+        stats = teacher_force_shards(target, raw_texts("train"), args.out, top_k=args.top_k)
+    else:
+        prompts = train_prompts(args.seed, max_prompts=args.n_prompts) if args.split == "train" else heldout_prompts(args.n_prompts or 40)
+        cfg = SampleConfig(batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                           top_k=args.top_k, seed=args.seed if args.split == "train" else args.seed + 10_000)
+        stats = generate_shards(target, prompts, args.out, cfg, max_tokens=args.max_tokens,
+                                log=lambda m: print(m, file=sys.stderr, flush=True))
+    stats["wall_s"] = time.perf_counter() - t0
+    print(json.dumps(stats, indent=2))
+    return 0
+
+
+def _run_train(args: argparse.Namespace) -> int:
+    from ..distill.train import DraftArch, TrainConfig, export_draft, train
+    from ..models.embedded import load_embedded_target
+
+    _threads(args.threads)
+    t0 = time.perf_counter()
+    arch = DraftArch(hidden=args.hidden, layers=args.layers, heads=args.heads, kv_heads=args.kv_heads,
+                     intermediate=args.intermediate)
+    cfg = TrainConfig(arch=arch, epochs=args.epochs, batch_tokens=args.batch_tokens, max_len=args.max_len, lr=args.lr,
+                      warmup=args.warmup, ce_weight=args.ce_weight, prompt_weight=args.prompt_weight, seed=args.seed,
+                      eval_every=args.eval_every, pca_init=not args.no_pca_init, threads=args.threads)
+    target = load_embedded_target(dtype="float32")
+    model = train(target.model, args.data, args.out, cfg, val_dirs=args.val, max_steps=args.max_steps)
+    wall = time.perf_counter() - t0
+    print(f"trained in {wall:.0f} s -> {args.out}")
+    if args.export:
+        export_draft(model, args.export, tokenizer=target.tokenizer,
+                     meta={"train_config": json.loads((args.out / "train_config.json").read_text()), "wall_s": wall})
+        print(f"exported -> {args.export}")
+    return 0
+
+
+def _run_export(args: argparse.Namespace) -> int:
+    import torch
+
+    from ..distill.train import DraftArch, init_draft, export_draft
+    from ..models.embedded import load_embedded_target
+    from ..models.hf import resolve_dtype
+
+    tc = json.loads((args.run / "train_config.json").read_text())
+    target = load_embedded_target(dtype="float32")
+    model = init_draft(target.model, DraftArch(**tc["arch"]), pca_init=False)
+    model.load_state_dict(torch.load(args.run / "ckpt.pt", weights_only=False)["model"])
+    steps = sum(1 for _ in open(args.run / "log.jsonl", encoding="utf-8")) if (args.run / "log.jsonl").exists() else None
+    export_draft(model.eval(), args.out, tokenizer=target.tokenizer, dtype=resolve_dtype(args.dtype),
+                 meta={"train_config": tc, "logged_steps": steps})
+    print(f"exported {args.run} -> {args.out}")
+    return 0
+
+
+def _run_eval(args: argparse.Namespace) -> int:
+    from ..distill.evaluate import evaluate_draft, format_report
+
+    _threads(args.threads)
+    res = evaluate_draft(args.draft, n_prompts=args.n_prompts, max_new_tokens=args.max_new_tokens,
+                         gammas=[int(g) for g in args.gammas.split(",")],
+                         temperatures=[float(t) for t in args.temperatures.split(",")],
+                         bench_prompts=args.bench_prompts, seed=args.seed,
+                         cost_dtypes=("float32",) if args.no_bf16 else ("float32", "bfloat16"), run_bench=not args.no_bench)
+    res["command"] = "specot distill eval " + " ".join(sys.argv[3:] if len(sys.argv) > 3 else [])
+    print(format_report(res))
+    if args.out:
+        args.out.write_text(json.dumps(res, indent=2))
+    return 0

@@ -1,0 +1,509 @@
+"""Training data for a distilled draft: a prompt set built from real text, and the target's own
+samples (with its soft next-token distributions) stored in resumable shards.
+
+Prompt set (all deterministic, from text installed with CPython):
+
+* **pydoc topics** — CPython's ``pydoc_data.topics`` (79 help topics of the language reference).
+  Topics are split into TRAIN and HELD-OUT by their index in sorted key order:
+  ``index % HELDOUT_MOD == HELDOUT_REM`` is held out (10 of 79 topics), the rest train. Topics
+  overlap (a section can reappear inside a longer topic), so every training excerpt sharing an
+  8-word shingle with a held-out topic is dropped. Each train topic is cut into consecutive excerpts of 200–500 characters at word boundaries; each excerpt is
+  wrapped in two of the :data:`TRAIN_TEMPLATES` instructions (chosen by a seeded RNG), and each
+  topic name also gets one direct question (``"Explain the Python `for` statement ..."``).
+* **stdlib docstrings** — docstrings (first 600 characters) of the public functions and classes
+  of :data:`DOC_MODULES`, each wrapped in one of :data:`DOC_TEMPLATES`.
+
+Held-out prompts (:func:`heldout_prompts`) use ONLY the held-out topics, with the three templates
+of :mod:`specot.bench.prompts` over excerpts taken at several offsets, so no held-out topic text
+is ever seen in training.
+
+Samples (:func:`generate_shards`): every prompt is chat-templated (the target's chat template),
+prompts are grouped into length-sorted batches with LEFT padding and attention masks, and the
+target samples a response at temperature 1 with its KV cache, until EOS or ``max_new_tokens``.
+For every position of prompt and response the shard keeps the target's top-``k`` next-token
+probabilities (the soft label; the rest of the mass is ``1 − Σ top-k``), so training never runs
+the target again. Text mode (:func:`teacher_force_shards`) stores the same labels for raw text
+(teacher forcing: one forward pass per batch, no sampling).
+
+A shard is one ``torch.save``'d dict ``{"seqs": [{"ids", "n_prompt", "topk_ids", "topk_p",
+"kind"}...], "meta": {...}}`` named ``shard_00000.pt``...; a finished shard is never redone, so an
+interrupted run resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import inspect
+import importlib
+import json
+import os
+import random
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Sequence
+
+import torch
+
+__all__ = [
+    "TRAIN_TEMPLATES", "DOC_TEMPLATES", "DOC_MODULES", "HELDOUT_MOD", "HELDOUT_REM",
+    "topic_split", "train_prompts", "heldout_prompts", "raw_texts", "write_jsonl",
+    "generate_shards", "teacher_force_shards", "iter_shards", "shard_stats", "SampleConfig", "sample_batch",
+    "label_batch",
+]
+
+HELDOUT_MOD = 8
+HELDOUT_REM = 5
+
+TRAIN_TEMPLATES = (
+    # the three templates of specot.bench.prompts (same wording, other topics)
+    "Explain the following passage from the Python documentation in simple terms:\n\n{excerpt}",
+    "Summarize this part of the Python reference in three sentences:\n\n{excerpt}",
+    "Write a short Python example that illustrates this documentation:\n\n{excerpt}",
+    "What are the key points of this text? Answer as a bulleted list.\n\n{excerpt}",
+    "Rewrite this passage for a beginner programmer:\n\n{excerpt}",
+    "Write two quiz questions, with answers, about this text:\n\n{excerpt}",
+    "Read this documentation and explain when a programmer would use it:\n\n{excerpt}",
+    "Give a one-paragraph summary of the following:\n\n{excerpt}",
+    "{excerpt}\n\nWhat does this mean? Explain it briefly.",
+    "Explain this to a student who knows another programming language but not Python:\n\n{excerpt}",
+    "List common mistakes related to the following documentation and how to avoid them:\n\n{excerpt}",
+    "Translate this technical description into plain English:\n\n{excerpt}",
+)
+
+TOPIC_QUESTIONS = (
+    "Explain the Python `{name}` topic with an example.",
+    "What is `{name}` in Python and how is it used?",
+)
+
+DOC_TEMPLATES = (
+    "Explain what the Python function or class `{name}` does, based on its documentation:\n\n{excerpt}",
+    "Write a short example that uses `{name}`. Its documentation says:\n\n{excerpt}",
+    "Summarize the documentation of `{name}` in two sentences:\n\n{excerpt}",
+)
+
+DOC_MODULES = (
+    "os", "os.path", "sys", "re", "json", "math", "random", "itertools", "functools", "collections",
+    "pathlib", "string", "textwrap", "datetime", "time", "heapq", "bisect", "statistics", "shutil",
+    "csv", "argparse", "logging", "subprocess", "threading", "queue", "copy", "pprint", "enum",
+    "dataclasses", "typing", "contextlib", "operator", "fractions", "decimal", "hashlib", "base64",
+    "glob", "fnmatch", "tempfile", "zipfile", "gzip", "pickle", "struct", "urllib.parse", "html",
+    "difflib", "inspect", "abc", "io", "unittest", "sqlite3", "uuid", "secrets", "socket", "calendar",
+)
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.split())
+
+
+def topic_split() -> tuple[list[str], list[str]]:
+    """``(train_keys, heldout_keys)`` of ``pydoc_data.topics`` (sorted keys with > 200 characters)."""
+    from pydoc_data.topics import topics
+
+    keys = sorted(k for k, v in topics.items() if len(v) > 200)
+    held = [k for i, k in enumerate(keys) if i % HELDOUT_MOD == HELDOUT_REM]
+    train = [k for i, k in enumerate(keys) if i % HELDOUT_MOD != HELDOUT_REM]
+    return train, held
+
+
+def _excerpts(text: str, rng: random.Random, lo: int = 200, hi: int = 500) -> list[str]:
+    """Consecutive excerpts of ``lo``–``hi`` characters, cut at word boundaries."""
+    words = _norm(text).split(" ")
+    out, cur, size, want = [], [], 0, rng.randint(lo, hi)
+    for w in words:
+        cur.append(w)
+        size += len(w) + 1
+        if size >= want:
+            out.append(" ".join(cur))
+            cur, size, want = [], 0, rng.randint(lo, hi)
+    if size >= lo // 2:
+        out.append(" ".join(cur))
+    return out
+
+
+def _docstrings(modules: Sequence[str] = DOC_MODULES, min_chars: int = 120) -> list[tuple[str, str]]:
+    """``(qualified name, docstring)`` of public functions/classes of ``modules`` (sorted, deduped)."""
+    seen: set[str] = set()
+    out: list[tuple[str, str]] = []
+    for modname in modules:
+        try:
+            mod = importlib.import_module(modname)
+        except Exception:  # pragma: no cover - optional stdlib modules
+            continue
+        for name in sorted(getattr(mod, "__all__", None) or dir(mod)):
+            if name.startswith("_"):
+                continue
+            obj = getattr(mod, name, None)
+            if not (inspect.isfunction(obj) or inspect.isclass(obj) or inspect.isbuiltin(obj)):
+                continue
+            doc = inspect.getdoc(obj) or ""
+            doc = doc.strip()
+            if len(doc) < min_chars or doc in seen:
+                continue
+            seen.add(doc)
+            out.append((f"{modname}.{name}", doc))
+    return out
+
+
+def _shingles(text: str, n: int = 8) -> set[str]:
+    words = _norm(text).split(" ")
+    return {" ".join(words[i:i + n]) for i in range(max(len(words) - n + 1, 1))}
+
+
+def heldout_shingles() -> set[str]:
+    """8-word shingles of the held-out topics: pydoc topics overlap (a section can appear inside
+    another topic), so any training excerpt sharing one of them is dropped."""
+    from pydoc_data.topics import topics
+
+    _, held = topic_split()
+    out: set[str] = set()
+    for k in held:
+        out |= _shingles(topics[k])
+    return out
+
+
+def train_prompts(seed: int = 0, *, templates_per_excerpt: int = 2, docstrings: bool = True,
+                  max_prompts: int | None = None) -> list[str]:
+    """The training prompt set (see module docstring), shuffled with ``seed``. Excerpts sharing an
+    8-word shingle with a held-out topic are dropped (no held-out text is ever trained on)."""
+    from pydoc_data.topics import topics
+
+    rng = random.Random(seed)
+    train_keys, _ = topic_split()
+    held = heldout_shingles()
+    prompts: list[str] = []
+    for key in train_keys:
+        for ex in _excerpts(topics[key], rng):
+            if _shingles(ex) & held:
+                continue
+            for t in rng.sample(range(len(TRAIN_TEMPLATES)), templates_per_excerpt):
+                prompts.append(TRAIN_TEMPLATES[t].format(excerpt=ex))
+        prompts.append(rng.choice(TOPIC_QUESTIONS).format(name=key))
+    if docstrings:
+        for name, doc in _docstrings():
+            if _shingles(doc) & held:
+                continue
+            ex = doc[:600]
+            ex = ex[: ex.rfind(" ")] if len(doc) > 600 and " " in ex else ex
+            prompts.append(rng.choice(DOC_TEMPLATES).format(name=name, excerpt=ex))
+    rng.shuffle(prompts)
+    return prompts[:max_prompts] if max_prompts else prompts
+
+
+def heldout_prompts(n: int = 20, *, excerpt_chars: int = 500) -> list[str]:
+    """``n`` held-out prompts: the three benchmark templates of :mod:`specot.bench.prompts` over
+    excerpts of the held-out topics only (topic openings first, then later excerpts)."""
+    from pydoc_data.topics import topics
+
+    from ..bench.prompts import TEMPLATES
+
+    _, held = topic_split()
+    texts = [_norm(topics[k]) for k in held]
+    out: list[str] = []
+    start = 0
+    while len(out) < n:
+        added = False
+        for text in texts:
+            if len(out) >= n:
+                break
+            if start >= len(text) - 100:
+                continue
+            chunk = text[start:start + excerpt_chars]
+            if start and " " in chunk:  # begin at a word boundary
+                chunk = chunk[chunk.find(" ") + 1:]
+            if len(text) > start + excerpt_chars and " " in chunk:
+                chunk = chunk[: chunk.rfind(" ")]
+            out.append(TEMPLATES[len(out) % len(TEMPLATES)].format(excerpt=chunk))
+            added = True
+        if not added:
+            raise ValueError(f"only {len(out)} held-out prompts can be built, asked for {n}")
+        start += 2 * excerpt_chars
+    return out
+
+
+def raw_texts(split: str = "train", chunk_chars: int = 1200) -> list[str]:
+    """Raw text chunks (for teacher forcing): the ``split`` topics of ``pydoc_data.topics`` in
+    ``chunk_chars`` pieces, plus (train only) the stdlib docstrings."""
+    from pydoc_data.topics import topics
+
+    train_keys, held = topic_split()
+    keys = train_keys if split == "train" else held
+    out = []
+    held_sh = heldout_shingles() if split == "train" else set()
+    for key in keys:
+        text = topics[key]
+        for i in range(0, len(text), chunk_chars):
+            piece = text[i:i + chunk_chars]
+            if len(piece.strip()) > 100 and not (_shingles(piece) & held_sh):
+                out.append(piece)
+    if split == "train":
+        out.extend(f"{name}\n\n{doc}" for name, doc in _docstrings())
+    return out
+
+
+def write_jsonl(prompts: Iterable[str], path: str | os.PathLike[str]) -> None:
+    """Write prompts as JSONL lines ``{"prompt": ...}`` (the format of ``specot.bench`` ``--prompts``)."""
+    with open(path, "w", encoding="utf-8") as fh:
+        for p in prompts:
+            fh.write(json.dumps({"prompt": p}) + "\n")
+
+
+# ----------------------------------------------------------------------------------- sampling
+@dataclass
+class SampleConfig:
+    """How :func:`generate_shards` samples the target.
+
+    Attributes:
+        batch_size: prompts per batch (left-padded).
+        max_new_tokens: response cap.
+        temperature: sampling temperature of the responses (1 = the target's own distribution).
+        top_k: probabilities kept per position as the soft label.
+        seed: base seed; batch ``i`` uses ``seed + i`` (so resumption reproduces the same samples).
+        max_prompt_tokens: prompts longer than this (chat-templated) are skipped.
+    """
+
+    batch_size: int = 48
+    max_new_tokens: int = 160
+    temperature: float = 1.0
+    top_k: int = 32
+    seed: int = 0
+    max_prompt_tokens: int = 384
+
+
+def _topk(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-``k`` softmax probabilities (float16) and ids (int32) of ``logits [..., V]`` at T = 1."""
+    probs = torch.softmax(logits.float(), dim=-1)
+    p, i = torch.topk(probs, k, dim=-1)
+    return p.to(torch.float16), i.to(torch.int32)
+
+
+def _model_and_pad(target: Any) -> tuple[Any, int]:
+    model = target.model if hasattr(target, "model") else target
+    tok = getattr(target, "tokenizer", None)
+    pad = getattr(tok, "pad_token_id", None) if tok is not None else None
+    if pad is None:
+        pad = getattr(model.config, "pad_token_id", None)
+    if pad is None:
+        eos = getattr(model.config, "eos_token_id", 0)
+        pad = eos[0] if isinstance(eos, (list, tuple)) else (eos or 0)
+    return model, int(pad)
+
+
+@torch.inference_mode()
+def sample_batch(target: Any, prompts: Sequence[Sequence[int]], cfg: SampleConfig, *,
+                 eos_ids: set[int] | None = None, generator: torch.Generator | None = None) -> list[dict[str, Any]]:
+    """Sample one response per prompt (token ids) from ``target`` in ONE left-padded batch.
+
+    Args:
+        target: a :class:`specot.models.CausalLM` (or a bare HF causal LM).
+        prompts: token ids per prompt.
+        eos_ids: tokens that end a response (default: the target's EOS ids).
+
+    Returns:
+        one dict per prompt: ``ids`` (int32 ``[L]``, prompt + response, EOS kept), ``n_prompt``,
+        ``topk_ids`` (int32 ``[L − 1, k]``) and ``topk_p`` (float16 ``[L − 1, k]``): row j is the
+        target's distribution of token ``j + 1`` given ``ids[: j + 1]``; ``kind = "sample"``.
+    """
+    from transformers import DynamicCache
+
+    model, pad = _model_and_pad(target)
+    if eos_ids is None:
+        eos_ids = set(getattr(target, "eos_token_ids", set())) or {pad}
+    dev = next(model.parameters()).device
+    vocab = int(getattr(target, "vocab_size", 0) or model.config.vocab_size)
+    B = len(prompts)
+    T = max(len(p) for p in prompts)
+    ids = torch.full((B, T), pad, dtype=torch.int64)
+    mask = torch.zeros((B, T), dtype=torch.int64)
+    for b, p in enumerate(prompts):
+        ids[b, T - len(p):] = torch.as_tensor(list(p), dtype=torch.int64)
+        mask[b, T - len(p):] = 1
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    cache = DynamicCache(config=model.config)
+    out = model(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev),
+                past_key_values=cache, use_cache=True)
+    logits = out.logits[:, :, :vocab].float()  # [B, T, V]
+    tp, ti = _topk(logits, cfg.top_k)  # [B, T, k]
+    del out
+    seq_tp = [[tp[b, T - len(p):]] for b, p in enumerate(prompts)]  # rows for positions of the prompt
+    seq_ti = [[ti[b, T - len(p):]] for b, p in enumerate(prompts)]
+    resp: list[list[int]] = [[] for _ in range(B)]
+    last = logits[:, -1]  # [B, V]
+    del logits
+    alive = list(range(B))  # original row of each live batch row
+    cur_pos = pos[:, -1].clone()
+    for _step in range(cfg.max_new_tokens):
+        if cfg.temperature == 0:
+            nxt = last.argmax(-1)
+        else:
+            probs = torch.softmax(last / cfg.temperature, dim=-1)
+            nxt = torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # [B']
+        keep_rows = []
+        for j, b in enumerate(alive):
+            tok = int(nxt[j])
+            resp[b].append(tok)
+            if tok not in eos_ids and len(resp[b]) < cfg.max_new_tokens:
+                keep_rows.append(j)
+        if not keep_rows:
+            break
+        if len(keep_rows) < len(alive):
+            sel = torch.tensor(keep_rows, dtype=torch.int64)
+            cache.batch_select_indices(sel.to(dev))
+            mask = mask[sel]
+            cur_pos = cur_pos[sel]
+            nxt = nxt[sel]
+            alive = [alive[j] for j in keep_rows]
+        mask = torch.cat([mask, torch.ones(len(alive), 1, dtype=mask.dtype)], dim=1)
+        cur_pos = cur_pos + 1
+        out = model(input_ids=nxt.view(-1, 1).to(dev), attention_mask=mask.to(dev),
+                    position_ids=cur_pos.view(-1, 1).to(dev), past_key_values=cache, use_cache=True)
+        last = out.logits[:, -1, :vocab].float()  # [B', V]
+        tp1, ti1 = _topk(last, cfg.top_k)
+        for j, b in enumerate(alive):
+            seq_tp[b].append(tp1[j:j + 1])
+            seq_ti[b].append(ti1[j:j + 1])
+    seqs = []
+    for b, p in enumerate(prompts):
+        full = list(p) + resp[b]
+        L = len(full)
+        tpb = torch.cat(seq_tp[b])[: L - 1]
+        tib = torch.cat(seq_ti[b])[: L - 1]
+        seqs.append({"ids": torch.tensor(full, dtype=torch.int32), "n_prompt": len(p),
+                     "topk_ids": tib.clone(), "topk_p": tpb.clone(), "kind": "sample"})
+    return seqs
+
+
+@torch.inference_mode()
+def label_batch(target: Any, texts: Sequence[Sequence[int]], top_k: int = 32) -> list[dict[str, Any]]:
+    """Teacher forcing: the target's top-``k`` soft labels for every position of each token sequence
+    (one right-padded forward pass); ``n_prompt = 0``, ``kind = "text"``."""
+    model, pad = _model_and_pad(target)
+    dev = next(model.parameters()).device
+    vocab = int(getattr(target, "vocab_size", 0) or model.config.vocab_size)
+    B, T = len(texts), max(len(t) for t in texts)
+    ids = torch.full((B, T), pad, dtype=torch.int64)
+    mask = torch.zeros((B, T), dtype=torch.int64)
+    for b, t in enumerate(texts):
+        ids[b, : len(t)] = torch.as_tensor(list(t), dtype=torch.int64)
+        mask[b, : len(t)] = 1
+    out = model(input_ids=ids.to(dev), attention_mask=mask.to(dev), use_cache=False)
+    tp, ti = _topk(out.logits[:, :, :vocab], top_k)
+    return [{"ids": torch.tensor(list(t), dtype=torch.int32), "n_prompt": 0, "topk_ids": ti[b, : len(t) - 1].clone(),
+             "topk_p": tp[b, : len(t) - 1].clone(), "kind": "text"} for b, t in enumerate(texts)]
+
+
+def _save_atomic(obj: Any, path: Path) -> None:
+    tmp = path.with_suffix(".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def _batches_by_length(items: list[tuple[int, list[int]]], batch_size: int, window: int = 8) -> list[list[tuple[int, list[int]]]]:
+    """Cut ``items`` (already shuffled) into windows of ``window`` batches and sort each window by
+    length, so a batch holds prompts of similar length (less padding) while staying mixed."""
+    batches = []
+    span = batch_size * window
+    for s in range(0, len(items), span):
+        chunk = sorted(items[s:s + span], key=lambda it: len(it[1]))
+        batches.extend(chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size))
+    return batches
+
+
+def generate_shards(target: Any, prompts: Sequence[str], out_dir: str | os.PathLike[str], cfg: SampleConfig, *,
+                    max_tokens: int | None = None, chat: bool | None = None, progress: bool = True,
+                    log: Any = None) -> dict[str, Any]:
+    """Sample the target on ``prompts`` into ``out_dir/shard_*.pt`` (resumable; see module docstring).
+
+    Args:
+        target: a :class:`specot.models.CausalLM` with a tokenizer.
+        prompts: prompt texts (chat-templated with the target's template unless ``chat=False``).
+        max_tokens: stop once the shards hold this many tokens in total (prompt + response).
+
+    Returns:
+        :func:`shard_stats` of ``out_dir`` after the run.
+    """
+    from tqdm import tqdm
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    encoded = []
+    for i, p in enumerate(prompts):
+        ids = target.encode_prompt(p, chat=chat)
+        if len(ids) <= cfg.max_prompt_tokens:
+            encoded.append((i, ids))
+    batches = _batches_by_length(encoded, cfg.batch_size)
+    (out / "meta.json").write_text(json.dumps({
+        "prompts": len(prompts), "kept": len(encoded), "batches": len(batches), "config": cfg.__dict__,
+        "target": getattr(target, "name", "?")}, indent=2))
+    stats = shard_stats(out)
+    done_tokens = stats["tokens"]
+    bar = tqdm(total=max_tokens or None, initial=done_tokens, unit="tok", desc="sampling target",
+               disable=not progress, file=sys.stderr, smoothing=0.05)
+    eos = set(getattr(target, "eos_token_ids", set()))
+    for bi, batch in enumerate(batches):
+        if max_tokens and done_tokens >= max_tokens:
+            break
+        path = out / f"shard_{bi:05d}.pt"
+        if path.exists():
+            continue
+        t0 = time.perf_counter()
+        gen = torch.Generator().manual_seed(cfg.seed + bi)
+        seqs = sample_batch(target, [ids for _, ids in batch], cfg, eos_ids=eos or None, generator=gen)
+        for s, (pi, _) in zip(seqs, batch):
+            s["prompt_index"] = pi
+        _save_atomic({"seqs": seqs, "meta": {"batch": bi, "seed": cfg.seed + bi, "time_s": time.perf_counter() - t0}}, path)
+        n = sum(len(s["ids"]) for s in seqs)
+        resp = sum(len(s["ids"]) - s["n_prompt"] for s in seqs)
+        done_tokens += n
+        bar.update(n)
+        if log is not None:
+            log(f"shard {bi}: {len(seqs)} seqs, {n} tokens ({resp} sampled) in {time.perf_counter() - t0:.1f} s")
+    bar.close()
+    return shard_stats(out)
+
+
+def teacher_force_shards(target: Any, texts: Sequence[str], out_dir: str | os.PathLike[str], *, seq_len: int = 256,
+                         batch_size: int = 16, top_k: int = 32, progress: bool = True) -> dict[str, Any]:
+    """Soft labels of the target on raw ``texts`` (cut into ``seq_len``-token pieces) into
+    ``out_dir/shard_*.pt`` (resumable)."""
+    from tqdm import tqdm
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    pieces: list[list[int]] = []
+    for t in texts:
+        ids = [int(i) for i in target.tokenizer(t)["input_ids"]]
+        pieces.extend(ids[i:i + seq_len] for i in range(0, len(ids), seq_len) if len(ids[i:i + seq_len]) >= 2)
+    batches = [pieces[i:i + batch_size] for i in range(0, len(pieces), batch_size)]
+    bar = tqdm(total=sum(len(p) for p in pieces), unit="tok", desc="teacher forcing", disable=not progress, file=sys.stderr)
+    for bi, batch in enumerate(batches):
+        path = out / f"shard_{bi:05d}.pt"
+        if not path.exists():
+            _save_atomic({"seqs": label_batch(target, batch, top_k), "meta": {"batch": bi}}, path)
+        bar.update(sum(len(p) for p in batch))
+    bar.close()
+    return shard_stats(out)
+
+
+def iter_shards(*dirs: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
+    """Every stored sequence of the shards in ``dirs`` (in shard order)."""
+    for d in dirs:
+        for path in sorted(Path(d).glob("shard_*.pt")):
+            yield from torch.load(path, weights_only=False)["seqs"]
+
+
+def shard_stats(*dirs: str | os.PathLike[str]) -> dict[str, Any]:
+    """Sequence and token counts of the shards in ``dirs`` (sampled = response tokens), and the mean
+    top-k mass of the stored labels."""
+    n_seq = tokens = sampled = shards = 0
+    mass = 0.0
+    for d in dirs:
+        for path in sorted(Path(d).glob("shard_*.pt")):
+            shards += 1
+            for s in torch.load(path, weights_only=False)["seqs"]:
+                n_seq += 1
+                tokens += len(s["ids"])
+                sampled += len(s["ids"]) - s["n_prompt"]
+                mass += float(s["topk_p"].float().sum(-1).sum())
+    return {"shards": shards, "sequences": n_seq, "tokens": tokens, "sampled_tokens": sampled,
+            "topk_mass": mass / max(tokens - n_seq, 1)}
