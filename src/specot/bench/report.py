@@ -1,0 +1,318 @@
+"""Markdown tables, PNG plots and the README results section for the bench results.
+
+* :func:`acceptance_table` / :func:`speedup_table` — markdown tables of the JSON results of
+  :mod:`specot.bench.acceptance` and :mod:`specot.bench.speedup`.
+* :func:`acceptance_plots` — acceptance vs temperature (at one n) and vs n (at one temperature),
+  per draft, each verifier next to its law's α* (dashed), like Hu et al.'s Figures 1–2.
+* :func:`speedup_plots` — speedup per method at each temperature, and measured vs predicted block
+  efficiency.
+* :func:`update_readme` — replaces the README's results section (between the markers
+  ``<!-- bench:results:start -->`` / ``<!-- bench:results:end -->``, or the line
+  ``RESULTS_PLACEHOLDER`` the first time) with tables built from the JSON files and the exact
+  command lines that produced them.
+
+Plots use matplotlib's Agg backend (no display needed).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+__all__ = ["acceptance_table", "speedup_table", "acceptance_plots", "speedup_plots", "results_markdown",
+           "update_readme", "write_outputs", "START", "END"]
+
+START = "<!-- bench:results:start -->"
+END = "<!-- bench:results:end -->"
+
+
+def _f(x: Any, nd: int = 3) -> str:
+    if x is None:
+        return "–"
+    if isinstance(x, float):
+        return f"{x:.{nd}f}"
+    return str(x)
+
+
+def _ci(lo_hi: Any, nd: int = 3) -> str:
+    if not lo_hi or lo_hi[0] is None:
+        return "–"
+    return f"[{lo_hi[0]:.{nd}f}, {lo_hi[1]:.{nd}f}]"
+
+
+def acceptance_table(res: dict[str, Any], *, temperatures: Sequence[float] | None = None,
+                     ns: Sequence[int] | None = None, drafts: Sequence[str] | None = None) -> str:
+    """One row per (draft, T, n, law, verifier): acceptance with its 95% CI, the sampled check,
+    α* for the law and the gap α* − α (with CI)."""
+    lines = ["| draft | T | n | law | verifier | positions | acceptance [95% CI] | sampled | α* | gap α*−α [95% CI] |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in res["rows"]:
+        if temperatures is not None and not any(abs(r["temperature"] - t) < 1e-9 for t in temperatures):
+            continue
+        if ns is not None and r["n"] not in ns:
+            continue
+        if drafts is not None and r["draft"] not in drafts:
+            continue
+        mc = "" if r["acceptance_method"] == "exact" else " (MC)"
+        lines.append(
+            f"| {r['draft']} | {r['temperature']:g} | {r['n']} | {r['law']} | {r['verifier']} | {r['positions']} | "
+            f"{r['acceptance']:.3f} {_ci(r['acceptance_ci95'])}{mc} | {r['sampled_acceptance']:.3f} | {_f(r['alpha_star'])} | "
+            f"{_f(r['gap'], 4)} {_ci(r['gap_ci95'], 4)} |")
+    return "\n".join(lines)
+
+
+def speedup_table(res: dict[str, Any]) -> str:
+    """One row per (T, method): block efficiency (measured / predicted), tokens/s, the speedup
+    over specot's AR (aggregate and per-prompt mean with 95% CI), over HF's AR, and the two
+    predicted speedups (Leviathan's cost model; the measured target cost curve)."""
+    lines = ["| T | method | block eff. | pred. (iid α̂) | acceptance α̂ | tok/s | speedup vs AR | per-prompt [95% CI] | vs HF AR | pred. Leviathan | pred. cost curve |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in res["rows"]:
+        lines.append(
+            f"| {r['temperature']:g} | {r['method']} | {_f(r['block_efficiency'], 2)} | {_f(r['predicted_block_efficiency_iid'], 2)} | "
+            f"{_f(r['acceptance'], 2)} | {r['tokens_per_s']:.1f} | {r['speedup']:.2f}x | {r['speedup_per_prompt_mean']:.2f} "
+            f"{_ci(r['speedup_per_prompt_ci95'], 2)} | {_f(r['speedup_vs_hf_ar'], 2)} | {_f(r['predicted_speedup_leviathan'], 2)} | "
+            f"{_f(r['predicted_speedup_cost_curve'], 2)} |")
+    return "\n".join(lines)
+
+
+def cost_curve_table(res: dict[str, Any]) -> str:
+    cc = res["cost_curve"]
+    ks = sorted(cc["target_ms"], key=int)
+    head = "| tokens per target pass T | " + " | ".join(ks) + " |"
+    sep = "|---|" + "---|" * len(ks)
+    ms = "| t(T) ms | " + " | ".join(f"{cc['target_ms'][k]:.0f}" for k in ks) + " |"
+    ratio = "| t(T)/t(1) | " + " | ".join(f"{cc['target_ratio'][k]:.2f}" for k in ks) + " |"
+    out = "\n".join([head, sep, ms, ratio])
+    if cc.get("draft_ms"):
+        out += "\n\nDraft pass (ms) by width: " + ", ".join(f"w={w}: {v:.1f}" for w, v in sorted(cc["draft_ms"].items(), key=lambda kv: int(kv[0])))
+    return out
+
+
+def _plt():  # noqa: ANN202
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def acceptance_plots(res: dict[str, Any], out_dir: str | os.PathLike[str], *, plot_n: int = 3,
+                     plot_temperature: float = 0.7) -> list[Path]:
+    """Per draft: ``acceptance_vs_temperature_<draft>.png`` (at n = ``plot_n``, or the largest n
+    measured below it) and ``acceptance_vs_n_<draft>.png`` (at T = ``plot_temperature``)."""
+    plt = _plt()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    rows = res["rows"]
+    for draft in sorted({r["draft"] for r in rows}):
+        dr = [r for r in rows if r["draft"] == draft]
+        ns = sorted({r["n"] for r in dr})
+        n_plot = max([n for n in ns if n <= plot_n] or ns)
+        temps = sorted({r["temperature"] for r in dr})
+        t_plot = min(temps, key=lambda t: abs(t - plot_temperature))
+        # vs temperature
+        fig, ax = plt.subplots(figsize=(6, 4))
+        combos = sorted({(r["law"], r["verifier"]) for r in dr if r["n"] == n_plot})
+        for i, (law, ver) in enumerate(combos):
+            sel = sorted((r for r in dr if r["n"] == n_plot and r["law"] == law and r["verifier"] == ver), key=lambda r: r["temperature"])
+            x = [r["temperature"] for r in sel]
+            y = [r["acceptance"] for r in sel]
+            err = [[r["acceptance"] - r["acceptance_ci95"][0] for r in sel], [r["acceptance_ci95"][1] - r["acceptance"] for r in sel]]
+            line = ax.errorbar(x, y, yerr=err, marker="o", capsize=3, label=f"{ver} ({law})")
+            if sel and sel[0]["alpha_star"] is not None and (law, ver) == next(c for c in combos if c[0] == law):
+                ax.plot(x, [r["alpha_star"] for r in sel], "--", color=line[0].get_color(), alpha=0.7, label=f"α* {law}")
+        ax.set_xlabel("temperature")
+        ax.set_ylabel("acceptance rate")
+        ax.set_title(f"{draft}: acceptance vs temperature (n = {n_plot})")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        p = out / f"acceptance_vs_temperature_{draft.replace('/', '_').replace(':', '')}.png"
+        fig.tight_layout()
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        paths.append(p)
+        # vs n
+        fig, ax = plt.subplots(figsize=(6, 4))
+        combos = sorted({(r["law"], r["verifier"]) for r in dr if abs(r["temperature"] - t_plot) < 1e-9 and r["n"] > 1})
+        single = [r for r in dr if abs(r["temperature"] - t_plot) < 1e-9 and r["n"] == 1]
+        for law, ver in combos:
+            sel = single + sorted((r for r in dr if abs(r["temperature"] - t_plot) < 1e-9 and r["law"] == law and r["verifier"] == ver),
+                                  key=lambda r: r["n"])
+            x = [r["n"] for r in sel]
+            line = ax.plot(x, [r["acceptance"] for r in sel], marker="o", label=f"{ver} ({law})")
+            if sel and sel[-1]["alpha_star"] is not None:
+                ax.plot(x, [r["alpha_star"] for r in sel], "--", color=line[0].get_color(), alpha=0.6, label=f"α* {law}")
+        if not combos and single:
+            ax.plot([1], [single[0]["acceptance"]], "o", label="speculative (n = 1)")
+        ax.set_xlabel("number of drafts n")
+        ax.set_ylabel("acceptance rate")
+        ax.set_title(f"{draft}: acceptance vs n (T = {t_plot:g})")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        p = out / f"acceptance_vs_n_{draft.replace('/', '_').replace(':', '')}.png"
+        fig.tight_layout()
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        paths.append(p)
+    return paths
+
+
+def speedup_plots(res: dict[str, Any], out_dir: str | os.PathLike[str]) -> list[Path]:
+    """``speedup.png`` (bars: speedup over AR per method, one group per temperature) and
+    ``block_efficiency_predicted.png`` (measured vs predicted block efficiency)."""
+    plt = _plt()
+    import numpy as np
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = res["rows"]
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    temps = sorted({r["temperature"] for r in rows})
+    fig, ax = plt.subplots(figsize=(max(6, 0.5 * len(methods) + 2), 4.5))
+    w = 0.8 / max(len(temps), 1)
+    x = np.arange(len(methods))
+    for j, t in enumerate(temps):
+        by = {r["method"]: r for r in rows if r["temperature"] == t}
+        ys = [by[m]["speedup"] if m in by else 0 for m in methods]
+        lo = [by[m]["speedup"] - by[m]["speedup_per_prompt_ci95"][0] + (by[m]["speedup_per_prompt_mean"] - by[m]["speedup"]) if m in by else 0 for m in methods]
+        ax.bar(x + j * w, ys, w, label=f"T = {t:g}")
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xticks(x + w * (len(temps) - 1) / 2)
+    ax.set_xticklabels(methods, rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel("tokens/s ÷ specot AR tokens/s")
+    ax.set_title("wall-clock speedup over autoregressive (same run, same prompts)")
+    ax.legend()
+    fig.tight_layout()
+    p1 = out / "speedup.png"
+    fig.savefig(p1, dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(5, 5))
+    pts = [r for r in rows if r["predicted_block_efficiency_iid"] is not None]
+    for fam, mk in (("ngram", "s"), ("spec", "o"), ("tree", "^")):
+        sel = [r for r in pts if r["family"] == fam]
+        if sel:
+            ax.scatter([r["predicted_block_efficiency_iid"] for r in sel], [r["block_efficiency"] for r in sel], marker=mk, label=fam)
+    if pts:
+        m = max(max(r["block_efficiency"], r["predicted_block_efficiency_iid"]) for r in pts) * 1.05
+        ax.plot([1, m], [1, m], "k--", lw=0.8)
+    ax.set_xlabel("predicted block efficiency (1−α̂^(L+1))/(1−α̂)")
+    ax.set_ylabel("measured block efficiency")
+    ax.set_title("block efficiency: measured vs Leviathan model")
+    ax.grid(alpha=0.3)
+    if pts:
+        ax.legend()
+    fig.tight_layout()
+    p2 = out / "block_efficiency_predicted.png"
+    fig.savefig(p2, dpi=110)
+    plt.close(fig)
+    return [p1, p2]
+
+
+def _acc_summary(res: dict[str, Any]) -> str:
+    """The Hu et al. Table 1 view: T = 0.7 (or the closest), n = 3, every draft, law and verifier."""
+    temps = res["temperatures"]
+    t = min(temps, key=lambda x: abs(x - 0.7))
+    n = 3 if 3 in res["ns"] else max(res["ns"])
+    return acceptance_table(res, temperatures=[t], ns=[1, n])
+
+
+def results_markdown(acceptance: dict[str, Any] | None, speedup: dict[str, Any] | None, *, plots_dir: str | None = None) -> str:
+    """The README results section built from the two JSON results."""
+    parts: list[str] = []
+    if acceptance is not None:
+        a = acceptance
+        parts += [
+            "### Acceptance on real distributions (Hu et al. Table 1, Figures 1–2)",
+            "",
+            f"Target {a['target']} ({a['target_dtype']}); {a['prompts']} prompts ({a['prompt_set_description']}), "
+            f"continuations of up to {a['max_new_tokens']} tokens sampled from the target at each temperature; "
+            f"drafts: " + ", ".join(f"{d['name']}" + ("" if d["available"] else f" (skipped: {d['reason']})") for d in a["drafts"]) + ". "
+            f"Acceptance is exact per position (k-Seq, RRS, greedy, speculative) or a Rao–Blackwellised Monte-Carlo "
+            f"average (RRS without replacement, marked MC), averaged over positions with a 95% CI; "
+            f"α* is the optimal acceptance for the law at the same positions. Load average {a['load_avg_start']} → {a['load_avg_end']}, "
+            f"{a['elapsed_s'] / 60:.1f} min.",
+            "",
+            "```bash",
+            a.get("command", "specot bench acceptance"),
+            "```",
+            "",
+            _acc_summary(a),
+            "",
+        ]
+        if plots_dir:
+            for d in a["drafts"]:
+                if d["available"] and d["kind"] != "ngram":
+                    tag = d["name"].replace("/", "_").replace(":", "")
+                    parts += [f"![acceptance vs temperature, {d['name']}]({plots_dir}/acceptance_vs_temperature_{tag}.png)",
+                              f"![acceptance vs n, {d['name']}]({plots_dir}/acceptance_vs_n_{tag}.png)", ""]
+        parts += ["The full grid (every temperature and n) is in the JSON and the markdown file next to it.", ""]
+    if speedup is not None:
+        s = speedup
+        parts += [
+            "### Block efficiency and wall-clock speedup (SpecTr Tables 1 and 4), against the peers",
+            "",
+            f"Target {s['target']} ({s['target_dtype']}); draft model: "
+            + (s["draft"] if s["draft_available"] else f"none ({s['draft_reason']})")
+            + f"; {s['prompts']} prompts ({s['prompt_set_description']}), up to {s['max_new_tokens']} new tokens, "
+            f"methods interleaved per prompt in one process. Speedup = tokens/s ÷ specot AR tokens/s. "
+            f"Load average {s['load_avg_start']} → {s['load_avg_end']}, {s['elapsed_s'] / 60:.1f} min.",
+            "",
+            "```bash",
+            s.get("command", "specot bench speedup"),
+            "```",
+            "",
+            speedup_table(s),
+            "",
+            "Measured target cost curve (one pass over T new tokens after a cached prompt):",
+            "",
+            cost_curve_table(s),
+            "",
+        ]
+        if plots_dir:
+            parts += [f"![speedup]({plots_dir}/speedup.png)", ""]
+    return "\n".join(parts).rstrip() + "\n"
+
+
+def update_readme(readme: str | os.PathLike[str], section: str) -> None:
+    """Replace the results block of ``readme`` with ``section`` (between :data:`START` and
+    :data:`END`; the first time, the line ``RESULTS_PLACEHOLDER``).
+
+    Raises:
+        ValueError: the README has neither the markers nor the placeholder.
+    """
+    path = Path(readme)
+    text = path.read_text(encoding="utf-8")
+    block = f"{START}\n{section.rstrip()}\n{END}"
+    if START in text and END in text:
+        a = text.index(START)
+        b = text.index(END) + len(END)
+        text = text[:a] + block + text[b:]
+    elif "RESULTS_PLACEHOLDER" in text:
+        text = text.replace("RESULTS_PLACEHOLDER", block, 1)
+    else:
+        raise ValueError(f"{readme} has no {START} ... {END} block and no RESULTS_PLACEHOLDER line")
+    path.write_text(text, encoding="utf-8")
+
+
+def write_outputs(res: dict[str, Any], out_dir: str | os.PathLike[str], *, plots: bool = True) -> list[Path]:
+    """Write ``<benchmark>.json``, ``<benchmark>.md`` and the plots into ``out_dir``."""
+    import json
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    name = res["benchmark"]
+    paths = [out / f"{name}.json", out / f"{name}.md"]
+    paths[0].write_text(json.dumps(res, indent=2), encoding="utf-8")
+    if name == "acceptance":
+        md = acceptance_table(res)
+    else:
+        md = speedup_table(res) + "\n\n" + cost_curve_table(res)
+    paths[1].write_text(f"<!-- {res.get('command', '')} -->\n\n" + md + "\n", encoding="utf-8")
+    if plots:
+        paths += acceptance_plots(res, out) if name == "acceptance" else speedup_plots(res, out)
+    return paths

@@ -1,0 +1,368 @@
+"""``specot bench speedup``: SpecTr Tables 1 and 4 on the embedded target, against the peers.
+
+Every method decodes the same prompts with the same target, in the same process, at each
+temperature (0 and 1 by default), with the same ``max_new_tokens`` and stop-at-EOS rule:
+
+* ``ar`` — specot's autoregressive decoding (the baseline of every ratio);
+* ``ngram L=γ`` — single-draft speculative sampling with specot's n-gram drafter;
+* ``spec K=1 L=γ`` — single-draft speculative sampling with the draft model;
+* ``tree K=k L=γ VERIFIER`` — multi-draft decoding (K draft sequences of length L, SpecTr's
+  DraftSelection through :func:`specot.engine.tree.tree_generate`), one row per verifier (``kseq``
+  for i.i.d. drafts, ``rrs_wor`` without replacement, ``greedy`` for greedy drafts);
+* peers, on the SAME Hugging Face model object: ``hf-ar`` (``generate()``), ``hf-prompt-lookup
+  L=γ`` (``generate(prompt_lookup_num_tokens=γ)``) and ``hf-assisted L=γ``
+  (``generate(assistant_model=draft)`` with ``num_assistant_tokens=γ``, constant schedule, no
+  confidence threshold), sampling with ``do_sample``, ``temperature``, ``top_k=0``, ``top_p=1``
+  (greedy at T = 0), prompts in the chat template.
+
+Methods are interleaved per prompt (prompt 1: all methods, prompt 2: all methods, ... with the
+method order rotated by one each prompt) so that load drifts on the shared CPU hit all alike; one
+short warm-up run per method is excluded. Speedups are ratios of aggregate tokens/s
+(Σ tokens / Σ seconds) to ``ar``'s, plus the mean and 95% CI of the per-prompt ratios.
+
+Theory check, per speculative row: the per-depth acceptance rates measured in the run give the
+predicted block efficiency under the i.i.d. model (``expected_tokens(α̂, L)``, Leviathan Eq. 1,
+α̂ = accepted / tried draft positions) and under the per-depth model (``block_efficiency(rates)``);
+the deviation is measured − predicted. The predicted wall-clock speedup uses (a) Leviathan's cost
+model ``E[tokens] / (γc + 1)`` with c = draft step / target step, and (b) the MEASURED target cost
+curve ``E[tokens] / (γc + t(N+1)/t(1))`` where t(T) is the time of one target pass over T new
+tokens after a cached prompt, measured in the run (N = draft tokens scored per pass: L, or K·L for
+trees; draft steps of a tree cost t_d(K)). ``explained_by_cost_curve`` = (a − b)/(a − measured):
+the share of the model's over-prediction that the cost curve accounts for.
+
+JSON result (``schema_version`` 1)::
+
+    {"benchmark": "speedup", "schema_version": 1, "command", "target", "target_dtype", "draft",
+     "draft_available", "draft_reason", "prompt_set", "prompt_set_description", "prompts",
+     "max_new_tokens", "temperatures", "gammas", "trees": [[K, L]], "tree_verifiers", "seed",
+     "peers", "torch_threads", "load_avg_start", "load_avg_end", "elapsed_s",
+     "cost_curve": {"target_ms": {T: ms}, "draft_ms": {w: ms}, "target_ratio": {T: t(T)/t(1)}},
+     "rows": [{"temperature", "method", "family", "K", "L", "verifier", "prompts", "tokens",
+               "time_s", "target_calls", "tokens_per_s", "block_efficiency", "speedup",
+               "speedup_vs_hf_ar", "speedup_per_prompt_mean", "speedup_per_prompt_ci95",
+               "acceptance", "acceptance_per_depth", "draft_time_s", "target_time_s",
+               "overhead_share", "predicted_block_efficiency_iid", "predicted_block_efficiency_depth",
+               "block_efficiency_deviation", "c", "predicted_speedup_leviathan",
+               "predicted_speedup_cost_curve", "explained_by_cost_curve"}]}
+
+(fields a method does not have are ``null``).
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from .acceptance import BenchDraft, load_avg, load_bench_draft, mean_ci
+
+__all__ = ["run_speedup_bench", "measure_cost_curve", "hf_generate", "Method"]
+
+
+@dataclass
+class _Run:
+    tokens: int
+    time_s: float
+    target_calls: int
+    stats: Any = None  # GenerationStats for specot methods
+
+
+@dataclass
+class Method:
+    """One decoding method of the benchmark (``run(prompt_ids, temperature, seed) -> _Run``)."""
+
+    name: str
+    family: str  # ar | ngram | spec | tree | hf-ar | hf-prompt-lookup | hf-assisted
+    run: Callable[[list[int], float, int], _Run]
+    K: int | None = None
+    L: int | None = None
+    verifier: str | None = None
+
+
+def _median_ms(fn: Callable[[], None], reps: int) -> float:
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return 1000.0 * statistics.median(ts)
+
+
+@torch.inference_mode()
+def measure_cost_curve(target: Any, draft: Any, context: Sequence[int], sizes: Sequence[int],
+                       draft_widths: Sequence[int] = (1,), reps: int = 5) -> dict[str, Any]:
+    """Median wall time (ms) of one target pass over T new tokens after the cached ``context``
+    for each T in ``sizes``, and of one draft pass over w tokens for each w in ``draft_widths``
+    (rounds interleaved across sizes); ``target_ratio`` is t(T)/t(1)."""
+    ctx = list(context)
+    sizes = sorted(set([1] + [int(s) for s in sizes]))
+    t_ms: dict[int, list[float]] = {s: [] for s in sizes}
+    d_ms: dict[int, list[float]] = {w: [] for w in draft_widths}
+    target.reset()
+    target.logits_after(ctx)
+    if draft is not None:
+        draft.reset()
+        draft.logits_after(ctx)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(reps):
+        for s in sizes:
+            toks = torch.randint(0, target.vocab_size, (s,), generator=gen).tolist()
+
+            def one(toks: list[int] = toks) -> None:
+                target.rollback(len(ctx))
+                target.forward(toks)
+
+            t_ms[s].append(_median_ms(one, 1))
+        if draft is not None:
+            for w in draft_widths:
+                toks = torch.randint(0, target.vocab_size, (w,), generator=gen).tolist()
+
+                def oned(toks: list[int] = toks) -> None:
+                    draft.rollback(len(ctx))
+                    draft.forward(toks)
+
+                d_ms[w].append(_median_ms(oned, 1))
+    target.rollback(len(ctx))
+    tm = {str(s): statistics.median(v) for s, v in t_ms.items()}
+    return {
+        "context_tokens": len(ctx),
+        "target_ms": tm,
+        "target_ratio": {s: v / tm["1"] for s, v in tm.items()},
+        "draft_ms": {str(w): statistics.median(v) for w, v in d_ms.items() if v},
+    }
+
+
+def hf_generate(model: Any, ids: Sequence[int], temperature: float, max_new_tokens: int, seed: int, *,
+                eos: set[int], assistant: Any = None, prompt_lookup: int | None = None) -> _Run:
+    """One Hugging Face ``generate`` call on ``model`` (batch 1, no padding), counting its forward
+    passes with a hook; sampling ``temperature`` with top-k and top-p off (greedy at 0)."""
+    calls = [0]
+
+    def hook(*_: Any) -> None:
+        calls[0] += 1
+
+    h = model.register_forward_pre_hook(hook)
+    kw: dict[str, Any] = dict(max_new_tokens=max_new_tokens, do_sample=temperature > 0, top_k=0, top_p=1.0,
+                              min_p=None, repetition_penalty=1.0, pad_token_id=min(eos) if eos else None,
+                              eos_token_id=sorted(eos) if eos else None)
+    if temperature > 0:
+        kw["temperature"] = float(temperature)
+    else:
+        kw["temperature"] = None
+    if assistant is not None:
+        kw["assistant_model"] = assistant
+    if prompt_lookup is not None:
+        kw["prompt_lookup_num_tokens"] = int(prompt_lookup)
+    inp = torch.tensor([list(ids)], dtype=torch.long)
+    try:
+        torch.manual_seed(seed)
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            out = model.generate(inp, attention_mask=torch.ones_like(inp), **kw)
+        dt = time.perf_counter() - t0
+    finally:
+        h.remove()
+    return _Run(tokens=int(out.shape[1] - inp.shape[1]), time_s=dt, target_calls=calls[0])
+
+
+def _build_methods(tgt: Any, ngram: Any, draft: BenchDraft | None, gammas: Sequence[int], trees: Sequence[tuple[int, int]],
+                   tree_verifiers: Sequence[str], peers: bool, max_new_tokens: int) -> list[Method]:
+    from ..drafting.model import ModelDrafter
+    from ..drafting.tree import TreeSpec, default_law_for
+    from ..engine import GenerationConfig, autoregressive_generate, speculative_generate, tree_generate
+    from ..sampling import SamplingConfig
+    from ..verifiers import get_verifier
+
+    eos = tgt.eos_token_ids
+
+    def cfg(temp: float, seed: int, gamma: int = 1) -> Any:
+        return GenerationConfig(max_new_tokens=max_new_tokens, gamma=gamma, seed=seed,
+                                sampling=SamplingConfig(temperature=temp))
+
+    def wrap(res: Any) -> _Run:
+        s = res.stats
+        return _Run(s.new_tokens, s.total_time_s, s.target_calls, s)
+
+    ms: list[Method] = [Method("ar", "ar", lambda ids, t, s: wrap(autoregressive_generate(tgt, ids, cfg(t, s))))]
+    if peers:
+        ms.append(Method("hf-ar", "hf-ar", lambda ids, t, s: hf_generate(tgt.model, ids, t, max_new_tokens, s, eos=eos)))
+    for L in gammas:
+        ms.append(Method(f"ngram L={L}", "ngram",
+                         lambda ids, t, s, L=L: wrap(speculative_generate(tgt, ngram, ids, cfg(t, s, L))), 1, L, "speculative"))
+        if peers:
+            ms.append(Method(f"hf-prompt-lookup L={L}", "hf-prompt-lookup",
+                             lambda ids, t, s, L=L: hf_generate(tgt.model, ids, t, max_new_tokens, s, eos=eos, prompt_lookup=L),
+                             1, L))
+    if draft is not None and draft.available:
+        dm = draft.obj
+        md = ModelDrafter(dm)
+        for L in gammas:
+            ms.append(Method(f"spec K=1 L={L}", "spec",
+                             lambda ids, t, s, L=L: wrap(speculative_generate(tgt, md, ids, cfg(t, s, L))), 1, L, "speculative"))
+            if peers:
+                def hf_assist(ids: list[int], t: float, s: int, L: int = L) -> _Run:
+                    gc = dm.model.generation_config
+                    gc.num_assistant_tokens = L
+                    gc.num_assistant_tokens_schedule = "constant"
+                    gc.assistant_confidence_threshold = 0.0
+                    return hf_generate(tgt.model, ids, t, max_new_tokens, s, eos=eos, assistant=dm.model)
+
+                ms.append(Method(f"hf-assisted L={L}", "hf-assisted", hf_assist, 1, L))
+        for K, L in trees:
+            for vname in tree_verifiers:
+                law = default_law_for(get_verifier(vname))
+                spec = TreeSpec.sequences(K, L, law)
+                ms.append(Method(f"tree K={K} L={L} {vname}", "tree",
+                                 lambda ids, t, s, spec=spec, v=vname: wrap(tree_generate(tgt, dm, ids, spec, cfg(t, s), verifier=v)),
+                                 K, L, vname))
+    return ms
+
+
+def _theory(row: dict[str, Any], stats_list: list[Any], cost: dict[str, Any], draft_ms_per_step: float | None) -> None:
+    """Fill the prediction fields of a speculative row (see module docstring)."""
+    from ..theory import block_efficiency, expected_tokens
+
+    tried = np.zeros(0)
+    acc = np.zeros(0)
+    for s in stats_list:
+        t = np.asarray(s.tried_at, dtype=float)
+        a = np.asarray(s.accepted_at, dtype=float)
+        if t.size > tried.size:
+            tried = np.pad(tried, (0, t.size - tried.size))
+            acc = np.pad(acc, (0, t.size - acc.size))
+        tried[: t.size] += t
+        acc[: a.size] += a
+    L = int(row["L"])
+    if tried.sum() == 0:
+        return
+    alpha = float(acc.sum() / tried.sum())
+    rates = [float(acc[d] / tried[d]) if d < tried.size and tried[d] > 0 else 0.0 for d in range(L)]
+    a_c = min(alpha, 1.0 - 1e-12)
+    be_iid = float(expected_tokens(a_c, L))
+    be_depth = float(block_efficiency(np.clip(rates, 0.0, 1.0)))
+    row.update(acceptance=alpha, acceptance_per_depth=rates, predicted_block_efficiency_iid=be_iid,
+               predicted_block_efficiency_depth=be_depth,
+               block_efficiency_deviation=row["block_efficiency"] - be_iid)
+    t1 = cost["target_ms"]["1"]
+    K = int(row.get("K") or 1)
+    n_nodes = K * L
+    ratio = cost["target_ms"].get(str(n_nodes + 1), t1) / t1
+    c = (draft_ms_per_step / t1) if draft_ms_per_step is not None else 0.0
+    lev = be_iid / (L * c + 1.0)
+    cc = be_iid / (L * c + ratio)
+    meas = row["speedup"]
+    row.update(c=c, target_cost_ratio=ratio, predicted_speedup_leviathan=lev, predicted_speedup_cost_curve=cc,
+               explained_by_cost_curve=((lev - cc) / (lev - meas)) if abs(lev - meas) > 1e-9 else None)
+
+
+def run_speedup_bench(*, target: Any = None, draft: str | BenchDraft | None = "distilled", prompts: list[str],
+                      prompt_set: str = "custom", temperatures: Sequence[float] = (0.0, 1.0),
+                      gammas: Sequence[int] = (2, 4), trees: Sequence[tuple[int, int]] = ((2, 4), (4, 4)),
+                      tree_verifiers: Sequence[str] = ("kseq", "rrs_wor", "greedy"), peers: bool = True,
+                      max_new_tokens: int = 64, seed: int = 0, dtype: str = "float32", cost_reps: int = 5,
+                      progress: bool = True, log: Any = sys.stderr) -> dict[str, Any]:
+    """Run the speedup benchmark (module docstring); returns the JSON-ready dict."""
+    from tqdm import tqdm
+
+    from ..api import load_drafter, load_target
+    from .prompts import describe_prompt_set
+
+    t_start = time.perf_counter()
+    load_start = load_avg()
+    tgt = load_target(target, dtype=dtype)
+    bd: BenchDraft | None = None
+    if draft is not None:
+        bd = draft if isinstance(draft, BenchDraft) else load_bench_draft(draft, tgt, dtype=dtype)
+        if not bd.available:
+            print(f"[bench speedup] no draft model: {bd.reason}; running the n-gram and AR rows only", file=log)
+    ngram = load_drafter("ngram", tgt, ngram_corpus="pydoc") if tgt.tokenizer is not None else load_drafter("ngram", tgt, ngram_corpus=None)
+    encoded = [tgt.encode_prompt(p) if isinstance(p, str) and tgt.tokenizer is not None else list(p) for p in prompts]
+    peers = bool(peers and hasattr(tgt.model, "generate"))
+    methods = _build_methods(tgt, ngram, bd, gammas, trees, tree_verifiers, peers, max_new_tokens)
+
+    # cost curve (target passes of T tokens, draft passes of width w) after the first prompt
+    dm = bd.obj if bd is not None and bd.available else None
+    sizes = [L + 1 for L in gammas] + [K * L + 1 for K, L in trees]
+    widths = sorted({1} | {K for K, _ in trees})
+    cost = measure_cost_curve(tgt, dm, encoded[0], sizes, widths if dm is not None else (), reps=cost_reps)
+
+    # warm-up (excluded)
+    for m in methods:
+        m.run(encoded[0][:], 1.0, seed)
+
+    runs: dict[tuple[float, str], list[_Run]] = {}
+    bar = tqdm(total=len(temperatures) * len(encoded) * len(methods), desc="bench speedup", disable=not progress, file=sys.stderr)
+    for temp in temperatures:
+        for i, ids in enumerate(encoded):
+            k = i % len(methods)
+            for m in methods[k:] + methods[:k]:
+                runs.setdefault((float(temp), m.name), []).append(m.run(list(ids), float(temp), seed + i))
+                bar.update()
+    bar.close()
+
+    rows = []
+    for temp in temperatures:
+        base = runs[(float(temp), "ar")]
+        base_tps = sum(r.tokens for r in base) / sum(r.time_s for r in base)
+        hf_base = runs.get((float(temp), "hf-ar"))
+        hf_tps = sum(r.tokens for r in hf_base) / sum(r.time_s for r in hf_base) if hf_base else None
+        for m in methods:
+            rs = runs[(float(temp), m.name)]
+            tok, tim, calls = sum(r.tokens for r in rs), sum(r.time_s for r in rs), sum(r.target_calls for r in rs)
+            tps = tok / tim
+            per = [(r.tokens / r.time_s) / (b.tokens / b.time_s) for r, b in zip(rs, base)]
+            pm, plo, phi = mean_ci(per)
+            row: dict[str, Any] = {
+                "temperature": float(temp), "method": m.name, "family": m.family, "K": m.K, "L": m.L,
+                "verifier": m.verifier, "prompts": len(rs), "tokens": tok, "time_s": tim, "target_calls": calls,
+                "tokens_per_s": tps, "block_efficiency": tok / calls if calls else None,
+                "speedup": tps / base_tps, "speedup_vs_hf_ar": tps / hf_tps if hf_tps else None,
+                "speedup_per_prompt_mean": pm, "speedup_per_prompt_ci95": [plo, phi],
+                "acceptance": None, "acceptance_per_depth": None, "draft_time_s": None, "target_time_s": None,
+                "overhead_share": None, "predicted_block_efficiency_iid": None, "predicted_block_efficiency_depth": None,
+                "block_efficiency_deviation": None, "c": None, "target_cost_ratio": None,
+                "predicted_speedup_leviathan": None, "predicted_speedup_cost_curve": None, "explained_by_cost_curve": None,
+            }
+            stats = [r.stats for r in rs if r.stats is not None]
+            if stats:
+                dt = sum(s.draft_time_s for s in stats)
+                tt = sum(s.target_time_s for s in stats)
+                row.update(draft_time_s=dt, target_time_s=tt, overhead_share=max(tim - dt - tt, 0.0) / tim)
+            if m.family in ("ngram", "spec", "tree") and stats:
+                if m.family == "ngram":
+                    drafted_calls = sum(s.draft_calls for s in stats)
+                    step = (sum(s.draft_time_s for s in stats) * 1000.0 / drafted_calls / m.L) if drafted_calls else 0.0
+                else:
+                    step = cost["draft_ms"].get(str(m.K if m.family == "tree" else 1))
+                _theory(row, stats, cost, step)
+            rows.append(row)
+    return {
+        "benchmark": "speedup",
+        "schema_version": 1,
+        "target": tgt.name,
+        "target_dtype": str(tgt.dtype).replace("torch.", ""),
+        "draft": bd.name if bd is not None else None,
+        "draft_available": bool(bd is not None and bd.available),
+        "draft_reason": bd.reason if bd is not None else None,
+        "prompt_set": prompt_set,
+        "prompt_set_description": describe_prompt_set(prompt_set),
+        "prompts": len(encoded),
+        "max_new_tokens": max_new_tokens,
+        "temperatures": [float(t) for t in temperatures],
+        "gammas": [int(g) for g in gammas],
+        "trees": [[int(K), int(L)] for K, L in trees],
+        "tree_verifiers": list(tree_verifiers),
+        "seed": seed,
+        "peers": bool(peers),
+        "torch_threads": torch.get_num_threads(),
+        "cost_curve": cost,
+        "rows": rows,
+        "load_avg_start": load_start,
+        "load_avg_end": load_avg(),
+        "elapsed_s": time.perf_counter() - t_start,
+    }

@@ -1,0 +1,165 @@
+"""``specot bench acceptance | speedup | readme``: the papers' tables on the embedded target.
+
+Each benchmark writes ``<out>/<name>.json`` (schema: the module docstrings of
+:mod:`specot.bench.acceptance` / :mod:`specot.bench.speedup`), ``<out>/<name>.md`` (markdown
+table) and PNG plots; ``--json`` prints the JSON to stdout instead of the table. ``--quick`` is a
+smoke run (2 prompts, short continuations, a reduced grid) that finishes in about a minute.
+``specot bench readme`` rebuilds the README's results section from the JSON files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from typing import Any
+
+__all__ = ["register"]
+
+
+def _floats(s: str) -> list[float]:
+    return [float(x) for x in s.split(",") if x.strip()]
+
+
+def _ints(s: str) -> list[int]:
+    return [int(x) for x in s.split(",") if x.strip()]
+
+
+def _trees(s: str) -> list[tuple[int, int]]:
+    out = []
+    for part in s.split(","):
+        if not part.strip():
+            continue
+        k, _, l = part.lower().partition("x")
+        if not l:
+            raise ValueError(f"--trees takes KxL pairs like 2x4,4x4; got {part!r}")
+        out.append((int(k), int(l)))
+    return out
+
+
+def _command(argv_tail: list[str] | None) -> str:
+    tail = sys.argv[1:] if argv_tail is None else argv_tail
+    return "specot " + " ".join(shlex.quote(a) for a in tail)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target", default=None, help="target model (default: the embedded SmolLM2-135M-Instruct)")
+    p.add_argument("--prompts", default="mixed",
+                   help="prompt set: mixed (default), pydoc, pydoc:OFFSET, heldout, docstrings, license, zen, or FILE.jsonl "
+                        "with a 'prompt' field (see specot.bench.prompts)")
+    p.add_argument("--n-prompts", type=int, default=10)
+    p.add_argument("--max-new-tokens", type=int, default=None)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--out", default="bench-results", help="directory for the JSON, markdown and PNG files")
+    p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the JSON result to stdout (instead of the table)")
+    p.add_argument("--quick", action="store_true", help="smoke run: 2 prompts, short continuations, reduced grid (~1 min)")
+    p.add_argument("--no-progress", action="store_true")
+
+
+def _finish(res: dict[str, Any], args: argparse.Namespace, table: str) -> int:
+    from ..bench.report import write_outputs
+
+    paths = write_outputs(res, args.out, plots=not args.no_plots)
+    if args.json:
+        print(json.dumps(res, indent=2))
+    else:
+        print(table)
+        print("\nwrote: " + ", ".join(str(p) for p in paths), file=sys.stderr)
+    return 0
+
+
+def _acceptance(args: argparse.Namespace) -> int:
+    from ..bench.acceptance import run_acceptance_bench
+    from ..bench.prompts import load_prompts
+    from ..bench.report import acceptance_table
+
+    quick = args.quick
+    temps = _floats(args.temperatures) if args.temperatures else ([0.7] if quick else [0.1, 0.3, 0.5, 0.7, 1.0])
+    ns = _ints(args.ns) if args.ns else ([1, 2, 4] if quick else [1, 2, 3, 4, 8])
+    drafts = [d for d in args.drafts.split(",") if d] if args.drafts else (["ngram-lm", "ngram"] if quick else ["distilled", "ngram-lm", "ngram"])
+    res = run_acceptance_bench(
+        target=args.target, drafts=drafts, prompts=load_prompts(args.prompts, 2 if quick else args.n_prompts),
+        prompt_set=args.prompts, temperatures=temps, ns=ns,
+        max_new_tokens=args.max_new_tokens or (12 if quick else 48), seed=args.seed, dtype=args.dtype,
+        mc_samples=args.mc_samples, vocab_eps=args.vocab_eps, progress=not args.no_progress)
+    res["command"] = _command(None)
+    res["quick"] = quick
+    return _finish(res, args, acceptance_table(res))
+
+
+def _speedup(args: argparse.Namespace) -> int:
+    from ..bench.prompts import load_prompts
+    from ..bench.report import speedup_table
+    from ..bench.speedup import run_speedup_bench
+
+    quick = args.quick
+    temps = _floats(args.temperatures) if args.temperatures else [0.0, 1.0]
+    gammas = _ints(args.gammas) if args.gammas else ([3] if quick else [2, 4])
+    trees = _trees(args.trees) if args.trees else ([(2, 3)] if quick else [(2, 4), (4, 4)])
+    vers = [v for v in args.tree_verifiers.split(",") if v] if args.tree_verifiers else (["kseq"] if quick else ["kseq", "rrs_wor", "greedy"])
+    draft = None if args.draft == "none" else args.draft
+    res = run_speedup_bench(
+        target=args.target, draft=draft, prompts=load_prompts(args.prompts, 2 if quick else args.n_prompts),
+        prompt_set=args.prompts, temperatures=temps, gammas=gammas, trees=trees, tree_verifiers=vers,
+        peers=not args.no_peers, max_new_tokens=args.max_new_tokens or (12 if quick else 64), seed=args.seed,
+        dtype=args.dtype, cost_reps=2 if quick else 5, progress=not args.no_progress)
+    res["command"] = _command(None)
+    res["quick"] = quick
+    return _finish(res, args, speedup_table(res))
+
+
+def _readme(args: argparse.Namespace) -> int:
+    from ..bench.report import results_markdown, update_readme
+
+    acc = json.loads(open(args.acceptance, encoding="utf-8").read()) if args.acceptance else None
+    spd = json.loads(open(args.speedup, encoding="utf-8").read()) if args.speedup else None
+    if acc is None and spd is None:
+        raise ValueError("give --acceptance and/or --speedup JSON files")
+    section = results_markdown(acc, spd, plots_dir=args.plots_dir)
+    if args.readme == "-":
+        print(section)
+    else:
+        update_readme(args.readme, section)
+        print(f"updated the results section of {args.readme}", file=sys.stderr)
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add ``specot bench`` to the CLI."""
+    p = subparsers.add_parser("bench", help="benchmarks that reproduce the papers' tables (acceptance, speedup)",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="bench_command", metavar="BENCH")
+    sub.required = True
+
+    a = sub.add_parser("acceptance", help="Hu et al. Table 1 / Figures 1-2: acceptance vs alpha* per draft law and verifier")
+    _common(a)
+    a.add_argument("--drafts", default=None,
+                   help="comma list: distilled, ngram-lm, ngram, early-exit:K, or a model directory "
+                        "(default distilled,ngram-lm,ngram; a missing distilled draft is skipped)")
+    a.add_argument("--temperatures", default=None, help="default 0.1,0.3,0.5,0.7,1.0 (quick: 0.7)")
+    a.add_argument("--ns", default=None, help="numbers of drafts, default 1,2,3,4,8 (quick: 1,2,4)")
+    a.add_argument("--mc-samples", type=int, default=4, help="Monte-Carlo draft tuples per position for rrs_wor")
+    a.add_argument("--vocab-eps", type=float, default=1e-4, help="q tail mass dropped before the exact computations")
+    a.set_defaults(func=_acceptance)
+
+    s = sub.add_parser("speedup", help="SpecTr Tables 1/4: block efficiency and wall-clock speedup, with HF peers")
+    _common(s)
+    s.add_argument("--draft", default="distilled",
+                   help="draft model: distilled (default; skipped when missing), early-exit:K, a directory, or none")
+    s.add_argument("--temperatures", default=None, help="default 0,1")
+    s.add_argument("--gammas", default=None, help="draft lengths L for single-draft and peers, default 2,4 (quick: 3)")
+    s.add_argument("--trees", default=None, help="multi-draft KxL grid, default 2x4,4x4 (quick: 2x3)")
+    s.add_argument("--tree-verifiers", default=None, help="default kseq,rrs_wor,greedy (quick: kseq)")
+    s.add_argument("--no-peers", action="store_true", help="skip the Hugging Face generate() peers")
+    s.set_defaults(func=_speedup)
+
+    r = sub.add_parser("readme", help="rebuild the README results section from bench JSON files")
+    r.add_argument("--acceptance", default=None)
+    r.add_argument("--speedup", default=None)
+    r.add_argument("--readme", default="README.md", help="README to update in place ('-' prints the section)")
+    r.add_argument("--plots-dir", default=None, help="relative directory of the PNGs to link from the README")
+    r.set_defaults(func=_readme)
+
