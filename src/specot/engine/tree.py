@@ -168,7 +168,8 @@ def tree_generate(
         spec: the tree construction (:class:`TreeSpec`; :func:`parse_tree_spec` for the CLI forms).
             Its depth is the draft length L (cut to ``remaining − 1`` near ``max_new_tokens``).
         config: ``max_new_tokens``, ``sampling``, ``seed``, ``stop_at_eos`` (``gamma`` is unused).
-        verifier: a verifier or registry name valid for ``spec`` at every node (default:
+        verifier: a verifier or registry name (``"otm"`` gets the tree's law) valid for ``spec`` at
+            every node (default:
             ``speculative`` for chains, else ``kseq`` / ``rrs_wor`` / ``greedy`` / ``spechub``
             by the tree's law).
         generator: overrides ``config.seed``.
@@ -190,7 +191,10 @@ def tree_generate(
     check_vocab_compatible(target, dmodel)
     if verifier is None:
         verifier = _default_verifier(spec)
-    ver = get_verifier(verifier) if isinstance(verifier, str) else verifier
+    if isinstance(verifier, str):
+        ver = get_verifier(verifier, law=spec.law) if verifier == "otm" else get_verifier(verifier)
+    else:
+        ver = verifier
     spec.check_verifier(ver)
     check_prompt_fits(target, prompt_ids, cfg.max_new_tokens)
     gen = generator if generator is not None else make_generator(cfg.seed)

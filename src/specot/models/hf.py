@@ -242,8 +242,8 @@ class CausalLM:
         an empty cache) or a tree position ``>= base`` (earlier call, or an earlier token of this
         call). Token i then attends to the committed sequence, its tree ancestors and itself
         (a float ``[1, 1, T, cached + T]`` mask of 0 / dtype-min, returned as-is by transformers'
-        mask builders and added to the attention scores by both the SDPA and eager kernels), at
-        position id ``depth-consistent``: its parent's position + 1.
+        mask builders and added to the attention scores by both the SDPA and eager kernels), with
+        position id = its parent's position id + 1 (committed positions: their index).
 
         Returns float32 logits ``[T, V]``. The cache then holds the tree nodes; cut it back with
         :meth:`keep_tree_path`, :meth:`keep_positions` or :meth:`rollback` before plain decoding.
