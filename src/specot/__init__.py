@@ -22,10 +22,13 @@ from .engine import (
     GenerationConfig,
     GenerationResult,
     GenerationStats,
+    TreeGenerationStats,
     autoregressive_generate,
     make_generator,
     speculative_generate,
+    tree_generate,
 )
+from .drafting.tree import DraftTree, TreeSpec, parse_tree_spec
 from .api import GenerateReport, generate, load_drafter, load_target
 
 __version__ = "0.1.0"
@@ -48,6 +51,11 @@ __all__ = [
     "GenerationStats",
     "speculative_generate",
     "autoregressive_generate",
+    "tree_generate",
+    "TreeGenerationStats",
+    "TreeSpec",
+    "DraftTree",
+    "parse_tree_spec",
     "make_generator",
     "GenerateReport",
     "generate",
