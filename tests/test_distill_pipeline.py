@@ -176,3 +176,24 @@ def test_cli_registers_distill():
 
     args = build_parser().parse_args(["distill", "train", "--data", "x", "--out", "y", "--hidden", "64"])
     assert args.hidden == 64 and args.func.__name__ == "_run_train"
+
+
+def test_sampled_loss_matches_full_loss_when_no_negatives_are_needed():
+    """With every vocabulary token in U (tiny V, full top-k), the sampled loss is the exact loss."""
+    torch.manual_seed(0)
+    target = tiny_llama(0, vocab=16, dtype=torch.float32, hidden=32)
+    draft = T.init_draft(target, T.DraftArch(hidden=16, layers=1, heads=2, kv_heads=1, intermediate=32))
+    ids = torch.randint(0, 16, (2, 7))
+    p = torch.softmax(torch.randn(2, 6, 16), -1)
+    tp, ti = torch.topk(p, 16, -1)
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids[:, 1:], "topk_ids": ti,
+             "topk_p": tp, "weight": torch.ones(2, 6), "soft": torch.ones(2, 6, dtype=torch.bool)}
+    full, mf = T.distill_loss(draft(input_ids=ids).logits, batch, 0.2)
+    samp, ms = T.sampled_distill_loss(draft, batch, 0.2, negatives=8, train_topk=16)
+    assert abs(float(full) - float(samp)) < 1e-5 and abs(mf["alpha_topk"] - ms["alpha_topk"]) < 1e-5
+    # with a partial U the normaliser is estimated: close, not equal
+    batch2 = dict(batch, topk_ids=ti[..., :3], topk_p=tp[..., :3])
+    est = T.sampled_distill_loss(draft, batch2, 0.2, negatives=4000, train_topk=3,
+                                 generator=torch.Generator().manual_seed(0))[0]
+    exact = T.distill_loss(draft(input_ids=ids).logits, batch2, 0.2)[0]
+    assert abs(float(est) - float(exact)) < 0.05

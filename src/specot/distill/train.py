@@ -37,10 +37,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import torch
-import torch.nn.functional as F
 
 __all__ = ["DraftArch", "TrainConfig", "draft_config", "init_draft", "load_sequences", "make_batches",
-           "distill_loss", "train", "export_draft", "evaluate_loss"]
+           "distill_loss", "sampled_distill_loss", "train", "export_draft", "evaluate_loss"]
 
 
 @dataclass
@@ -74,6 +73,9 @@ class TrainConfig:
     eval_every: int = 200
     threads: int = 0
     pca_init: bool = True
+    negatives: int = 2048
+    train_topk: int = 16
+    val_sequences: int = 8
 
 
 def draft_config(target_config: Any, arch: DraftArch) -> Any:
@@ -106,6 +108,7 @@ def init_draft(target_model: Any, arch: DraftArch, *, seed: int = 0, pca_init: b
             evals, evecs = torch.linalg.eigh(E.T @ E)  # ascending
             top = evecs[:, -arch.hidden:].flip(-1)  # [D, d] principal directions
             model.get_input_embeddings().weight.copy_(E @ top)  # [V, d]
+            model.model.norm.weight.fill_(0.5)  # milder initial logits (the PCA rows keep the target's norms)
     model.tie_weights()
     return model
 
@@ -174,29 +177,70 @@ def collate(seqs: Sequence[dict[str, Any]], pad: int, prompt_weight: float) -> d
 
 def distill_loss(logits: torch.Tensor, batch: dict[str, torch.Tensor], ce_weight: float) -> tuple[torch.Tensor, dict[str, float]]:
     """Loss of draft ``logits [B, T, V]`` (see module docstring); returns (loss, metrics)."""
-    lg = logits[:, :-1].float()  # [B, T-1, V]
-    logq = F.log_softmax(lg, dim=-1)
+    lg = logits[:, :-1]  # [B, T-1, V] (float32)
+    lse = torch.logsumexp(lg, dim=-1)  # [B, T-1]; no [B, T, V] log-probability tensor is materialised
+    l_k = lg.gather(-1, batch["topk_ids"])  # [B, T-1, k]
+    l_y = lg.gather(-1, batch["labels"].unsqueeze(-1)).squeeze(-1)
+    with torch.no_grad():
+        argmax_is_top = lg.argmax(-1) == batch["topk_ids"][..., 0]
+    return _loss_terms(lg, lse, l_k, l_y, argmax_is_top, batch, batch["topk_p"], ce_weight)
+
+
+def _loss_terms(lg: torch.Tensor, lse: torch.Tensor, l_k: torch.Tensor, l_y: torch.Tensor, argmax_is_top: torch.Tensor,
+                batch: dict[str, torch.Tensor], p: torch.Tensor, ce_weight: float) -> tuple[torch.Tensor, dict[str, float]]:
     w = batch["weight"]
     wsum = w.sum().clamp(min=1e-9)
-    ce = -logq.gather(-1, batch["labels"].unsqueeze(-1)).squeeze(-1)  # [B, T-1]
-    p = batch["topk_p"]  # [B, T-1, k]
-    logq_k = logq.gather(-1, batch["topk_ids"])  # [B, T-1, k]
+    ce = lse - l_y  # [B, T-1]
+    logq_k = l_k - lse.unsqueeze(-1)  # [B, T-1, k]
     q_k = logq_k.exp()
-    r = (1.0 - p.sum(-1)).clamp(min=0.0)  # [B, T-1]
+    r = (1.0 - p.sum(-1)).clamp(min=0.0)
     q_rest = (1.0 - q_k.sum(-1)).clamp(min=1e-6)
-    kd = -(p * logq_k).sum(-1) - r * q_rest.log()  # [B, T-1]
+    kd = -(p * logq_k).sum(-1) - r * q_rest.log()
     soft = batch["soft"].float()
     per = soft * ((1 - ce_weight) * kd + ce_weight * ce) + (1 - soft) * ce
     loss = (per * w).sum() / wsum
     with torch.no_grad():
         resp = (w == 1.0).float() * soft
         rsum = resp.sum().clamp(min=1e-9)
-        alpha = (torch.minimum(p, q_k).sum(-1) * resp).sum() / rsum
-        agree = ((lg.argmax(-1) == batch["topk_ids"][..., 0]).float() * resp).sum() / rsum
         metrics = {"loss": float(loss), "kd": float((kd * w * soft).sum() / (w * soft).sum().clamp(min=1e-9)),
-                   "ce": float((ce * w).sum() / wsum), "alpha_topk": float(alpha), "greedy_agree": float(agree),
-                   "positions": float(rsum)}
+                   "ce": float((ce * w).sum() / wsum),
+                   "alpha_topk": float((torch.minimum(p, q_k).sum(-1) * resp).sum() / rsum),
+                   "greedy_agree": float((argmax_is_top.float() * resp).sum() / rsum), "positions": float(rsum)}
     return loss, metrics
+
+
+def sampled_distill_loss(model: Any, batch: dict[str, torch.Tensor], ce_weight: float, *, negatives: int = 2048,
+                         train_topk: int = 16, generator: torch.Generator | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    """The loss of :func:`distill_loss` with the softmax normaliser estimated on a subset of the
+    vocabulary (sampled softmax): exact over U = every token in the batch's top-``train_topk``
+    labels and next tokens, plus ``negatives`` tokens drawn uniformly from the rest of the
+    vocabulary, each weighted by |rest| / ``negatives``. Every vocabulary-wide tensor shrinks from
+    V = 49152 columns to |U| + negatives (about 7k), which makes a CPU training step ~6x cheaper;
+    evaluation always uses the exact softmax."""
+    out = model.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False)
+    h = out.last_hidden_state[:, :-1]  # [B, T-1, d]
+    W = model.get_output_embeddings().weight  # [V, d]
+    V = W.shape[0]
+    tid = batch["topk_ids"][..., :train_topk]
+    p = batch["topk_p"][..., :train_topk]
+    U = torch.unique(torch.cat([tid.reshape(-1), batch["labels"].reshape(-1)]))
+    lookup = torch.full((V,), -1, dtype=torch.int64)
+    lookup[U] = torch.arange(len(U))
+    rest = torch.nonzero(lookup < 0).squeeze(-1)
+    cols = U
+    logw = torch.zeros(len(U))
+    if negatives > 0 and len(rest) > 0:
+        neg = rest[torch.randint(0, len(rest), (negatives,), generator=generator)]
+        cols = torch.cat([U, neg])
+        logw = torch.cat([logw, torch.full((negatives,), math.log(len(rest) / negatives))])
+    lg = h @ W[cols].T  # [B, T-1, C]
+    lse = torch.logsumexp(lg + logw, dim=-1)
+    l_k = lg.gather(-1, lookup[tid])
+    l_y = lg.gather(-1, lookup[batch["labels"]].unsqueeze(-1)).squeeze(-1)
+    with torch.no_grad():
+        top = lg[..., : len(U)].argmax(-1)  # argmax over U (the labelled tokens)
+        argmax_is_top = U[top] == tid[..., 0]
+    return _loss_terms(lg, lse, l_k, l_y, argmax_is_top, batch, p, ce_weight)
 
 
 @torch.no_grad()
@@ -247,7 +291,7 @@ def train(target_model: Any, data_dirs: Sequence[str | os.PathLike[str]], out_di
     seqs = load_sequences(*data_dirs, max_len=cfg.max_len)
     if not seqs:
         raise ValueError(f"no training sequences in {list(map(str, data_dirs))}")
-    val = load_sequences(*val_dirs, max_len=cfg.max_len) if val_dirs else []
+    val = load_sequences(*val_dirs, max_len=cfg.max_len)[: cfg.val_sequences or None] if val_dirs else []
     pad = int(getattr(target_model.config, "pad_token_id", None) or 0)
     model = init_draft(target_model, cfg.arch, seed=cfg.seed, pca_init=cfg.pca_init)
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
@@ -283,8 +327,11 @@ def train(target_model: Any, data_dirs: Sequence[str | os.PathLike[str]], out_di
         lr = _lr_at(step, total, cfg)
         for g in opt.param_groups:
             g["lr"] = lr
-        out_ = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"], use_cache=False)
-        loss, m = distill_loss(out_.logits, b, cfg.ce_weight)
+        if cfg.negatives > 0:
+            loss, m = sampled_distill_loss(model, b, cfg.ce_weight, negatives=cfg.negatives, train_topk=cfg.train_topk)
+        else:
+            out_ = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"], use_cache=False)
+            loss, m = distill_loss(out_.logits, b, cfg.ce_weight)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         gn = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
