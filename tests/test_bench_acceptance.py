@@ -153,3 +153,19 @@ def test_cli_quick_real_model(tmp_path, capsys):
     assert res["benchmark"] == "acceptance" and res["rows"]
     assert (tmp_path / "acceptance.json").exists() and (tmp_path / "acceptance.md").exists()
     assert list(tmp_path.glob("acceptance_vs_n_*.png"))
+
+
+def test_reduce_vocab_keeps_low_temperature_wor_and_greedy_accurate():
+    # at low temperature the later drafts without replacement come from q's tail: the truncation
+    # must be relative to the mass outside the top n-1 tokens (an absolute cut moved alpha* by ~0.1)
+    from specot.bench.acceptance import _alpha_star
+
+    g = torch.Generator().manual_seed(0)
+    lp = torch.randn(4, 2000, generator=g, dtype=torch.float64) * 3
+    lq = lp + torch.randn(4, 2000, generator=g, dtype=torch.float64) * 2
+    n = torch.full((4,), 8)
+    for T in (0.1, 1.0):
+        p, q = torch.softmax(lp / T, -1), torch.softmax(lq / T, -1)
+        pr, qr = reduce_vocab(p, q, 1e-4, 8)
+        for law in ("wor", "greedy"):
+            assert np.abs(_alpha_star(p, q, n, law) - _alpha_star(pr, qr, n, law)).max() < 8e-4, (T, law)

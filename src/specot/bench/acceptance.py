@@ -12,9 +12,10 @@ Protocol (per temperature T):
    ``rrs`` for iid; ``rrs_wor`` for wor; ``greedy`` for greedy), the acceptance per position is
    computed **exactly** where a closed form exists (speculative, kseq, rrs, greedy) and otherwise
    (``rrs_wor``) as a Rao–Blackwellised Monte-Carlo average of ``P(accept | drafts)`` over
-   ``mc_samples`` draft tuples per position. All of it runs on q's most probable tokens holding all
-   but ``vocab_eps`` (1e-4) of its mass (renormalised), with p's mass on every other token lumped
-   into one token that q never drafts — exact for the truncated q, see :func:`reduce_vocab`. The optimal acceptance ``α*`` for the law
+   ``mc_samples`` draft tuples per position. All of it runs on q's most probable tokens (the
+   dropped tail holds at most ``vocab_eps`` = 1e-4 of the mass q has outside its top n−1 tokens;
+   renormalised), with p's mass on every other token lumped into one token that q never drafts —
+   exact for the truncated q, within n·vocab_eps of the full one, see :func:`reduce_vocab`. The optimal acceptance ``α*`` for the law
    (:func:`specot.theory.optimal_acceptance`) is computed at the same positions, so the gap
    ``α* − α`` is paired. A **sampled** acceptance (one real draw of the drafts and one run of the
    verifier per position) is reported beside the exact value as an end-to-end check.
@@ -270,19 +271,26 @@ def _draft_logits(draft: BenchDraft, ids: list[int], n_prompt: int) -> tuple[tor
 
 # ----------------------------------------------------------------------------- measurement
 def reduce_vocab(p: torch.Tensor, q: torch.Tensor, eps: float = 1e-4, min_keep: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(p', q') [R, K + 1]``: q restricted to its K most probable tokens (K the smallest count
-    holding all but ``eps`` of q's mass in every row, at least ``min_keep``), renormalised; p on the
+    """``(p', q') [R, K + 1]``: q restricted to its K most probable tokens, renormalised; p on the
     same tokens plus ONE bucket column holding all of p's remaining mass, with q' = 0 there.
+
+    K is the smallest count such that, in every row, the dropped tail of q holds at most ``eps``
+    times the mass ``r`` that q has outside its top ``min_keep − 1`` tokens (and K >= ``min_keep``).
+    The relative bound matters: the laws without replacement and greedy draw their later drafts
+    from q renormalised after removing the top tokens, so at low temperature a tail that is tiny
+    in absolute terms is most of what they sample from. With it, every conditional draw law moves
+    by at most ``eps`` in total variation, so each acceptance by at most ``n·eps``.
 
     Lumping tokens with q = 0 into one is exact for every acceptance computed here (they are never
     drafted: they enter only through sums of p — the residuals of speculative sampling, RRS and
-    k-Seq, and α*, whose minimising set never contains them). So the result is the exact value for
-    the draft q', which is within ``eps`` of q in total variation (acceptances move by at most
-    ``n·eps``). It makes the V = 49152 computations 10–1000x cheaper.
+    k-Seq, and α*, whose minimising set never contains them).
     """
     V = q.shape[-1]
     qs, order = q.sort(-1, descending=True)
-    need = ((1.0 - qs.cumsum(-1)) > eps + 1e-12).sum(-1) + 1
+    m = max(min(min_keep, V) - 1, 0)
+    r = (1.0 - qs[:, :m].sum(-1, keepdim=True)).clamp_min(0.0)  # mass outside the top (min_keep − 1)
+    tail = (1.0 - qs.cumsum(-1)).clamp_min(0.0)  # mass after the first k+1 tokens
+    need = (tail > eps * r + 1e-15).sum(-1) + 1
     need = torch.minimum(need, (qs > 0).sum(-1))  # never beyond q's support
     K = int(need.max().clamp(min=min(min_keep, V), max=V))
     idx = order[:, :K]

@@ -223,7 +223,30 @@ def _acc_summary(res: dict[str, Any]) -> str:
 
 def results_markdown(acceptance: dict[str, Any] | None, speedup: dict[str, Any] | None, *, plots_dir: str | None = None) -> str:
     """The README results section built from the two JSON results."""
-    parts: list[str] = []
+    parts: list[str] = [
+        "Regenerated from `specot bench` runs (JSON schema: the docstrings of `specot.bench.acceptance` and "
+        "`specot.bench.speedup`; `--json` prints it, `--quick` is the CI smoke run). Prompt sets are built from "
+        "text installed with Python (`specot.bench.prompts`: held-out pydoc topics, stdlib docstrings outside the "
+        "distilled draft's training modules, CPython's LICENSE.txt, the Zen of Python); `--prompts FILE.jsonl` "
+        "takes your own (one `{\"prompt\": ...}` per line). This section is rewritten by "
+        "`specot bench readme --acceptance A.json --speedup S.json --plots-dir DIR`.",
+        "",
+    ]
+    missing = [d["name"] for d in (acceptance or {}).get("drafts", []) if not d["available"]]
+    if speedup is not None and not speedup.get("draft_available"):
+        missing.append("draft model (speedup)")
+    if missing:
+        parts += [
+            "The distilled draft was not available when these runs were made, so its rows (and the multi-draft "
+            "and assisted-generation rows, which need a draft model) are missing; regenerate with:",
+            "",
+            "```bash",
+            "specot bench acceptance --drafts distilled,ngram-lm,ngram --out docs/bench",
+            "specot bench speedup --draft distilled --out docs/bench",
+            "specot bench readme --acceptance docs/bench/acceptance.json --speedup docs/bench/speedup.json --plots-dir docs/bench",
+            "```",
+            "",
+        ]
     if acceptance is not None:
         a = acceptance
         parts += [

@@ -147,13 +147,12 @@ def hf_generate(model: Any, ids: Sequence[int], temperature: float, max_new_toke
         calls[0] += 1
 
     h = model.register_forward_pre_hook(hook)
-    kw: dict[str, Any] = dict(max_new_tokens=max_new_tokens, do_sample=temperature > 0, top_k=0, top_p=1.0,
-                              min_p=None, repetition_penalty=1.0, pad_token_id=min(eos) if eos else None,
-                              eos_token_id=sorted(eos) if eos else None)
-    if temperature > 0:
-        kw["temperature"] = float(temperature)
-    else:
-        kw["temperature"] = None
+    kw: dict[str, Any] = dict(max_new_tokens=max_new_tokens, do_sample=temperature > 0, repetition_penalty=1.0,
+                              pad_token_id=min(eos) if eos else None, eos_token_id=sorted(eos) if eos else None)
+    if temperature > 0:  # plain sampling at `temperature`: top-k, top-p and min-p off
+        kw.update(temperature=float(temperature), top_k=0, top_p=1.0, min_p=None)
+    else:  # greedy; clear the model's sampling defaults so generate() does not warn about them
+        kw.update(temperature=None, top_k=None, top_p=None, min_p=None)
     if assistant is not None:
         kw["assistant_model"] = assistant
     if prompt_lookup is not None:

@@ -57,6 +57,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the JSON result to stdout (instead of the table)")
     p.add_argument("--quick", action="store_true", help="smoke run: 2 prompts, short continuations, reduced grid (~1 min)")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch intra-op threads (default 1: on a shared, loaded CPU two threads were 4-6x slower "
+                        "than one from oversubscription; 0 keeps torch's default)")
 
 
 def _finish(res: dict[str, Any], args: argparse.Namespace, table: str) -> int:
@@ -71,11 +74,19 @@ def _finish(res: dict[str, Any], args: argparse.Namespace, table: str) -> int:
     return 0
 
 
+def _set_threads(args: argparse.Namespace) -> None:
+    import torch
+
+    if args.threads and args.threads > 0:
+        torch.set_num_threads(args.threads)
+
+
 def _acceptance(args: argparse.Namespace) -> int:
     from ..bench.acceptance import run_acceptance_bench
     from ..bench.prompts import load_prompts
     from ..bench.report import acceptance_table
 
+    _set_threads(args)
     quick = args.quick
     temps = _floats(args.temperatures) if args.temperatures else ([0.7] if quick else [0.1, 0.3, 0.5, 0.7, 1.0])
     ns = _ints(args.ns) if args.ns else ([1, 2, 4] if quick else [1, 2, 3, 4, 8])
@@ -95,6 +106,7 @@ def _speedup(args: argparse.Namespace) -> int:
     from ..bench.report import speedup_table
     from ..bench.speedup import run_speedup_bench
 
+    _set_threads(args)
     quick = args.quick
     temps = _floats(args.temperatures) if args.temperatures else [0.0, 1.0]
     gammas = _ints(args.gammas) if args.gammas else ([3] if quick else [2, 4])
