@@ -139,12 +139,14 @@ def acceptance_plots(res: dict[str, Any], out_dir: str | os.PathLike[str], *, pl
         fig, ax = plt.subplots(figsize=(6, 4))
         combos = sorted({(r["law"], r["verifier"]) for r in dr if abs(r["temperature"] - t_plot) < 1e-9 and r["n"] > 1})
         single = [r for r in dr if abs(r["temperature"] - t_plot) < 1e-9 and r["n"] == 1]
+        starred: set[str] = set()
         for law, ver in combos:
             sel = single + sorted((r for r in dr if abs(r["temperature"] - t_plot) < 1e-9 and r["law"] == law and r["verifier"] == ver),
                                   key=lambda r: r["n"])
             x = [r["n"] for r in sel]
             line = ax.plot(x, [r["acceptance"] for r in sel], marker="o", label=f"{ver} ({law})")
-            if sel and sel[-1]["alpha_star"] is not None:
+            if sel and sel[-1]["alpha_star"] is not None and law not in starred:
+                starred.add(law)
                 ax.plot(x, [r["alpha_star"] for r in sel], "--", color=line[0].get_color(), alpha=0.6, label=f"α* {law}")
         if not combos and single:
             ax.plot([1], [single[0]["acceptance"]], "o", label="speculative (n = 1)")
@@ -221,8 +223,11 @@ def _acc_summary(res: dict[str, Any]) -> str:
     return acceptance_table(res, temperatures=[t], ns=[1, n])
 
 
-def results_markdown(acceptance: dict[str, Any] | None, speedup: dict[str, Any] | None, *, plots_dir: str | None = None) -> str:
-    """The README results section built from the two JSON results."""
+def results_markdown(acceptance: dict[str, Any] | None, speedup: dict[str, Any] | Sequence[dict[str, Any]] | None, *,
+                     plots_dir: str | None = None) -> str:
+    """The README results section built from the JSON results (one acceptance run, one or more
+    speedup runs)."""
+    speedups = [] if speedup is None else ([speedup] if isinstance(speedup, dict) else list(speedup))
     parts: list[str] = [
         "Regenerated from `specot bench` runs (JSON schema: the docstrings of `specot.bench.acceptance` and "
         "`specot.bench.speedup`; `--json` prints it, `--quick` is the CI smoke run). Prompt sets are built from "
@@ -233,7 +238,7 @@ def results_markdown(acceptance: dict[str, Any] | None, speedup: dict[str, Any] 
         "",
     ]
     missing = [d["name"] for d in (acceptance or {}).get("drafts", []) if not d["available"]]
-    if speedup is not None and not speedup.get("draft_available"):
+    if speedups and not any(sp.get("draft_available") for sp in speedups):
         missing.append("draft model (speedup)")
     if missing:
         parts += [
@@ -274,8 +279,7 @@ def results_markdown(acceptance: dict[str, Any] | None, speedup: dict[str, Any] 
                     parts += [f"![acceptance vs temperature, {d['name']}]({plots_dir}/acceptance_vs_temperature_{tag}.png)",
                               f"![acceptance vs n, {d['name']}]({plots_dir}/acceptance_vs_n_{tag}.png)", ""]
         parts += ["The full grid (every temperature and n) is in the JSON and the markdown file next to it.", ""]
-    if speedup is not None:
-        s = speedup
+    for s in speedups:
         parts += [
             "### Block efficiency and wall-clock speedup (SpecTr Tables 1 and 4), against the peers",
             "",
@@ -296,8 +300,8 @@ def results_markdown(acceptance: dict[str, Any] | None, speedup: dict[str, Any] 
             cost_curve_table(s),
             "",
         ]
-        if plots_dir:
-            parts += [f"![speedup]({plots_dir}/speedup.png)", ""]
+        if plots_dir and s.get("plot"):
+            parts += [f"![speedup]({plots_dir}/{s['plot']})", ""]
     return "\n".join(parts).rstrip() + "\n"
 
 

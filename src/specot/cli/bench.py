@@ -127,10 +127,19 @@ def _readme(args: argparse.Namespace) -> int:
     from ..bench.report import results_markdown, update_readme
 
     acc = json.loads(open(args.acceptance, encoding="utf-8").read()) if args.acceptance else None
-    spd = json.loads(open(args.speedup, encoding="utf-8").read()) if args.speedup else None
-    if acc is None and spd is None:
+    spd = []
+    for f in (args.speedup.split(",") if args.speedup else []):
+        d = json.loads(open(f, encoding="utf-8").read())
+        if args.plots_dir:  # link the run's speedup.png, copied next to its JSON
+            import os
+
+            d["plot"] = os.path.relpath(os.path.join(os.path.dirname(f), "speedup.png"), args.plots_dir)
+        spd.append(d)
+    if acc is None and not spd:
         raise ValueError("give --acceptance and/or --speedup JSON files")
     section = results_markdown(acc, spd, plots_dir=args.plots_dir)
+    if args.notes:
+        section = section.rstrip() + "\n\n" + open(args.notes, encoding="utf-8").read().strip() + "\n"
     if args.readme == "-":
         print(section)
     else:
@@ -170,8 +179,9 @@ def register(subparsers: Any) -> None:
 
     r = sub.add_parser("readme", help="rebuild the README results section from bench JSON files")
     r.add_argument("--acceptance", default=None)
-    r.add_argument("--speedup", default=None)
+    r.add_argument("--speedup", default=None, help="one or more speedup JSON files, comma-separated")
     r.add_argument("--readme", default="README.md", help="README to update in place ('-' prints the section)")
     r.add_argument("--plots-dir", default=None, help="relative directory of the PNGs to link from the README")
+    r.add_argument("--notes", default=None, help="markdown file appended to the section (e.g. findings)")
     r.set_defaults(func=_readme)
 
