@@ -25,9 +25,11 @@ predicted block efficiency under the i.i.d. model (``expected_tokens(α̂, L)``,
 α̂ = accepted / tried draft positions) and under the per-depth model (``block_efficiency(rates)``);
 the deviation is measured − predicted. The predicted wall-clock speedup uses (a) Leviathan's cost
 model ``E[tokens] / (γc + 1)`` with c = draft step / target step, and (b) the MEASURED target cost
-curve ``E[tokens] / (γc + t(N+1)/t(1))`` where t(T) is the time of one target pass over T new
-tokens after a cached prompt, measured in the run (N = draft tokens scored per pass: L, or K·L for
-trees; draft steps of a tree cost t_d(K)). ``explained_by_cost_curve`` = (a − b)/(a − measured):
+curve ``E[tokens] / (γc + t(N̄+1)/t(1))`` where t(T) is the time of one target pass over T new
+tokens after a cached prompt, measured in the run and interpolated linearly, and N̄ the mean number
+of draft tokens the target actually scored per pass (``drafted_per_pass``: below L when the n-gram
+drafter finds no match, below K·L when a tree's drafts coincide — every tree is a chain at T = 0);
+draft steps of a tree cost t_d(K). E[tokens] is the i.i.d. prediction. ``explained_by_cost_curve`` = (a − b)/(a − measured):
 the share of the model's over-prediction that the cost curve accounts for.
 
 JSON result (``schema_version`` 1)::
@@ -248,9 +250,11 @@ def _theory(row: dict[str, Any], stats_list: list[Any], cost: dict[str, Any], dr
                predicted_block_efficiency_depth=be_depth,
                block_efficiency_deviation=row["block_efficiency"] - be_iid)
     t1 = cost["target_ms"]["1"]
-    K = int(row.get("K") or 1)
-    n_nodes = K * L
-    ratio = cost["target_ms"].get(str(n_nodes + 1), t1) / t1
+    iters = sum(s.iterations for s in stats_list)
+    n_nodes = sum(s.drafted for s in stats_list) / iters if iters else float(L)  # draft tokens scored per pass
+    xs = sorted(int(k) for k in cost["target_ms"])
+    ratio = float(np.interp(n_nodes + 1, xs, [cost["target_ms"][str(x)] for x in xs])) / t1
+    row["drafted_per_pass"] = n_nodes
     c = (draft_ms_per_step / t1) if draft_ms_per_step is not None else 0.0
     lev = be_iid / (L * c + 1.0)
     cc = be_iid / (L * c + ratio)
@@ -324,7 +328,7 @@ def run_speedup_bench(*, target: Any = None, draft: str | BenchDraft | None = "d
                 "speedup_per_prompt_mean": pm, "speedup_per_prompt_ci95": [plo, phi],
                 "acceptance": None, "acceptance_per_depth": None, "draft_time_s": None, "target_time_s": None,
                 "overhead_share": None, "predicted_block_efficiency_iid": None, "predicted_block_efficiency_depth": None,
-                "block_efficiency_deviation": None, "c": None, "target_cost_ratio": None,
+                "block_efficiency_deviation": None, "c": None, "drafted_per_pass": None, "target_cost_ratio": None,
                 "predicted_speedup_leviathan": None, "predicted_speedup_cost_curve": None, "explained_by_cost_curve": None,
             }
             stats = [r.stats for r in rs if r.stats is not None]
