@@ -278,7 +278,8 @@ def results_markdown(acceptance: dict[str, Any] | None, speedup: dict[str, Any] 
                     tag = d["name"].replace("/", "_").replace(":", "")
                     parts += [f"![acceptance vs temperature, {d['name']}]({plots_dir}/acceptance_vs_temperature_{tag}.png)",
                               f"![acceptance vs n, {d['name']}]({plots_dir}/acceptance_vs_n_{tag}.png)", ""]
-        parts += ["The full grid (every temperature and n) is in the JSON and the markdown file next to it.", ""]
+        where = f"`{plots_dir}/acceptance.md` / `.json`" if plots_dir else "the run's `acceptance.md` / `.json`"
+        parts += [f"The full grid (every temperature and n) is in {where}.", ""]
     for s in speedups:
         parts += [
             "### Block efficiency and wall-clock speedup (SpecTr Tables 1 and 4), against the peers",
