@@ -64,6 +64,19 @@ def first_match(drafts: Tensor, tokens: Tensor) -> Tensor:
     return torch.where(match.any(-1), first, torch.full_like(first, -1))
 
 
+def sequential_output_law(a: Tensor, residual: Tensor, drafts: Tensor) -> Tensor:
+    """Exact ``π(y | drafts)`` ``[B, V]`` of a verifier that tries drafts in order, accepting draft j
+    with probability ``a[:, j]`` (``a [B, n]``, float64) and otherwise drawing from ``residual [B, V]``.
+
+    Shared by k-Seq, RRS and RRS without replacement.
+    """
+    B, n = a.shape
+    reach = torch.cumprod(torch.cat([torch.ones(B, 1, dtype=torch.float64, device=a.device), 1.0 - a], -1), -1)  # [B, n+1]
+    out = reach[:, n:] * residual.to(torch.float64)
+    out.scatter_add_(-1, drafts, reach[:, :n] * a)
+    return out
+
+
 def safe_normalise(w: Tensor, fallback: Tensor) -> Tensor:
     """``w / Σ w`` per row; rows with zero mass become ``fallback`` normalised (no NaN)."""
     mass = w.sum(-1, keepdim=True)

@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from ..sampling import sample_categorical
-from ._common import check_draft_probs, gather1, get_uniforms, safe_normalise
+from ._common import check_draft_probs, gather1, get_uniforms, safe_normalise, sequential_output_law
 from .base import Acceptance, DraftLaw, Verifier, VerifyOutput, prepare_inputs, register_verifier
 
 __all__ = ["KSeqVerifier", "kseq_rho"]
@@ -147,11 +147,7 @@ class KSeqVerifier(Verifier):
 
     def output_distribution(self, p: Tensor, q: Tensor, drafts: Tensor) -> Tensor:
         p, q, d, rho, beta, a = self._setup(p, q, drafts)
-        B, n = d.shape
-        reach = torch.cumprod(torch.cat([torch.ones(B, 1, dtype=torch.float64), 1.0 - a], -1), -1)  # [B, n+1]
-        out = reach[:, n : n + 1] * self._residual(p, q, rho, beta, n).to(torch.float64)
-        out.scatter_add_(-1, d, reach[:, :n] * a)
-        return out.to(p.dtype)
+        return sequential_output_law(a, self._residual(p, q, rho, beta, d.shape[1]), d).to(p.dtype)
 
     def accept_probability(self, p: Tensor, q: Tensor, drafts: Tensor) -> Tensor:
         """``P(some draft accepted | drafts) = 1 − Π_j (1 − a_j)`` ``[B]``."""

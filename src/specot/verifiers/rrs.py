@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from ..sampling import sample_categorical
-from ._common import check_draft_probs, gather1, get_uniforms
+from ._common import check_draft_probs, gather1, get_uniforms, sequential_output_law
 from .base import Acceptance, DraftLaw, Verifier, VerifyOutput, prepare_inputs, register_verifier
 from .speculative import residual_distribution
 
@@ -95,11 +95,7 @@ class RRSVerifier(Verifier):
 
     def output_distribution(self, p: Tensor, q: Tensor, drafts: Tensor) -> Tensor:
         a, res, d = self._rounds(p, q, drafts)
-        B, n = a.shape
-        reach = torch.cumprod(torch.cat([torch.ones(B, 1, dtype=torch.float64), 1.0 - a], -1), -1)
-        out = reach[:, n:] * res.to(torch.float64)
-        out.scatter_add_(-1, d, reach[:, :n] * a)
-        return out.to(res.dtype)
+        return sequential_output_law(a, res, d).to(res.dtype)
 
     def accept_probability(self, p: Tensor, q: Tensor, drafts: Tensor) -> Tensor:
         """``1 − Π_j (1 − a_j)`` ``[B]`` given the drafts."""

@@ -21,6 +21,7 @@ from torch import Tensor
 
 from .._validation import check_probability_scalar
 from ..sampling import draw_uniforms, sample_categorical
+from ._common import safe_normalise
 from .base import Acceptance, DraftLaw, Verifier, VerifyOutput, prepare_inputs, register_verifier
 
 __all__ = ["SpeculativeVerifier", "LenientVerifier", "residual_distribution"]
@@ -34,13 +35,7 @@ def residual_distribution(p: Tensor, q: Tensor, scale: float | Tensor = 1.0) -> 
         q: ``[B, V]`` draft probabilities (or any non-negative weights).
         scale: scalar or ``[B, 1]`` multiplier of q (the lenience l, or k-Seq's factor).
     """
-    res = (p - scale * q).clamp_min_(0.0)  # [B, V]
-    mass = res.sum(-1, keepdim=True)  # [B, 1]
-    empty = mass <= 0
-    if bool(empty.any()):
-        res = torch.where(empty, p, res)
-        mass = torch.where(empty, p.sum(-1, keepdim=True), mass)
-    return res / mass
+    return safe_normalise((p - scale * q).clamp_min_(0.0), p)  # [B, V]
 
 
 def _draft_probs(q: Tensor, x: Tensor) -> Tensor:
