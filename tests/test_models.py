@@ -139,3 +139,26 @@ def test_cli_bad_arguments_give_clear_errors(tiny_model_dir, capsys, args, match
                    "--ngram-corpus", "none", "--raw", "--dtype", "float32", *args])
     assert rc == 1
     assert match in capsys.readouterr().err
+
+
+def test_small_batch_head_matches_f_linear_and_patches_only_large_heads():
+    from specot.models.hf import install_small_batch_head
+
+    lm = tiny_lm(0)
+    assert not install_small_batch_head(lm.model)  # a tiny head keeps F.linear
+    head = lm.model.get_output_embeddings()
+    x = torch.randn(1, 40, head.in_features, dtype=head.weight.dtype)  # [B, M, d]
+    ref = torch.nn.functional.linear(x, head.weight)
+    assert install_small_batch_head(lm.model, min_size=1)
+    for m in (1, 2, 5, 8, 9, 33):
+        torch.testing.assert_close(head(x[:, :m]), ref[:, :m])  # [1, m, V], any row count
+
+
+def test_prefill_computes_only_the_needed_logit_rows():
+    lm = tiny_lm(0)
+    seq = [1, 4, 2, 9, 9, 3, 7]
+    with torch.no_grad():
+        full = lm.model(input_ids=torch.tensor([seq])).logits[0].float()
+    out = lm.forward(seq, last=2)
+    assert out.shape == (2, lm.vocab_size)
+    torch.testing.assert_close(out, full[-2:], atol=1e-10, rtol=0)

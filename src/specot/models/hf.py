@@ -7,8 +7,10 @@ common prefix and runs only the new tokens (plus any drafted tokens) in ONE forw
 
 from __future__ import annotations
 
+import inspect
 import os
 import time
+import types
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -103,6 +105,13 @@ class CausalLM:
         if not self.max_context:
             self.max_context = int(getattr(cfg, "max_position_embeddings", 0) or 1 << 30)
         self.model.eval()
+        try:
+            params = inspect.signature(self.model.forward).parameters
+        except (TypeError, ValueError):  # pragma: no cover - exotic wrappers
+            params = {}
+        self._keeps_logits = "logits_to_keep" in params
+        if self.device.type == "cpu":
+            install_small_batch_head(self.model)
 
     # ----------------------------------------------------------------- properties
     @property
@@ -164,11 +173,13 @@ class CausalLM:
     # ----------------------------------------------------------------- forward
     @torch.inference_mode()
     def forward(self, tokens: Sequence[int] | Tensor, *, position_ids: Tensor | None = None,
-                attention_mask: Tensor | None = None) -> Tensor:
+                attention_mask: Tensor | None = None, last: int | None = None) -> Tensor:
         """Run ``tokens`` (``[T]``) after the cached positions; returns float32 logits ``[T, V]``.
 
         Appends the new positions to the cache. ``position_ids [T]`` and a 4D ``attention_mask``
         ``[1, 1, T, cached + T]`` may be passed for tree attention (default: causal, consecutive).
+        With ``last = k`` only the logits of the last ``k`` positions are computed (transformers'
+        ``logits_to_keep``; a prompt prefill needs one row, not ``T``) and ``[k, V]`` is returned.
         """
         ids = torch.as_tensor(list(tokens) if not isinstance(tokens, Tensor) else tokens, dtype=torch.int64)
         ids = ids.to(self.device).reshape(1, -1)  # [1, T]
@@ -183,9 +194,13 @@ class CausalLM:
             kwargs["position_ids"] = position_ids.reshape(1, -1).to(self.device)
         if attention_mask is not None:
             kwargs["attention_mask"] = attention_mask.to(self.device)
+        if last is not None and self._keeps_logits and 0 < last < ids.shape[1]:
+            kwargs["logits_to_keep"] = int(last)
         start = time.perf_counter()
         out = self.model(input_ids=ids, **kwargs)
-        logits = out.logits[0, :, : self.vocab_size].float()  # [T, V]
+        logits = out.logits[0, :, : self.vocab_size].float()  # [T or last, V]
+        if last is not None:
+            logits = logits[-last:]
         self.forward_time_s += time.perf_counter() - start
         self.forward_calls += 1
         self._cache = out.past_key_values
@@ -219,8 +234,7 @@ class CausalLM:
             common += 1
         self.rollback(common)
         new = list(context[common:]) + list(extra)
-        logits = self.forward(new)
-        return logits[-(1 + len(extra)):]
+        return self.forward(new, last=1 + len(extra))  # [1 + len(extra), V]
 
     # ----------------------------------------------------------------- tree attention
     def _clear_tree(self) -> None:
@@ -380,6 +394,36 @@ class CausalLM:
         if self.tokenizer is None:
             return " ".join(str(i) for i in ids)
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+
+def _small_batch_linear(self: torch.nn.Linear, x: Tensor) -> Tensor:
+    """``nn.Linear.forward`` for an output head: ``W @ xᵀ`` when x has 2–8 rows (2–32 with ≥ 2 threads; CPU).
+
+    On x86 CPUs PyTorch's ``F.linear`` over a [49152, 576] head costs 2.5x more for 2–5 rows than
+    for 1 (20–23 vs 9 ms on this project's 2-core AVX2 machine; ``python -m specot.bench.head_speed``,
+    results in ``docs/bench/head_speed*.json``). With one thread ``W @ xᵀ`` loses from ~17 rows on;
+    with two it wins up to 33 rows (1.4–1.5x) and ties at 65, while ``W @ xᵀ`` costs 6–11 ms: a speculative verification pass
+    scores γ + 1 rows, exactly this regime. Same product, another GEMM layout.
+    """
+    rows = x.numel() // x.shape[-1] if x.numel() else 0
+    if 2 <= rows <= (8 if torch.get_num_threads() == 1 else 32) and self.bias is None and x.device.type == "cpu":
+        flat = x.reshape(rows, x.shape[-1])  # [M, d]
+        return (self.weight @ flat.t()).t().reshape(*x.shape[:-1], self.weight.shape[0])  # [..., V]
+    return torch.nn.functional.linear(x, self.weight, self.bias)
+
+
+def install_small_batch_head(model: Any, min_size: int = 1 << 22) -> bool:
+    """Route a large bias-free ``nn.Linear`` output head through :func:`_small_batch_linear` (CPU).
+
+    Only heads with at least ``min_size`` weights (V·d; SmolLM2: 28 M) are patched, on the
+    module instance, so tiny test models and other layers keep ``F.linear``. Returns whether the
+    head was patched. Any post-head processing of the model (soft-capping, scaling) is kept.
+    """
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if not isinstance(head, torch.nn.Linear) or head.bias is not None or head.weight.numel() < min_size:
+        return False
+    head.forward = types.MethodType(_small_batch_linear, head)
+    return True
 
 
 def load_model(name_or_path: str | os.PathLike[str], *, dtype: str | torch.dtype = "auto", device: str = "cpu",

@@ -1,0 +1,73 @@
+"""Cost of an output head ``[V, d] x [M, d]ᵀ`` for M rows, by GEMM layout (CPU).
+
+A speculative verification pass computes logits for γ + 1 rows. On x86 CPUs ``F.linear`` (the
+layout ``nn.Linear`` uses) is much slower for 2–8 rows than ``W @ xᵀ``; :mod:`specot.models.hf`
+patches large heads accordingly. This script measures both layouts (median of ``--reps`` calls,
+milliseconds, warm-up excluded) and prints JSON::
+
+    {"threads": 2, "V": 49152, "d": 576, "rows": [{"M": 1, "f_linear_ms": .., "w_xt_ms": .., "ratio": ..}, ...]}
+
+    python -m specot.bench.head_speed [--vocab 49152] [--hidden 576] [--threads 2] [--out head.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["measure_head", "main"]
+
+
+def _median_ms(fn: Any, reps: int) -> float:
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def measure_head(vocab: int, hidden: int, rows: list[int], reps: int, dtype: torch.dtype = torch.float32) -> list[dict[str, float]]:
+    """Median ms of ``F.linear(x, W)`` and ``(W @ xᵀ)ᵀ`` for x ``[M, d]``, W ``[V, d]``, each M in ``rows``."""
+    g = torch.Generator().manual_seed(0)
+    W = torch.randn(vocab, hidden, generator=g).to(dtype)  # [V, d]
+    out = []
+    for M in rows:
+        x = torch.randn(M, hidden, generator=g).to(dtype)  # [M, d]
+        a = _median_ms(lambda: F.linear(x, W), reps)
+        b = _median_ms(lambda: (W @ x.t()).t(), reps)
+        out.append({"M": M, "f_linear_ms": round(a, 3), "w_xt_ms": round(b, 3), "ratio": round(a / b, 3)})
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--vocab", type=int, default=49152)
+    ap.add_argument("--hidden", type=int, default=576)
+    ap.add_argument("--rows", default="1,2,3,5,9,17,33")
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    res = {"threads": torch.get_num_threads(), "V": args.vocab, "d": args.hidden,
+           "rows": measure_head(args.vocab, args.hidden, [int(r) for r in args.rows.split(",")], args.reps)}
+    text = json.dumps(res, indent=1)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
