@@ -131,6 +131,7 @@ def test_heldout_split_matches_distill():
 
     assert (P.HELDOUT_MOD, P.HELDOUT_REM) == (data.HELDOUT_MOD, data.HELDOUT_REM)
     assert not set(P.DOCSTRING_MODULES) & set(data.DOC_MODULES)
+    assert not set(P.DOCSTRING_MODULES) & set(data.TEXT_MODULES)
 
 
 def test_jsonl_prompts(tmp_path):

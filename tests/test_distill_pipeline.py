@@ -106,6 +106,16 @@ def test_teacher_force_shards(tmp_path, tiny_text_target):
                                    tmp_path, seq_len=6, batch_size=2, top_k=16, progress=False)
     assert stats["sequences"] == 6 and stats["sampled_tokens"] == stats["tokens"]
     assert abs(stats["topk_mass"] - 1.0) < 1e-2
+    capped = D.teacher_force_shards(tiny_text_target, ["the cat sat on the mat and the dog ran to the park"] * 3,
+                                    tmp_path / "capped", seq_len=6, batch_size=2, top_k=16, progress=False, max_tokens=7)
+    assert capped["sequences"] == 2  # pieces up to the first that reaches 7 tokens
+
+
+def test_extra_raw_text_keeps_heldout_topics_out():
+    base, extra = D.raw_texts("train"), D.raw_texts("train", extra=True)
+    assert len(extra) > len(base) and extra[:len(base)] == base
+    held = D.heldout_shingles()
+    assert not any(D._shingles(t) & held for t in extra[len(base):][:200])
 
 
 # ----------------------------------------------------------------------------- loss and training

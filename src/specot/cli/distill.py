@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import sys
 import time
 from pathlib import Path
@@ -59,6 +60,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     pd.add_argument("--max-tokens", type=int, default=None, help="stop after this many stored tokens")
     pd.add_argument("--dtype", default="float32", help="target dtype (default float32; bf16 is ~3x slower batched on AVX2-only CPUs)")
     pd.add_argument("--threads", type=int, default=0, help="torch threads (0 = default; 1 is faster on a busy CPU)")
+    pd.add_argument("--extra-text", action="store_true",
+                    help="text split: add the docstrings of specot.distill.data.TEXT_MODULES (~3.4 M characters)")
     pd.set_defaults(func=_run_data)
 
     pt = dsub.add_parser("train", help="train the draft on the shards (resumable)")
@@ -124,7 +127,9 @@ def _run_data(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     target = load_embedded_target(dtype=args.dtype)
     if args.split == "text":
-        stats = teacher_force_shards(target, raw_texts("train"), args.out, top_k=args.top_k)
+        texts = raw_texts("train", extra=args.extra_text)
+        random.Random(args.seed).shuffle(texts)  # a --max-tokens cut keeps every source represented
+        stats = teacher_force_shards(target, texts, args.out, top_k=args.top_k, max_tokens=args.max_tokens)
     else:
         prompts = train_prompts(args.seed, max_prompts=args.n_prompts) if args.split == "train" else heldout_prompts(args.n_prompts or 40)
         cfg = SampleConfig(batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, temperature=args.temperature,

@@ -48,7 +48,7 @@ import torch
 __all__ = [
     "TRAIN_TEMPLATES", "DOC_TEMPLATES", "DOC_MODULES", "HELDOUT_MOD", "HELDOUT_REM",
     "topic_split", "train_prompts", "heldout_prompts", "raw_texts", "write_jsonl",
-    "generate_shards", "teacher_force_shards", "iter_shards", "shard_stats", "SampleConfig", "sample_batch",
+    "TEXT_MODULES", "generate_shards", "teacher_force_shards", "iter_shards", "shard_stats", "SampleConfig", "sample_batch",
     "label_batch",
 ]
 
@@ -89,6 +89,24 @@ DOC_MODULES = (
     "dataclasses", "typing", "contextlib", "operator", "fractions", "decimal", "hashlib", "base64",
     "glob", "fnmatch", "tempfile", "zipfile", "gzip", "pickle", "struct", "urllib.parse", "html",
     "difflib", "inspect", "abc", "io", "unittest", "sqlite3", "uuid", "secrets", "socket", "calendar",
+)
+
+
+#: Further modules whose docstrings are raw text for teacher forcing (``raw_texts(extra=True)``):
+#: more of the standard library, plus numpy and scipy when installed. Disjoint from the benchmarks'
+#: ``specot.bench.prompts.DOCSTRING_MODULES`` (tested), so those prompts stay held out.
+TEXT_MODULES = (
+    "email.utils", "email.parser", "http.server", "http.cookies", "http.cookiejar", "urllib.request",
+    "urllib.robotparser", "xml.etree.ElementTree", "xml.sax", "html.parser", "multiprocessing",
+    "concurrent.futures", "importlib", "importlib.resources", "pkgutil", "ast", "dis", "tokenize",
+    "traceback", "warnings", "signal", "mmap", "select", "ssl", "optparse", "getopt", "cmd", "code",
+    "timeit", "trace", "pstats", "cProfile", "platform", "sysconfig", "lzma", "bz2", "zipapp", "netrc",
+    "plistlib", "hmac", "binascii", "quopri", "shelve", "dbm", "copyreg", "marshal", "reprlib",
+    "unicodedata", "collections.abc", "filecmp", "stat", "linecache", "fileinput", "getpass",
+    "logging.handlers", "logging.config", "socketserver", "xmlrpc.client", "webbrowser",
+    "wsgiref.simple_server", "mailbox", "imaplib", "poplib", "doctest", "unittest.mock", "pdb",
+    "tracemalloc", "gc", "atexit", "faulthandler", "contextvars", "numpy", "numpy.linalg", "numpy.random",
+    "numpy.fft", "numpy.ma", "scipy.optimize", "scipy.linalg", "scipy.signal", "scipy.special", "scipy.stats",
 )
 
 
@@ -221,9 +239,10 @@ def heldout_prompts(n: int = 20, *, excerpt_chars: int = 500) -> list[str]:
     return out
 
 
-def raw_texts(split: str = "train", chunk_chars: int = 1200) -> list[str]:
+def raw_texts(split: str = "train", chunk_chars: int = 1200, *, extra: bool = False) -> list[str]:
     """Raw text chunks (for teacher forcing): the ``split`` topics of ``pydoc_data.topics`` in
-    ``chunk_chars`` pieces, plus (train only) the stdlib docstrings."""
+    ``chunk_chars`` pieces, plus (train only) the docstrings of :data:`DOC_MODULES` and, with
+    ``extra``, of :data:`TEXT_MODULES` (train: ~0.59 M characters; with ``extra``: see the README)."""
     from pydoc_data.topics import topics
 
     train_keys, held = topic_split()
@@ -238,6 +257,9 @@ def raw_texts(split: str = "train", chunk_chars: int = 1200) -> list[str]:
                 out.append(piece)
     if split == "train":
         out.extend(f"{name}\n\n{doc}" for name, doc in _docstrings())
+        if extra:
+            out.extend(f"{name}\n\n{doc}" for name, doc in _docstrings(TEXT_MODULES)
+                       if not (_shingles(doc) & held_sh))
     return out
 
 
@@ -463,9 +485,10 @@ def generate_shards(target: Any, prompts: Sequence[str], out_dir: str | os.PathL
 
 
 def teacher_force_shards(target: Any, texts: Sequence[str], out_dir: str | os.PathLike[str], *, seq_len: int = 256,
-                         batch_size: int = 16, top_k: int = 32, progress: bool = True) -> dict[str, Any]:
+                         batch_size: int = 16, top_k: int = 32, progress: bool = True,
+                         max_tokens: int | None = None) -> dict[str, Any]:
     """Soft labels of the target on raw ``texts`` (cut into ``seq_len``-token pieces) into
-    ``out_dir/shard_*.pt`` (resumable)."""
+    ``out_dir/shard_*.pt`` (resumable; the first ``max_tokens`` tokens of the pieces when given)."""
     from tqdm import tqdm
 
     out = Path(out_dir)
@@ -474,6 +497,12 @@ def teacher_force_shards(target: Any, texts: Sequence[str], out_dir: str | os.Pa
     for t in texts:
         ids = [int(i) for i in target.tokenizer(t)["input_ids"]]
         pieces.extend(ids[i:i + seq_len] for i in range(0, len(ids), seq_len) if len(ids[i:i + seq_len]) >= 2)
+    if max_tokens is not None:
+        total, cut = 0, 0
+        while cut < len(pieces) and total < max_tokens:
+            total += len(pieces[cut])
+            cut += 1
+        pieces = pieces[:cut]
     batches = [pieces[i:i + batch_size] for i in range(0, len(pieces), batch_size)]
     bar = tqdm(total=sum(len(p) for p in pieces), unit="tok", desc="teacher forcing", disable=not progress, file=sys.stderr)
     for bi, batch in enumerate(batches):
