@@ -118,32 +118,11 @@ def heldout_prompts(n: int = 10, *, excerpt_chars: int = 500) -> list[str]:
     return pool[:n]
 
 
-def _docstrings(min_chars: int = 150) -> list[tuple[str, str]]:
-    import importlib
-    import inspect
-
-    out: list[tuple[str, str]] = []
-    seen: set[str] = set()
-    for modname in DOCSTRING_MODULES:
-        try:
-            mod = importlib.import_module(modname)
-        except Exception:  # pragma: no cover - optional stdlib modules
-            continue
-        for name in sorted(getattr(mod, "__all__", None) or dir(mod)):
-            obj = getattr(mod, name, None)
-            if name.startswith("_") or not (inspect.isfunction(obj) or inspect.isclass(obj) or inspect.isbuiltin(obj)):
-                continue
-            doc = (inspect.getdoc(obj) or "").strip()
-            if len(doc) < min_chars or doc in seen:
-                continue
-            seen.add(doc)
-            out.append((f"{modname}.{name}", doc))
-    return out
-
-
 def docstring_prompts(n: int = 10, *, excerpt_chars: int = 500) -> list[str]:
     """``n`` prompts over stdlib docstrings (:data:`DOCSTRING_MODULES`), spread by a fixed stride."""
-    docs = _docstrings()
+    from ..distill.data import module_docstrings
+
+    docs = module_docstrings(DOCSTRING_MODULES, min_chars=150)
     _check_n(n, len(docs), "docstrings")
     stride = max(len(docs) // n, 1)
     return [DOC_TEMPLATES[i % len(DOC_TEMPLATES)].format(name=docs[i * stride][0], excerpt=_excerpt(docs[i * stride][1], excerpt_chars))

@@ -99,6 +99,22 @@ def _plt():  # noqa: ANN202
     return plt
 
 
+def _save_figure(plt: Any, fig: Any, path: Path) -> Path:
+    """Lay out, write (110 dpi) and close ``fig``; returns ``path``."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _finish_acceptance_axes(ax: Any, xlabel: str, title: str, legend_fontsize: int) -> None:
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("acceptance rate")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=legend_fontsize)
+
+
 def acceptance_plots(res: dict[str, Any], out_dir: str | os.PathLike[str], *, plot_n: int = 3,
                      plot_temperature: float = 0.7) -> list[Path]:
     """Per draft: ``acceptance_vs_temperature_<draft>.png`` (at n = ``plot_n``, or the largest n
@@ -110,6 +126,7 @@ def acceptance_plots(res: dict[str, Any], out_dir: str | os.PathLike[str], *, pl
     rows = res["rows"]
     for draft in sorted({r["draft"] for r in rows}):
         dr = [r for r in rows if r["draft"] == draft]
+        slug = draft.replace("/", "_").replace(":", "")
         ns = sorted({r["n"] for r in dr})
         n_plot = max([n for n in ns if n <= plot_n] or ns)
         temps = sorted({r["temperature"] for r in dr})
@@ -125,16 +142,8 @@ def acceptance_plots(res: dict[str, Any], out_dir: str | os.PathLike[str], *, pl
             line = ax.errorbar(x, y, yerr=err, marker="o", capsize=3, label=f"{ver} ({law})")
             if sel and sel[0]["alpha_star"] is not None and (law, ver) == next(c for c in combos if c[0] == law):
                 ax.plot(x, [r["alpha_star"] for r in sel], "--", color=line[0].get_color(), alpha=0.7, label=f"α* {law}")
-        ax.set_xlabel("temperature")
-        ax.set_ylabel("acceptance rate")
-        ax.set_title(f"{draft}: acceptance vs temperature (n = {n_plot})")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        p = out / f"acceptance_vs_temperature_{draft.replace('/', '_').replace(':', '')}.png"
-        fig.tight_layout()
-        fig.savefig(p, dpi=110)
-        plt.close(fig)
-        paths.append(p)
+        _finish_acceptance_axes(ax, "temperature", f"{draft}: acceptance vs temperature (n = {n_plot})", 8)
+        paths.append(_save_figure(plt, fig, out / f"acceptance_vs_temperature_{slug}.png"))
         # vs n
         fig, ax = plt.subplots(figsize=(6, 4))
         combos = sorted({(r["law"], r["verifier"]) for r in dr if abs(r["temperature"] - t_plot) < 1e-9 and r["n"] > 1})
@@ -150,16 +159,8 @@ def acceptance_plots(res: dict[str, Any], out_dir: str | os.PathLike[str], *, pl
                 ax.plot(x, [r["alpha_star"] for r in sel], "--", color=line[0].get_color(), alpha=0.6, label=f"α* {law}")
         if not combos and single:
             ax.plot([1], [single[0]["acceptance"]], "o", label="speculative (n = 1)")
-        ax.set_xlabel("number of drafts n")
-        ax.set_ylabel("acceptance rate")
-        ax.set_title(f"{draft}: acceptance vs n (T = {t_plot:g})")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-        p = out / f"acceptance_vs_n_{draft.replace('/', '_').replace(':', '')}.png"
-        fig.tight_layout()
-        fig.savefig(p, dpi=110)
-        plt.close(fig)
-        paths.append(p)
+        _finish_acceptance_axes(ax, "number of drafts n", f"{draft}: acceptance vs n (T = {t_plot:g})", 7)
+        paths.append(_save_figure(plt, fig, out / f"acceptance_vs_n_{slug}.png"))
     return paths
 
 
@@ -188,10 +189,7 @@ def speedup_plots(res: dict[str, Any], out_dir: str | os.PathLike[str]) -> list[
     ax.set_ylabel("tokens/s ÷ specot AR tokens/s")
     ax.set_title("wall-clock speedup over autoregressive (same run, same prompts)")
     ax.legend()
-    fig.tight_layout()
-    p1 = out / "speedup.png"
-    fig.savefig(p1, dpi=110)
-    plt.close(fig)
+    p1 = _save_figure(plt, fig, out / "speedup.png")
 
     fig, ax = plt.subplots(figsize=(5, 5))
     pts = [r for r in rows if r["predicted_block_efficiency_iid"] is not None]
@@ -208,10 +206,7 @@ def speedup_plots(res: dict[str, Any], out_dir: str | os.PathLike[str]) -> list[
     ax.grid(alpha=0.3)
     if pts:
         ax.legend()
-    fig.tight_layout()
-    p2 = out / "block_efficiency_predicted.png"
-    fig.savefig(p2, dpi=110)
-    plt.close(fig)
+    p2 = _save_figure(plt, fig, out / "block_efficiency_predicted.png")
     return [p1, p2]
 
 

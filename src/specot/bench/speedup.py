@@ -86,13 +86,14 @@ class Method:
     verifier: str | None = None
 
 
-def _median_ms(fn: Callable[[], None], reps: int) -> float:
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return 1000.0 * statistics.median(ts)
+def _pass_ms(model: Any, context_len: int, n: int, vocab: int, gen: torch.Generator) -> float:
+    """Wall time (ms) of a rollback to ``context_len`` cached tokens plus one ``model`` pass over
+    ``n`` random tokens (ids below ``vocab``)."""
+    toks = torch.randint(0, vocab, (n,), generator=gen).tolist()
+    t0 = time.perf_counter()
+    model.rollback(context_len)
+    model.forward(toks)
+    return 1000.0 * (time.perf_counter() - t0)
 
 
 @torch.inference_mode()
@@ -113,22 +114,10 @@ def measure_cost_curve(target: Any, draft: Any, context: Sequence[int], sizes: S
     gen = torch.Generator().manual_seed(0)
     for _ in range(reps):
         for s in sizes:
-            toks = torch.randint(0, target.vocab_size, (s,), generator=gen).tolist()
-
-            def one(toks: list[int] = toks) -> None:
-                target.rollback(len(ctx))
-                target.forward(toks)
-
-            t_ms[s].append(_median_ms(one, 1))
+            t_ms[s].append(_pass_ms(target, len(ctx), s, target.vocab_size, gen))
         if draft is not None:
             for w in draft_widths:
-                toks = torch.randint(0, target.vocab_size, (w,), generator=gen).tolist()
-
-                def oned(toks: list[int] = toks) -> None:
-                    draft.rollback(len(ctx))
-                    draft.forward(toks)
-
-                d_ms[w].append(_median_ms(oned, 1))
+                d_ms[w].append(_pass_ms(draft, len(ctx), w, target.vocab_size, gen))
     target.rollback(len(ctx))
     tm = {str(s): statistics.median(v) for s, v in t_ms.items()}
     return {

@@ -48,7 +48,7 @@ import torch
 __all__ = [
     "TRAIN_TEMPLATES", "DOC_TEMPLATES", "DOC_MODULES", "HELDOUT_MOD", "HELDOUT_REM",
     "topic_split", "train_prompts", "heldout_prompts", "raw_texts", "write_jsonl",
-    "TEXT_MODULES", "generate_shards", "teacher_force_shards", "iter_shards", "shard_stats", "SampleConfig", "sample_batch",
+    "TEXT_MODULES", "module_docstrings", "generate_shards", "teacher_force_shards", "iter_shards", "shard_stats", "SampleConfig", "sample_batch",
     "label_batch",
 ]
 
@@ -139,7 +139,7 @@ def _excerpts(text: str, rng: random.Random, lo: int = 200, hi: int = 500) -> li
     return out
 
 
-def _docstrings(modules: Sequence[str] = DOC_MODULES, min_chars: int = 120) -> list[tuple[str, str]]:
+def module_docstrings(modules: Sequence[str] = DOC_MODULES, min_chars: int = 120) -> list[tuple[str, str]]:
     """``(qualified name, docstring)`` of public functions/classes of ``modules`` (sorted, deduped)."""
     seen: set[str] = set()
     out: list[tuple[str, str]] = []
@@ -198,7 +198,7 @@ def train_prompts(seed: int = 0, *, templates_per_excerpt: int = 2, docstrings: 
                 prompts.append(TRAIN_TEMPLATES[t].format(excerpt=ex))
         prompts.append(rng.choice(TOPIC_QUESTIONS).format(name=key))
     if docstrings:
-        for name, doc in _docstrings():
+        for name, doc in module_docstrings():
             if _shingles(doc) & held:
                 continue
             ex = doc[:600]
@@ -256,9 +256,9 @@ def raw_texts(split: str = "train", chunk_chars: int = 1200, *, extra: bool = Fa
             if len(piece.strip()) > 100 and not (_shingles(piece) & held_sh):
                 out.append(piece)
     if split == "train":
-        out.extend(f"{name}\n\n{doc}" for name, doc in _docstrings())
+        out.extend(f"{name}\n\n{doc}" for name, doc in module_docstrings())
         if extra:
-            out.extend(f"{name}\n\n{doc}" for name, doc in _docstrings(TEXT_MODULES)
+            out.extend(f"{name}\n\n{doc}" for name, doc in module_docstrings(TEXT_MODULES)
                        if not (_shingles(doc) & held_sh))
     return out
 

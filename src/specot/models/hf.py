@@ -198,9 +198,8 @@ class CausalLM:
             kwargs["logits_to_keep"] = int(last)
         start = time.perf_counter()
         out = self.model(input_ids=ids, **kwargs)
-        logits = out.logits[0, :, : self.vocab_size].float()  # [T or last, V]
-        if last is not None:
-            logits = logits[-last:]
+        rows = out.logits[0, :, : self.vocab_size]  # [T, V], or [last, V] with logits_to_keep
+        logits = (rows[-last:] if last is not None else rows).float()  # cast only the rows returned
         self.forward_time_s += time.perf_counter() - start
         self.forward_calls += 1
         self._cache = out.past_key_values
