@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from specot.drafting import enumerate_draft_law, sample_drafts
-from specot.drafting.laws import MAX_ENUMERATED_TUPLES, top_tokens
+from specot.laws import enumerate_draft_law, sample_drafts
+from specot.laws import MAX_ENUMERATED_TUPLES, top_tokens
 from specot.verifiers import DraftLaw
 from verifier_helpers import chi_square_pvalue
 

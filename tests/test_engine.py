@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from specot.drafting import ModelDrafter, NGramDrafter, NGramTable
+from specot.drafting import DraftSchedule
 from specot.engine import GenerationConfig, autoregressive_generate, make_generator, speculative_generate
 from specot.models import CausalLM
 from specot.sampling import SamplingConfig
@@ -75,13 +76,22 @@ def test_sampling_is_lossless_chi_square(sampling, gamma, drafter_kind):
 
 
 def test_heuristic_gamma_schedule():
-    cfg = GenerationConfig(gamma=3, gamma_schedule="heuristic")
-    assert cfg.next_gamma(3, 3, 3) == 5 and cfg.next_gamma(5, 5, 5) == 6  # capped at 2γ
-    assert cfg.next_gamma(3, 3, 1) == 2 and cfg.next_gamma(1, 1, 0) == 1
-    assert cfg.next_gamma(3, 0, 0) == 3  # nothing drafted: unchanged
-    assert GenerationConfig(gamma=3).next_gamma(3, 3, 3) == 3
+    sched = DraftSchedule(3, "heuristic")
+    sched.update(3, 3)
+    assert sched.current == 5
+    sched.update(5, 5)
+    assert sched.current == 6  # capped at 2γ
+    sched.update(6, 1)
+    assert sched.current == 5
+    sched.update(0, 0)
+    assert sched.current == 5  # nothing drafted: unchanged
+    const = DraftSchedule(3)
+    const.update(3, 3)
+    assert const.current == 3
     with pytest.raises(ValueError, match="gamma_schedule"):
         GenerationConfig(gamma_schedule="fast")
+    with pytest.raises(ValueError, match="schedule"):
+        DraftSchedule(3, "fast")
 
 
 @pytest.mark.slow

@@ -88,11 +88,9 @@ def test_ngram_table_and_prompt_lookup():
     d = NGramDrafter(n=3, table=table)
     # prompt lookup: the context's last 2 tokens (8, 9) occurred before, followed by 10, 11
     prop = d.propose([8, 9, 10, 11, 12, 8, 9], 3, SamplingConfig())
-    assert prop.tokens == [10, 11, 12] and prop.q is None
-    assert d.propose([2, 3], 3, SamplingConfig()).tokens == [5]  # table: (2,3)->5, then nothing follows 5
-    q = prop.draft_probs(16)
-    assert q.shape == (3, 16) and torch.equal(q.argmax(-1), torch.tensor([10, 11, 12]))
-    assert NGramDrafter(n=2, table=None).propose([1, 2, 3], 4, SamplingConfig()).tokens == []
+    assert prop.tokens == [9, 10, 11, 12] and prop.q is None and prop.is_chain()  # root, then the chain
+    assert d.propose([2, 3], 3, SamplingConfig()).tokens[1:] == [5]  # table: (2,3)->5, then nothing follows 5
+    assert NGramDrafter(n=2, table=None).propose([1, 2, 3], 4, SamplingConfig()).size == 0
     with pytest.raises(ValueError):
         NGramDrafter(n=0)
 
@@ -100,8 +98,8 @@ def test_ngram_table_and_prompt_lookup():
 def test_model_drafter_returns_its_distributions():
     d = ModelDrafter(tiny_lm(1))
     prop = d.propose([1, 2, 3], 4, SamplingConfig(0.7), torch.Generator().manual_seed(0))
-    assert len(prop.tokens) == 4 and prop.q.shape == (4, 16)
-    assert all(prop.q[i, t] > 0 for i, t in enumerate(prop.tokens))
+    assert prop.size == 4 and prop.q.shape == (4, 16) and prop.is_chain()
+    assert all(prop.q[prop.q_row[prop.parents[i]], t] > 0 for i, t in enumerate(prop.tokens) if i > 0)
     torch.testing.assert_close(prop.q.sum(-1), torch.ones(4, dtype=prop.q.dtype))
 
 

@@ -7,13 +7,8 @@ import json
 import pytest
 import torch
 
-from specot.drafting.tree import (
-    EAGLE_DEFAULT_TREE,
-    TreeSpec,
-    build_draft_tree,
-    default_law_for,
-    parse_tree_spec,
-)
+from specot.drafting.model import draft_tree_from_model
+from specot.drafting.tree import EAGLE_DEFAULT_TREE, TreeSpec, default_law_for, parse_tree_spec
 from specot.engine import make_generator
 from specot.sampling import SamplingConfig
 from specot.verifiers import DraftLaw, available_verifiers, get_verifier
@@ -131,7 +126,7 @@ def test_build_draft_tree_one_pass_per_depth_and_multiplicity():
     draft = tiny_lm(1, vocab=8)
     ctx = [1, 5, 3, 7]
     spec = TreeSpec.sequences(6, 4)
-    tree = build_draft_tree(draft, ctx, spec, 4, SamplingConfig(1.0), make_generator(0))
+    tree, draft_pos = draft_tree_from_model(draft, ctx, spec, 4, SamplingConfig(1.0), make_generator(0))
     assert tree.draft_calls == 4 == draft.forward_calls  # root pass + one per inner depth
     assert sum(len(d) for n, d in tree.drafts.items() if tree.depths[n] == 0) == 6
     for node, d in tree.drafts.items():  # multiplicity: a node shared by m sequences has m drafts
@@ -142,26 +137,26 @@ def test_build_draft_tree_one_pass_per_depth_and_multiplicity():
     assert all(tree.depths[i] <= tree.depths[i + 1] for i in range(tree.size))  # numbered by depth
     assert all(tree.parents[i] < i for i in range(1, tree.size + 1))
     # leaves never go through the draft model; the cache holds context + fed nodes
-    assert len(draft.cached_ids) == len(ctx) + len(tree.draft_pos) - 1
-    assert all(tree.depths[n] < 4 for n in tree.draft_pos)
+    assert len(draft.cached_ids) == len(ctx) + len(draft_pos) - 1
+    assert all(tree.depths[n] < 4 for n in draft_pos)
 
 
 def test_build_draft_tree_wor_wider_than_vocabulary():
     draft = tiny_lm(1, vocab=8)
     spec = TreeSpec.prefix([12, 2], "wor")  # 12 children at the root > 8 tokens
-    tree = build_draft_tree(draft, [1, 2], spec, 2, SamplingConfig(1.0), make_generator(0))
+    tree, _ = draft_tree_from_model(draft, [1, 2], spec, 2, SamplingConfig(1.0), make_generator(0))
     root = tree.drafts[0]
     assert len(root) == 8 and sorted(root) == list(range(8))  # clamped to the support
     for node, d in tree.drafts.items():
         assert len(d) == len(set(d))
-    top3 = build_draft_tree(draft, [1, 2], spec, 2, SamplingConfig(1.0, top_k=3), make_generator(0))
+    top3, _ = draft_tree_from_model(draft, [1, 2], spec, 2, SamplingConfig(1.0, top_k=3), make_generator(0))
     assert len(top3.drafts[0]) == 3 and all(len(d) <= 2 for n, d in top3.drafts.items() if n)
 
 
 def test_build_draft_tree_stops_at_eos_and_depth_zero():
     draft = tiny_lm(1, vocab=8)
     spec = TreeSpec.sequences(8, 3)
-    tree = build_draft_tree(draft, [1, 2], spec, 3, SamplingConfig(1.0), make_generator(3), stop_tokens=frozenset(range(8)))
+    tree, _ = draft_tree_from_model(draft, [1, 2], spec, 3, SamplingConfig(1.0), make_generator(3), stop_tokens=frozenset(range(8)))
     assert tree.draft_calls == 1 and set(tree.drafts) == {0}  # every child is a stop token: not expanded
-    empty = build_draft_tree(draft, [1, 2], spec, 0, SamplingConfig(1.0), make_generator(0))
+    empty, _ = draft_tree_from_model(draft, [1, 2], spec, 0, SamplingConfig(1.0), make_generator(0))
     assert empty.size == 0 and empty.draft_calls == 0

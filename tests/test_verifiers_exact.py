@@ -12,7 +12,7 @@ import torch
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from specot.drafting import enumerate_draft_law
+from specot.laws import enumerate_draft_law
 from specot.verifiers import DraftLaw, draft_sets, get_verifier, kseq_rho, solve_otm_lp
 from verifier_helpers import LOSSLESS, distributions, enumerate_emitted
 

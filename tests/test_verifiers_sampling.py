@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from specot.drafting import enumerate_draft_law, sample_drafts
+from specot.laws import enumerate_draft_law, sample_drafts
 from specot.verifiers import DraftLaw, get_verifier
 from verifier_helpers import LOSSLESS, chi_square_pvalue
 

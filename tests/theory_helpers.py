@@ -13,7 +13,7 @@ import math
 import numpy as np
 import torch
 
-from specot.drafting.laws import enumerate_draft_law
+from specot.laws import enumerate_draft_law
 from specot.verifiers.otm import draft_sets, solve_otm_lp
 
 

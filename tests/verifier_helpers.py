@@ -7,7 +7,7 @@ import scipy.stats
 import torch
 from hypothesis import strategies as st
 
-from specot.drafting import enumerate_draft_law
+from specot.laws import enumerate_draft_law
 from specot.verifiers import DraftLaw, get_verifier
 
 # (verifier name, draft law, constructor params, allowed n)

@@ -11,6 +11,7 @@ Public API (see the README):
 """
 
 from .sampling import SamplingConfig, draw_uniforms, sample_categorical, standardize
+from .laws import MAX_ENUMERATED_TUPLES, enumerate_draft_law, sample_drafts, top_tokens
 from .verifiers import *  # noqa: F401,F403  (re-exported, see specot.verifiers.__all__)
 from .verifiers import __all__ as _verifiers_all
 from .theory import *  # noqa: F401,F403
@@ -22,13 +23,11 @@ from .engine import (
     GenerationConfig,
     GenerationResult,
     GenerationStats,
-    TreeGenerationStats,
     autoregressive_generate,
     make_generator,
     speculative_generate,
     tree_generate,
 )
-from .drafting.tree import DraftTree, TreeSpec, parse_tree_spec
 from .api import GenerateReport, generate, load_drafter, load_target
 
 __version__ = "0.1.0"
@@ -39,6 +38,10 @@ __all__ = [
     "standardize",
     "sample_categorical",
     "draw_uniforms",
+    "sample_drafts",
+    "enumerate_draft_law",
+    "top_tokens",
+    "MAX_ENUMERATED_TUPLES",
     *_verifiers_all,
     *_theory_all,
     *_drafting_all,
@@ -52,10 +55,6 @@ __all__ = [
     "speculative_generate",
     "autoregressive_generate",
     "tree_generate",
-    "TreeGenerationStats",
-    "TreeSpec",
-    "DraftTree",
-    "parse_tree_spec",
     "make_generator",
     "GenerateReport",
     "generate",

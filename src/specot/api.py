@@ -21,8 +21,7 @@ from .drafting.base import Drafter
 from .drafting.model import ModelDrafter, check_vocab_compatible
 from .drafting.ngram import NGramDrafter, NGramTable
 from .drafting.tree import TreeSpec, default_law_for, parse_tree_spec
-from .engine.speculative import autoregressive_generate, speculative_generate
-from .engine.tree import tree_generate
+from .engine.generate import autoregressive_generate, speculative_generate, tree_generate
 from .engine.types import GenerationConfig, GenerationResult
 from .models.embedded import (EMBEDDED_DRAFT, EMBEDDED_TARGET, embedded_draft_dir, is_embedded_target, load_embedded_draft,
                               load_embedded_target)

@@ -62,6 +62,8 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from ..laws import sample_drafts
+
 __all__ = [
     "LAW_VERIFIERS",
     "NGramLM",
@@ -321,7 +323,6 @@ def _alpha_star(p: torch.Tensor, q: torch.Tensor, n_eff: torch.Tensor, law: str)
 def _verifier_acceptance(name: str, law: str, p: torch.Tensor, q: torch.Tensor, n_eff: torch.Tensor,
                          mc_samples: int, gen: torch.Generator) -> tuple[np.ndarray, np.ndarray, str]:
     """Per-position acceptance (exact or Rao–Blackwell MC) and one sampled accept flag each."""
-    from ..drafting.laws import sample_drafts
     from ..verifiers import get_verifier
 
     ver = get_verifier(name)

@@ -1,17 +1,23 @@
-"""Drafting: draft-token samplers for each draft law, the n-gram drafter and Hugging Face draft models."""
+"""Drafting: the one drafter protocol, draft-tree shapes, draft models and the n-gram drafter."""
 
-from .base import DraftProposal, Drafter
-from .laws import *  # noqa: F401,F403
-from .laws import __all__ as _laws_all
-from .model import ModelDrafter, check_vocab_compatible
+from .base import DraftOutcome, DraftSchedule, DraftTree, Drafter
+from .model import ModelDrafter, check_vocab_compatible, draft_tree_from_model
 from .ngram import NGramDrafter, NGramTable
+from .tree import EAGLE_DEFAULT_TREE, TreeSpec, default_law_for, load_topology, parse_tree_spec
 
 __all__ = [
-    "DraftProposal",
     "Drafter",
+    "DraftTree",
+    "DraftOutcome",
+    "DraftSchedule",
     "ModelDrafter",
     "check_vocab_compatible",
+    "draft_tree_from_model",
     "NGramDrafter",
     "NGramTable",
-    *_laws_all,
+    "TreeSpec",
+    "EAGLE_DEFAULT_TREE",
+    "parse_tree_spec",
+    "load_topology",
+    "default_law_for",
 ]

@@ -1,70 +1,256 @@
-"""The drafter interface: propose up to γ draft tokens after a context, with their draft distributions."""
+"""The one drafter protocol: propose a draft tree, then learn the verification outcome.
+
+Every drafter — a draft model, the n-gram drafter, feature-level (EAGLE-style) drafters — speaks
+this protocol with the decoding loop (:func:`specot.engine.decode`):
+
+1. :meth:`Drafter.start` once per generation: the prompt, the draft-tree shape (a
+   :class:`~specot.drafting.tree.TreeSpec`; a chain of γ tokens is ``TreeSpec.sequences(1, γ)``)
+   and the draft-length schedule.
+2. :meth:`Drafter.propose` each iteration: a :class:`DraftTree` after the committed context, at
+   most ``max_depth`` deep. An empty tree (the root only) asks for a plain target step.
+3. :meth:`Drafter.update` after verification: a :class:`DraftOutcome` with the accepted path, the
+   committed tokens and — when the drafter sets :attr:`Drafter.hidden_layers` — the target's
+   hidden states of the committed positions (EAGLE-style drafters read these). The drafter updates
+   its caches and its draft-length schedule (the schedule belongs to the drafter, as in Hugging
+   Face's candidate generators).
+
+A chain is a tree with one child per node; autoregressive decoding is the empty tree.
+"""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
-from typing import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Sequence
 
 import torch
 from torch import Tensor
 
+from ..laws import DraftLaw
 from ..sampling import SamplingConfig
 
-__all__ = ["DraftProposal", "Drafter"]
+if TYPE_CHECKING:  # annotations only: tree.py imports this module
+    from .tree import TreeSpec
+
+__all__ = ["DraftTree", "DraftOutcome", "DraftSchedule", "Drafter"]
 
 
 @dataclass
-class DraftProposal:
-    """Draft tokens proposed after a context.
+class DraftTree:
+    """One drafted tree. Node 0 is the root (the last committed token); nodes ``1..N`` are draft
+    tokens, numbered so that every parent precedes its children (by depth).
 
     Attributes:
-        tokens: the drafted token ids, ``γ' <= γ`` of them (possibly none).
-        q: draft probabilities ``[γ', V]`` the tokens were sampled from (after the same
-            standardized-sampling transform as the target), or ``None`` for a deterministic draft
-            (verified as a one-hot q on each token).
+        tokens: ``[1 + N]`` token per node (``tokens[0]``: the last context token).
+        parents: ``[1 + N]`` parent node (``parents[0] = -1``).
+        depths: ``[1 + N]`` depth (root 0).
+        drafts: expanded node → its children's tokens WITH multiplicity, in draw order: the
+            ``drafts [1, n]`` a token-level verifier sees at that node.
+        child_of: expanded node → token → child node.
+        q: ``[M, V]`` draft probabilities of the expanded nodes (``q_row[node]`` indexes it), on the
+            drafter's device; ``None`` for a deterministic draft (verified as a one-hot q on each
+            child when every node has one child).
+        q_row: expanded node → row of ``q``.
+        law: the draft law by which the children of every node were drawn from q.
+        draft_calls: draft forward passes (or lookups) spent on this tree.
     """
 
     tokens: list[int]
+    parents: list[int]
+    depths: list[int]
+    drafts: dict[int, list[int]] = field(default_factory=dict)
+    child_of: dict[int, dict[int, int]] = field(default_factory=dict)
     q: Tensor | None = None
+    q_row: dict[int, int] = field(default_factory=dict)
+    law: DraftLaw = DraftLaw.IID
+    draft_calls: int = 0
 
-    def __len__(self) -> int:
-        return len(self.tokens)
+    @classmethod
+    def root(cls, token: int) -> "DraftTree":
+        """The empty tree (root only): a plain target step."""
+        return cls(tokens=[int(token)], parents=[-1], depths=[0])
 
-    def draft_probs(self, vocab_size: int, dtype: torch.dtype = torch.float32) -> Tensor:
-        """``q [γ', V]``: the stored draft probabilities, or one-hot rows for a deterministic draft."""
-        if self.q is not None:
-            return self.q
-        q = torch.zeros(len(self.tokens), vocab_size, dtype=dtype)
-        if self.tokens:
-            q[torch.arange(len(self.tokens)), torch.tensor(self.tokens)] = 1.0
-        return q
+    @classmethod
+    def chain(cls, root: int, tokens: Sequence[int], q: Tensor | None = None) -> "DraftTree":
+        """A chain of draft ``tokens`` after ``root``; ``q [len(tokens), V]`` or ``None`` (deterministic)."""
+        tree = cls.root(root)
+        for i, t in enumerate(tokens):
+            tree.add_children(i, [int(t)])
+        if q is not None:
+            tree.q = q
+            tree.q_row = {i: i for i in range(len(tokens))}
+        return tree
+
+    def add_children(self, node: int, drafts: Sequence[int]) -> list[int]:
+        """Attach ``drafts`` (with multiplicity, draw order) as the children of ``node``; drafts of
+        one token share one child. Returns the child node of each draft."""
+        self.drafts[node] = [int(t) for t in drafts]
+        kids = self.child_of.setdefault(node, {})
+        out = []
+        for tok in self.drafts[node]:
+            child = kids.get(tok)
+            if child is None:
+                child = len(self.tokens)
+                kids[tok] = child
+                self.tokens.append(tok)
+                self.parents.append(node)
+                self.depths.append(self.depths[node] + 1)
+            out.append(child)
+        return out
+
+    @property
+    def size(self) -> int:
+        """Number of draft nodes N (the root excluded)."""
+        return len(self.tokens) - 1
+
+    @property
+    def depth(self) -> int:
+        """Deepest draft node's depth (0 for the empty tree)."""
+        return max(self.depths)
+
+    def is_chain(self) -> bool:
+        """True when every expanded node has exactly one draft (the single-draft case)."""
+        return all(len(d) == 1 for d in self.drafts.values())
+
+    def path_tokens(self, node: int) -> list[int]:
+        """Tokens on the root-to-``node`` path (root excluded)."""
+        out: list[int] = []
+        while node > 0:
+            out.append(self.tokens[node])
+            node = self.parents[node]
+        return out[::-1]
+
+    def max_drafts_per_node(self) -> int:
+        """The largest number of drafts verified at one node (0 for the empty tree)."""
+        return max((len(d) for d in self.drafts.values()), default=0)
+
+
+@dataclass(frozen=True)
+class DraftOutcome:
+    """What the decoding loop tells the drafter after verifying its tree.
+
+    Attributes:
+        tree: the tree that was verified.
+        path: accepted nodes (root excluded), root-to-leaf.
+        tokens: the tokens committed this iteration (the accepted drafts, then the correction or
+            bonus token; cut at EOS / ``max_new_tokens``).
+        context_len: committed length before this iteration.
+        hidden_states: the target's hidden states ``[M, F]`` of committed positions
+            ``hidden_start .. hidden_start + M − 1`` (the context positions run in this pass and the
+            accepted drafts; the last committed token has not been through the target yet), when
+            the drafter asked for them (:attr:`Drafter.hidden_layers`), else ``None``.
+        hidden_start: absolute position of the first row of ``hidden_states``.
+    """
+
+    tree: DraftTree
+    path: tuple[int, ...]
+    tokens: tuple[int, ...]
+    context_len: int
+    hidden_states: Tensor | None = None
+    hidden_start: int = 0
+
+    @property
+    def accepted(self) -> int:
+        """Accepted draft tokens this iteration."""
+        return len(self.path)
+
+
+class DraftSchedule:
+    """The draft length γ of the next iteration, adapted from past outcomes.
+
+    ``"constant"``: γ every iteration. ``"heuristic"``: Hugging Face's assisted-generation schedule
+    — start at γ, +2 after an iteration whose drafts were all accepted, −1 otherwise, within
+    ``[1, 2γ]``. The length depends only on past outcomes, so the output law is unchanged (still
+    exact).
+
+    Raises:
+        ValueError: ``gamma < 1`` or an unknown ``kind``.
+    """
+
+    KINDS = ("constant", "heuristic")
+
+    def __init__(self, gamma: int, kind: str = "constant") -> None:
+        if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
+            raise ValueError(f"draft length gamma must be an integer >= 1, got {gamma!r}")
+        if kind not in self.KINDS:
+            raise ValueError(f"draft-length schedule must be 'constant' or 'heuristic', got {kind!r}")
+        self.gamma, self.kind, self.current = gamma, kind, gamma
+
+    def update(self, drafted_depth: int, accepted: int) -> None:
+        """Record an iteration whose tree was ``drafted_depth`` deep and had ``accepted`` drafts accepted."""
+        if self.kind == "constant" or drafted_depth == 0:
+            return
+        if accepted >= drafted_depth:
+            self.current = min(self.current + 2, 2 * self.gamma)
+        else:
+            self.current = max(self.current - 1, 1)
 
 
 class Drafter(ABC):
-    """Proposes draft tokens. Subclasses: :class:`NGramDrafter`, :class:`ModelDrafter`.
+    """Proposes draft trees through the one protocol (see the module docstring).
+
+    Subclasses implement :meth:`propose` (and :meth:`update` / :meth:`start` when they keep state).
 
     Attributes:
         name: label used in statistics.
-        draft_time_s: wall time spent proposing since :meth:`reset_stats`, seconds.
+        hidden_layers: the target's hidden-state layers this drafter reads (``None``: none); the
+            engine then hands them over in :class:`DraftOutcome`.
+        spec: the draft-tree shape of the current generation (set by :meth:`start`).
+        schedule: the draft-length schedule of the current generation.
+        stop_tokens: token ids after which nothing is drafted (EOS), set by :meth:`start`.
+        draft_time_s: wall time spent in :meth:`propose` since :meth:`reset_stats` (the draft's
+            forward passes and its sampling), seconds.
         calls: draft forward passes (or lookups) since :meth:`reset_stats`.
     """
 
     name: str = "drafter"
+    hidden_layers: tuple[int, ...] | None = None
 
     def __init__(self) -> None:
         self.draft_time_s = 0.0
         self.calls = 0
+        self.spec: TreeSpec | None = None
+        self.schedule = DraftSchedule(1)
+        self.stop_tokens: frozenset[int] = frozenset()
 
     @property
     def vocab_size(self) -> int | None:
         """Vocabulary size of the draft distribution, when the drafter has one."""
         return None
 
+    @property
+    def device(self) -> torch.device | None:
+        """Device of the drafter's tensors (``None`` for a host-only drafter such as n-gram)."""
+        return None
+
+    def start(self, prompt_ids: Sequence[int], spec: "TreeSpec", schedule: DraftSchedule | None = None,
+              stop_tokens: frozenset[int] = frozenset()) -> None:
+        """Begin a generation: forget per-sequence state, set the tree shape, the draft-length
+        schedule and the stop tokens (EOS: a draft node holding one is never expanded)."""
+        self.reset()
+        self.spec = spec
+        self.schedule = schedule if schedule is not None else DraftSchedule(spec.depth)
+        self.stop_tokens = frozenset(stop_tokens)
+
+    def depth_limit(self, max_depth: int) -> int:
+        """Depth of the next tree: the schedule's γ, cut at ``max_depth`` (tokens still allowed − 1);
+        ``max_depth`` itself before :meth:`start` (a drafter used on its own)."""
+        if self.spec is None:
+            return max(0, max_depth)
+        return max(0, min(self.schedule.current, max_depth))
+
     @abstractmethod
-    def propose(self, context: Sequence[int], gamma: int, sampling: SamplingConfig,
-                generator: torch.Generator | None = None) -> DraftProposal:
-        """Propose at most ``gamma`` tokens to follow ``context`` (token ids)."""
+    def propose(self, context: Sequence[int], max_depth: int, sampling: SamplingConfig,
+                generator: torch.Generator | None = None) -> DraftTree:
+        """A draft tree after ``context`` (token ids), at most ``min(schedule γ, max_depth)`` deep.
+
+        Drafts sampled from a draft distribution use ``sampling`` (the same standardized-sampling
+        transform as the target) and draw all randomness from ``generator``.
+        """
+
+    def update(self, outcome: DraftOutcome) -> None:
+        """Learn the verification outcome (default: advance the draft-length schedule)."""
+        self.schedule.update(outcome.tree.depth, outcome.accepted)
 
     def reset(self) -> None:
         """Forget per-sequence state (caches) before a new prompt."""

@@ -5,7 +5,8 @@ earlier occurrence of the context's last ``m`` tokens (``m`` from ``n`` down to 
 propose the tokens that followed it. When the context has no match, the optional
 :class:`NGramTable` (built from token sequences or text) proposes the most frequent continuation,
 chained greedily. When nothing matches, the drafter proposes no token and the engine makes a plain
-target step. Drafts are deterministic: they are verified as one-hot q.
+target step. Drafts are deterministic: they are verified as one-hot q (exact: Leviathan et al.'s rule with
+q = δ_x accepts x with probability p(x) and otherwise draws from p without x, renormalised).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any, Iterable, Sequence
 import torch
 
 from ..sampling import SamplingConfig
-from .base import DraftProposal, Drafter
+from .base import DraftTree, Drafter
 
 __all__ = ["NGramTable", "NGramDrafter"]
 
@@ -102,8 +103,11 @@ class NGramDrafter(Drafter):
                     return list(ctx[start + m:start + m + gamma])
         return []
 
-    def propose(self, context: Sequence[int], gamma: int, sampling: SamplingConfig,
-                generator: torch.Generator | None = None) -> DraftProposal:
+    def propose(self, context: Sequence[int], max_depth: int, sampling: SamplingConfig,
+                generator: torch.Generator | None = None) -> DraftTree:
+        """A deterministic chain of up to ``min(schedule γ, max_depth)`` tokens (``q = None``: the
+        engine verifies it as a one-hot q on each token); the empty tree when nothing matches."""
+        gamma = self.depth_limit(max_depth)
         t0 = time.perf_counter()
         out: list[int] = []
         ctx = list(context)
@@ -117,4 +121,4 @@ class NGramDrafter(Drafter):
                 out.append(tok)
         self.calls += 1
         self.draft_time_s += time.perf_counter() - t0
-        return DraftProposal(tokens=out[:gamma], q=None)
+        return DraftTree.chain(int(ctx[-1]), out[:gamma])

@@ -25,8 +25,8 @@ fewer than n tokens with positive mass (top-k, top-p, temperature 0, or a tree w
 vocabulary) the node draws n' = support size tokens instead — the same law with fewer drafts —
 and the last n − n' child slots (and their subtrees) are dropped.
 
-:func:`build_draft_tree` runs the draft model once per depth for ALL frontier nodes (tree attention
-over the draft's KV cache, :meth:`specot.models.CausalLM.forward_tree`).
+:func:`specot.drafting.model.draft_tree_from_model` runs a draft model once per depth for ALL
+frontier nodes (tree attention over the draft's KV cache).
 """
 
 from __future__ import annotations
@@ -39,22 +39,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
-import torch
-from torch import Tensor
-
-from ..models.hf import CausalLM
-from ..sampling import SamplingConfig, standardize
-from ..verifiers.base import DraftLaw, Verifier
-from .laws import sample_drafts
+from ..laws import DraftLaw
+from ..verifiers.base import AnyVerifier
 
 __all__ = [
     "TreeSpec",
-    "DraftTree",
     "EAGLE_DEFAULT_TREE",
     "parse_tree_spec",
     "load_topology",
     "default_law_for",
-    "build_draft_tree",
 ]
 
 Path_ = tuple[int, ...]
@@ -177,6 +170,10 @@ class TreeSpec:
         """Child slots of ``slot`` (``()`` is the root), in index order."""
         return self._children.get(slot, ())
 
+    def is_chain(self) -> bool:
+        """True when every slot has at most one child slot (a single draft chain)."""
+        return all(len(v) <= 1 for v in self._children.values())
+
     def max_drafts_per_node(self) -> int:
         """Largest number of drafts a node can be verified with: under IID all slots of one depth
         can merge into one node, otherwise the largest number of children of one slot."""
@@ -184,7 +181,7 @@ class TreeSpec:
             return max(Counter(len(p) for p in self.paths).values())
         return max(len(v) for v in self._children.values())
 
-    def check_verifier(self, verifier: Verifier) -> None:
+    def check_verifier(self, verifier: AnyVerifier) -> None:
         """Raise ``ValueError`` (before decoding) unless ``verifier`` is valid for every node of
         this construction: ``check_construction(law, n)`` for every n the tree can produce."""
         for n in range(1, self.max_drafts_per_node() + 1):
@@ -228,7 +225,7 @@ def load_topology(path: str | os.PathLike[str]) -> tuple[list[list[int]], str | 
     return data, law
 
 
-def default_law_for(verifier: Verifier) -> DraftLaw:
+def default_law_for(verifier: AnyVerifier) -> DraftLaw:
     """The draft law a tree should use for ``verifier`` when none is named: the verifier's own law
     (OTM), else the first valid one of IID, WOR, GREEDY, SPECHUB."""
     law = getattr(verifier, "law", None)
@@ -288,121 +285,3 @@ def parse_tree_spec(text: str | None, *, drafts: int | None = None, draft_len: i
         return spec
     raise ValueError(f"unknown tree construction {text!r}; use iid, wor, greedy, spechub, prefix:k1,..,kL, "
                      "topology:FILE or eagle")
-
-
-# ==================================================================== drafting
-@dataclass
-class DraftTree:
-    """One drafted tree. Node 0 is the root (the last committed token); nodes 1..N are drafts,
-    numbered by depth (every parent before its children).
-
-    Attributes:
-        tokens: ``[1 + N]`` token per node (``tokens[0]``: the last context token).
-        parents: ``[1 + N]`` parent node (``parents[0] = -1``).
-        depths: ``[1 + N]`` depth (root 0).
-        drafts: expanded node → its children's tokens WITH multiplicity, in slot (draw) order: the
-            ``drafts [1, n]`` its verifier sees.
-        child_of: expanded node → token → child node.
-        q: ``[M, V]`` draft probabilities of the expanded nodes; ``q_row[node]`` indexes it.
-        draft_pos: node → index of its entry in the draft model's KV cache (fed nodes only).
-        draft_calls: draft forward passes used.
-    """
-
-    tokens: list[int]
-    parents: list[int]
-    depths: list[int]
-    drafts: dict[int, list[int]] = field(default_factory=dict)
-    child_of: dict[int, dict[int, int]] = field(default_factory=dict)
-    q: Tensor | None = None
-    q_row: dict[int, int] = field(default_factory=dict)
-    draft_pos: dict[int, int] = field(default_factory=dict)
-    draft_calls: int = 0
-
-    @property
-    def size(self) -> int:
-        """Number of draft nodes N (the root excluded)."""
-        return len(self.tokens) - 1
-
-    def path_tokens(self, node: int) -> list[int]:
-        """Tokens on the root-to-``node`` path (root excluded)."""
-        out: list[int] = []
-        while node > 0:
-            out.append(self.tokens[node])
-            node = self.parents[node]
-        return out[::-1]
-
-    def is_chain(self) -> bool:
-        """True when every expanded node has exactly one draft (the single-draft case)."""
-        return all(len(d) == 1 for d in self.drafts.values())
-
-
-def build_draft_tree(draft: CausalLM, context: Sequence[int], spec: TreeSpec, depth: int, sampling: SamplingConfig,
-                     generator: torch.Generator | None, stop_tokens: set[int] | frozenset[int] = frozenset()) -> DraftTree:
-    """Draft a tree after ``context`` with ``spec`` cut at ``depth``, one draft pass per depth.
-
-    The draft model's cache first catches up with ``context`` (a plain pass, giving q at the root);
-    then, for each depth, all frontier nodes (nodes with child slots, not at ``depth``, not a stop
-    token) run in ONE :meth:`CausalLM.forward_tree` call. Leaves are never run through the draft.
-
-    Returns:
-        :class:`DraftTree`. The draft cache then holds ``context`` + the fed nodes; the caller
-        keeps the accepted path with :meth:`CausalLM.keep_tree_path`.
-    """
-    law = spec.law
-    tree = DraftTree(tokens=[int(context[-1])], parents=[-1], depths=[0])
-    slots: dict[int, list[Path_]] = {0: [()]}
-    if depth <= 0 or not spec.children(()):
-        return tree
-    logits = draft.logits_after(context)[-1:]  # [1, V]
-    tree.draft_calls = 1
-    tree.draft_pos[0] = len(context) - 1
-    frontier = [0]
-    q_rows: list[Tensor] = []
-    for d in range(depth):
-        q = standardize(logits, sampling)  # [F, V]
-        kid_slots = [[c for s in slots[node] for c in spec.children(s)] for node in frontier]
-        n_eff = [len(k) for k in kid_slots]
-        if law != DraftLaw.IID:
-            support = (q > 0).sum(-1).tolist()
-            n_eff = [min(n, int(s)) for n, s in zip(n_eff, support)]
-        # one sample_drafts call per distinct n, nodes in frontier order
-        draws: dict[int, list[int]] = {}
-        for n in dict.fromkeys(n_eff):
-            rows = [i for i, m in enumerate(n_eff) if m == n]
-            got = sample_drafts(q[rows], n, law, generator).tolist()  # [len(rows), n]
-            for i, toks in zip(rows, got):
-                draws[i] = toks
-        next_frontier: list[int] = []
-        for i, node in enumerate(frontier):
-            tree.q_row[node] = len(q_rows)
-            q_rows.append(q[i])
-            toks = draws[i]
-            tree.drafts[node] = toks
-            kids = tree.child_of.setdefault(node, {})
-            for tok, slot in zip(toks, kid_slots[i]):
-                child = kids.get(tok)
-                if child is None:
-                    child = len(tree.tokens)
-                    kids[tok] = child
-                    tree.tokens.append(tok)
-                    tree.parents.append(node)
-                    tree.depths.append(d + 1)
-                    slots[child] = []
-                slots[child].append(slot)
-        if d + 1 >= depth:
-            break
-        for node in range(len(tree.tokens)):
-            if tree.depths[node] == d + 1 and tree.tokens[node] not in stop_tokens:
-                if any(spec.children(s) for s in slots[node]):
-                    next_frontier.append(node)
-        if not next_frontier:
-            break
-        start = len(draft.cached_ids)
-        logits = draft.forward_tree([tree.tokens[n] for n in next_frontier],
-                                    [tree.draft_pos[tree.parents[n]] for n in next_frontier])  # [F, V]
-        tree.draft_calls += 1
-        for j, node in enumerate(next_frontier):
-            tree.draft_pos[node] = start + j
-        frontier = next_frontier
-    tree.q = torch.stack(q_rows) if q_rows else None  # [M, V]
-    return tree

@@ -21,9 +21,9 @@ class GenerationConfig:
         seed: seed of the ``torch.Generator`` behind every random decision (``None``: random).
         stop_at_eos: stop after the first end-of-sequence token (it is emitted, nothing after it).
         gamma_schedule: ``"constant"`` (γ every iteration) or ``"heuristic"`` (Hugging Face's
-            assisted-generation schedule: start at γ, +2 after an iteration whose drafts were all
-            accepted, −1 otherwise, within ``[1, 2γ]``). The draft length depends only on past
-            outcomes, so the output law is unchanged (still exact).
+            assisted-generation schedule, :class:`specot.drafting.DraftSchedule`, owned by the
+            drafter). The draft length depends only on past outcomes, so the output law is
+            unchanged (still exact).
 
     Raises:
         ValueError: ``max_new_tokens < 1``, ``gamma < 1`` or an unknown ``gamma_schedule``.
@@ -44,14 +44,6 @@ class GenerationConfig:
         if self.gamma_schedule not in ("constant", "heuristic"):
             raise ValueError(f"gamma_schedule must be 'constant' or 'heuristic', got {self.gamma_schedule!r}")
 
-    def next_gamma(self, current: int, drafted: int, accepted: int) -> int:
-        """Draft length of the next iteration after ``accepted`` of ``drafted`` drafts passed."""
-        if self.gamma_schedule == "constant" or drafted == 0:
-            return current
-        if accepted == drafted:
-            return min(current + 2, 2 * self.gamma)
-        return max(current - 1, 1)
-
 
 @dataclass
 class GenerationStats:
@@ -67,7 +59,9 @@ class GenerationStats:
         accepted_at: per draft position i (0-based), how many times position i was accepted.
         tried_at: per draft position i, how many times a draft token stood at position i and was
             verified (positions after the first rejection are not counted).
-        draft_time_s / target_time_s / total_time_s: wall time, seconds.
+        draft_time_s / target_time_s / total_time_s: wall time, seconds (device-synchronised).
+        tree_sizes: draft tokens (tree nodes) per iteration.
+        accepted_lengths: accepted draft tokens per iteration.
     """
 
     new_tokens: int = 0
@@ -81,6 +75,8 @@ class GenerationStats:
     draft_time_s: float = 0.0
     target_time_s: float = 0.0
     total_time_s: float = 0.0
+    tree_sizes: list[int] = field(default_factory=list)
+    accepted_lengths: list[int] = field(default_factory=list)
 
     @property
     def block_efficiency(self) -> float:
@@ -107,6 +103,22 @@ class GenerationStats:
         """Wall time outside the two models' forward passes (verification, sampling, bookkeeping)."""
         return max(self.total_time_s - self.draft_time_s - self.target_time_s, 0.0)
 
+    @property
+    def overhead_share(self) -> float:
+        """Share of wall time outside the two models' forward passes (verification, sampling,
+        bookkeeping, host syncs)."""
+        return self.overhead_time_s / self.total_time_s if self.total_time_s > 0 else 0.0
+
+    @property
+    def mean_tree_size(self) -> float:
+        """Mean draft tokens per iteration."""
+        return sum(self.tree_sizes) / len(self.tree_sizes) if self.tree_sizes else 0.0
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """Mean accepted draft tokens per iteration."""
+        return sum(self.accepted_lengths) / len(self.accepted_lengths) if self.accepted_lengths else 0.0
+
     def record_position(self, i: int, accepted: bool) -> None:
         while len(self.tried_at) <= i:
             self.tried_at.append(0)
@@ -122,6 +134,9 @@ class GenerationStats:
             acceptance_per_position=self.acceptance_per_position,
             tokens_per_s=self.tokens_per_s,
             overhead_time_s=self.overhead_time_s,
+            overhead_share=self.overhead_share,
+            mean_tree_size=self.mean_tree_size,
+            mean_accepted_length=self.mean_accepted_length,
         )
         return d
 

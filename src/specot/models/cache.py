@@ -2,8 +2,10 @@
 
 Speculative decoding appends draft positions to the cache and then discards the rejected ones.
 Rollback of a suffix uses the cache's own ``crop`` (transformers >= 5: a negative count of tokens
-to remove). Keeping an arbitrary subset of the new positions (the accepted path of a draft tree)
-re-indexes each layer's key/value tensors ``[batch, heads, seq, head_dim]`` along ``seq``.
+to remove). Keeping an arbitrary increasing subset of the positions (the committed prefix plus the
+accepted path of a draft tree) moves the kept entries of each layer's key/value tensors
+``[batch, heads, seq, head_dim]`` down IN PLACE and crops the rest: the committed prefix is never
+copied. This is the one compaction routine of specot.
 """
 
 from __future__ import annotations
@@ -34,23 +36,37 @@ def crop_cache(cache: object, length: int) -> None:
         cache.crop(-(have - length))  # type: ignore[attr-defined]
 
 
-def keep_cache_positions(cache: object, keep: Tensor) -> None:
-    """Keep only the cached positions listed in ``keep`` (int64 ``[K]``, increasing), in place.
+def keep_cache_positions(cache: object, keep: Tensor | list[int]) -> None:
+    """Keep only the cached positions ``keep`` (int64 ``[K]``, strictly increasing), in place.
 
-    Used after tree verification: ``keep`` is the committed prefix followed by the accepted path's
-    node positions. Works on caches whose layers expose ``keys``/``values`` tensors
+    Entry ``keep[j]`` moves to index ``j`` (entries already in place are not touched, so keeping the
+    committed prefix plus a tree's accepted path moves only the path), then the cache is cropped to
+    ``K`` positions. Works on caches whose layers expose ``keys``/``values`` tensors
     ``[batch, heads, seq, head_dim]`` (``DynamicCache`` in transformers >= 5).
 
     Raises:
         TypeError: the cache type does not expose per-layer key/value tensors.
+        ValueError: ``keep`` is not strictly increasing within the cache.
     """
     layers = getattr(cache, "layers", None)
     if layers is None:
         raise TypeError(f"cannot compact a cache of type {type(cache).__name__}; use transformers.DynamicCache")
-    keep = keep.to(torch.int64)
-    for layer in layers:
-        if getattr(layer, "keys", None) is None or layer.keys.numel() == 0:
-            continue
-        idx = keep.to(layer.keys.device)
-        layer.keys = layer.keys.index_select(-2, idx)
-        layer.values = layer.values.index_select(-2, idx)
+    idx = [int(i) for i in (keep.tolist() if isinstance(keep, Tensor) else keep)]
+    have = cache_length(cache)
+    if any(b <= a for a, b in zip(idx, idx[1:])) or (idx and (idx[0] < 0 or idx[-1] >= have)):
+        raise ValueError(f"positions to keep must increase strictly within [0, {have}), got {idx[:8]}...")
+    moved = [(j, s) for j, s in enumerate(idx) if j != s]
+    if moved:
+        dst_cpu = torch.tensor([d for d, _ in moved], dtype=torch.int64)
+        src_cpu = torch.tensor([s for _, s in moved], dtype=torch.int64)
+        on: dict[torch.device, tuple[Tensor, Tensor]] = {}
+        for layer in layers:
+            k = getattr(layer, "keys", None)
+            if k is None or k.numel() == 0:
+                continue
+            if k.device not in on:  # one host-to-device copy per device, not per layer
+                on[k.device] = (dst_cpu.to(k.device), src_cpu.to(k.device))
+            dst, src = on[k.device]
+            layer.keys[..., dst, :] = layer.keys[..., src, :]  # the gather on the right is a copy
+            layer.values[..., dst, :] = layer.values[..., src, :]
+    crop_cache(cache, len(idx))

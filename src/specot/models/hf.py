@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import torch
 from torch import Tensor
 
-from .cache import cache_length, crop_cache, keep_cache_positions
+from .cache import crop_cache, keep_cache_positions
 
 __all__ = ["CausalLM", "load_model", "resolve_dtype", "cpu_has_native_bf16", "tree_attention_mask"]
 
@@ -27,7 +27,7 @@ def tree_attention_mask(visible: Tensor, dtype: torch.dtype) -> Tensor:
     """Additive 4D attention mask ``[1, 1, T, S]`` from a bool ``visible [T, S]``: 0 where a query
     may attend, the dtype's most negative finite value elsewhere (as transformers' own masks)."""
     fill = torch.finfo(dtype).min
-    return torch.zeros(visible.shape, dtype=dtype).masked_fill(~visible, fill)[None, None]
+    return torch.zeros(visible.shape, dtype=dtype, device=visible.device).masked_fill(~visible, fill)[None, None]
 
 
 def cpu_has_native_bf16() -> bool:
@@ -78,7 +78,11 @@ class CausalLM:
             padding rows of the output embedding; else the model's output size).
         max_context: maximum number of positions (``config.max_position_embeddings``).
         forward_calls: forward passes run since the last :meth:`reset_stats`.
-        forward_time_s: wall time of those passes, seconds.
+        forward_time_s: wall time of those passes, seconds (the device is synchronised before the
+            clock stops, so on CUDA the kernels' time is counted here and not in the caller's next
+            host read).
+        last_hidden: the target's hidden states of the last forward pass, ``[T, len(layers)·H]``,
+            when it was asked for (``hidden_layers``), else ``None``.
     """
 
     model: Any
@@ -88,10 +92,12 @@ class CausalLM:
     max_context: int = 0
     forward_calls: int = 0
     forward_time_s: float = 0.0
+    last_hidden: Tensor | None = field(default=None, repr=False)
     _cache: Any = field(default=None, repr=False)
     _cached_ids: list[int] = field(default_factory=list, repr=False)
     # Tree region (see forward_tree): cached positions >= _tree_base hold tree nodes; for each,
     # its position id and its ancestors' absolute cache indices (itself included).
+    last_start: int = field(default=0, repr=False)
     _tree_base: int | None = field(default=None, repr=False)
     _tree_pos: list[int] = field(default_factory=list, repr=False)
     _tree_anc: list[list[int]] = field(default_factory=list, repr=False)
@@ -162,24 +168,34 @@ class CausalLM:
                 del self._tree_pos[length - self._tree_base:]
                 del self._tree_anc[length - self._tree_base:]
 
+    @torch.inference_mode()
     def keep_positions(self, keep: Sequence[int]) -> None:
-        """Keep the cached positions ``keep`` (increasing indices), e.g. a tree's accepted path."""
-        idx = torch.as_tensor(list(keep), dtype=torch.int64)
+        """Keep the cached positions ``keep`` (strictly increasing indices), compacted in place
+        (:func:`specot.models.cache.keep_cache_positions`); closes any tree region."""
+        idx = [int(i) for i in keep]
         if self._cache is not None:
             keep_cache_positions(self._cache, idx)
-        self._cached_ids = [self._cached_ids[i] for i in idx.tolist()]
+        elif any(b <= a for a, b in zip(idx, idx[1:])) or (idx and (idx[0] < 0 or idx[-1] >= len(self._cached_ids))):
+            raise ValueError(f"positions to keep must increase strictly within [0, {len(self._cached_ids)})")
+        self._cached_ids = [self._cached_ids[i] for i in idx]
         self._clear_tree()
 
     # ----------------------------------------------------------------- forward
     @torch.inference_mode()
     def forward(self, tokens: Sequence[int] | Tensor, *, position_ids: Tensor | None = None,
-                attention_mask: Tensor | None = None, last: int | None = None) -> Tensor:
-        """Run ``tokens`` (``[T]``) after the cached positions; returns float32 logits ``[T, V]``.
+                attention_mask: Tensor | None = None, last: int | None = None,
+                hidden_layers: Sequence[int] | None = None) -> Tensor:
+        """Run ``tokens`` (``[T]``) after the cached positions; returns float32 logits ``[T, V]``
+        on the model's device.
 
         Appends the new positions to the cache. ``position_ids [T]`` and a 4D ``attention_mask``
         ``[1, 1, T, cached + T]`` may be passed for tree attention (default: causal, consecutive).
         With ``last = k`` only the logits of the last ``k`` positions are computed (transformers'
         ``logits_to_keep``; a prompt prefill needs one row, not ``T``) and ``[k, V]`` is returned.
+        With ``hidden_layers`` (indices into transformers' ``hidden_states`` tuple: 0 = embeddings,
+        ``num_hidden_layers`` = the last layer after the final norm) the hidden states of all ``T``
+        tokens at those layers are concatenated into :attr:`last_hidden` ``[T, len(layers)·H]``
+        (the features an EAGLE-style drafter reads).
         """
         ids = torch.as_tensor(list(tokens) if not isinstance(tokens, Tensor) else tokens, dtype=torch.int64)
         ids = ids.to(self.device).reshape(1, -1)  # [1, T]
@@ -196,17 +212,24 @@ class CausalLM:
             kwargs["attention_mask"] = attention_mask.to(self.device)
         if last is not None and self._keeps_logits and 0 < last < ids.shape[1]:
             kwargs["logits_to_keep"] = int(last)
+        if hidden_layers is not None:
+            kwargs["output_hidden_states"] = True
         start = time.perf_counter()
         out = self.model(input_ids=ids, **kwargs)
         rows = out.logits[0, :, : self.vocab_size]  # [T, V], or [last, V] with logits_to_keep
         logits = (rows[-last:] if last is not None else rows).float()  # cast only the rows returned
+        self.last_hidden = (torch.cat([out.hidden_states[i][0] for i in hidden_layers], dim=-1)  # [T, L·H]
+                            if hidden_layers is not None else None)
+        if logits.device.type == "cuda":  # the clock must not stop while kernels are still queued
+            torch.cuda.synchronize(logits.device)
         self.forward_time_s += time.perf_counter() - start
         self.forward_calls += 1
         self._cache = out.past_key_values
         self._cached_ids.extend(ids[0].tolist())
         return logits
 
-    def logits_after(self, context: Sequence[int], extra: Sequence[int] = ()) -> Tensor:
+    def logits_after(self, context: Sequence[int], extra: Sequence[int] = (), *,
+                     hidden_layers: Sequence[int] | None = None) -> Tensor:
         """Logits for the next token after ``context``, and after each prefix of ``extra``.
 
         Rolls the cache back to the longest common prefix of the cached ids and ``context[:-1]``,
@@ -214,7 +237,9 @@ class CausalLM:
 
         Returns:
             float32 logits ``[1 + len(extra), V]``: row 0 predicts the token after ``context``,
-            row i the token after ``context + extra[:i]``.
+            row i the token after ``context + extra[:i]``. With ``hidden_layers``,
+            :attr:`last_hidden` holds the hidden states of the positions run, the first being
+            :attr:`last_start`.
 
         Raises:
             ValueError: empty context, or context + extra longer than ``max_context``.
@@ -232,8 +257,9 @@ class CausalLM:
         while common < limit and cached[common] == context[common]:
             common += 1
         self.rollback(common)
+        self.last_start = common
         new = list(context[common:]) + list(extra)
-        return self.forward(new, last=1 + len(extra))  # [1 + len(extra), V]
+        return self.forward(new, last=1 + len(extra), hidden_layers=hidden_layers)  # [1 + len(extra), V]
 
     # ----------------------------------------------------------------- tree attention
     def _clear_tree(self) -> None:
@@ -246,7 +272,8 @@ class CausalLM:
         """First cached index of the tree region (``None`` when the cache holds one plain sequence)."""
         return self._tree_base
 
-    def forward_tree(self, tokens: Sequence[int], parents: Sequence[int]) -> Tensor:
+    def forward_tree(self, tokens: Sequence[int], parents: Sequence[int], *,
+                     hidden_layers: Sequence[int] | None = None) -> Tensor:
         """Run ``tokens`` (``[T]``) as nodes of a token tree hanging off the cached sequence, in one pass.
 
         The first call after a plain sequence opens a *tree region* at ``base = len(cached_ids)``:
@@ -288,18 +315,22 @@ class CausalLM:
                                  f"or a tree position in [{base}, {C + i})")
         if max(pos) >= self.max_context:
             raise ValueError(f"{self.name}: tree position {max(pos)} exceeds the model's context of {self.max_context}")
-        rows = torch.tensor([i for i, a in enumerate(anc) for _ in a], dtype=torch.int64)
-        cols = torch.tensor([c for a in anc for c in a], dtype=torch.int64)
-        visible = torch.zeros(T, C + T, dtype=torch.bool)  # [T, cached + T]
+        dev = self.device
+        # one host-to-device copy of the index lists; the mask is built on the model's device
+        idx = torch.tensor([[i for i, a in enumerate(anc) for _ in a], [c for a in anc for c in a]],
+                           dtype=torch.int64).to(dev, non_blocking=True)  # [2, Σ depth]
+        visible = torch.zeros(T, C + T, dtype=torch.bool, device=dev)  # [T, cached + T]
         visible[:, :base] = True
-        visible[rows, cols] = True
+        visible[idx[0], idx[1]] = True
         mask = tree_attention_mask(visible, self.dtype)  # [1, 1, T, cached + T]
-        logits = self.forward(tokens, position_ids=torch.tensor(pos, dtype=torch.int64), attention_mask=mask)
+        logits = self.forward(tokens, position_ids=torch.tensor(pos, dtype=torch.int64), attention_mask=mask,
+                              hidden_layers=hidden_layers)
         self._tree_pos.extend(pos)
         self._tree_anc.extend(anc)
         return logits
 
-    def tree_logits_after(self, context: Sequence[int], tokens: Sequence[int], parents: Sequence[int]) -> Tensor:
+    def tree_logits_after(self, context: Sequence[int], tokens: Sequence[int], parents: Sequence[int], *,
+                          hidden_layers: Sequence[int] | None = None) -> Tensor:
         """Logits after ``context`` and after every node of a token tree, in ONE forward pass.
 
         Rolls the cache back to the longest common prefix of the cached ids and ``context[:-1]``,
@@ -314,7 +345,8 @@ class CausalLM:
         Returns:
             float32 logits ``[1 + N, V]``: row 0 predicts the token after ``context``, row ``1 + i``
             the token after ``context`` + the root-to-node-i path. Node i sits at cache index
-            ``len(context) + i``.
+            ``len(context) + i``. With ``hidden_layers``, :attr:`last_hidden` holds the hidden
+            states of the positions run (context suffix from :attr:`last_start`, then the nodes).
         """
         if len(context) == 0:
             raise ValueError("context must hold at least one token")
@@ -339,37 +371,28 @@ class CausalLM:
             if not -1 <= par < i:
                 raise ValueError(f"parent {par} of tree node {i} must be -1 (root) or an earlier node index")
             abs_par.append(L - 1 if par < 0 else L + par)
-        logits = self.forward_tree(new_ctx + [int(t) for t in tokens], abs_par)
+        self.last_start = common
+        logits = self.forward_tree(new_ctx + [int(t) for t in tokens], abs_par, hidden_layers=hidden_layers)
         return logits[n0 - 1:]
 
     @torch.inference_mode()
     def keep_tree_path(self, prefix_len: int, positions: Sequence[int]) -> None:
         """Keep the first ``prefix_len`` cached positions followed by ``positions`` (increasing,
-        each ``>= prefix_len``), moving those entries down IN PLACE and cropping the rest (no copy
-        of the committed prefix). Closes the tree region: the cache is one plain sequence again."""
+        each ``>= prefix_len``), compacted in place by :func:`specot.models.cache.keep_cache_positions`
+        (the committed prefix is not copied). Closes the tree region: the cache is one plain
+        sequence again.
+
+        Raises:
+            ValueError: ``prefix_len`` outside the cache, or ``positions`` not increasing within
+                ``[prefix_len, cached)``.
+        """
         keep = [int(i) for i in positions]
         have = len(self._cached_ids)
-        if any(b <= a for a, b in zip(keep, keep[1:])) or (keep and (keep[0] < prefix_len or keep[-1] >= have)):
-            raise ValueError(f"positions {keep} must increase within [{prefix_len}, {have})")
         if not 0 <= prefix_len <= have:
             raise ValueError(f"prefix_len {prefix_len} outside [0, {have}]")
-        moved = [(prefix_len + j, src) for j, src in enumerate(keep) if prefix_len + j != src]
-        if moved and self._cache is not None:
-            dst = torch.tensor([d for d, _ in moved], dtype=torch.int64)
-            src = torch.tensor([s for _, s in moved], dtype=torch.int64)
-            for layer in getattr(self._cache, "layers", []):
-                k = getattr(layer, "keys", None)
-                if k is None or k.numel() == 0:
-                    continue
-                d, s_ = dst.to(k.device), src.to(k.device)
-                layer.keys[..., d, :] = layer.keys[..., s_, :]
-                layer.values[..., d, :] = layer.values[..., s_, :]
-        new_ids = self._cached_ids[:prefix_len] + [self._cached_ids[i] for i in keep]
-        new_len = len(new_ids)
-        if self._cache is not None:
-            crop_cache(self._cache, new_len)
-        self._cached_ids = new_ids
-        self._clear_tree()
+        if any(b <= a for a, b in zip(keep, keep[1:])) or (keep and (keep[0] < prefix_len or keep[-1] >= have)):
+            raise ValueError(f"positions {keep} must increase within [{prefix_len}, {have})")
+        self.keep_positions(list(range(prefix_len)) + keep)
 
     # ----------------------------------------------------------------- text
     def encode_prompt(self, prompt: str, *, chat: bool | None = None, system: str | None = None) -> list[int]:
@@ -437,17 +460,85 @@ def load_model(name_or_path: str | os.PathLike[str], *, dtype: str | torch.dtype
         gguf_file: name of a GGUF file inside ``name_or_path``.
 
     Raises:
-        FileNotFoundError: a local path that does not exist.
-        OSError: transformers could not load it (e.g. offline and not cached).
+        FileNotFoundError: a local path that does not exist, or a directory without ``config.json``
+            (e.g. an empty one) or without tokenizer files.
+        ValueError: a broken ``config.json``, an unknown dtype or an unusable device (checked
+            before anything is loaded).
+        OSError: transformers could not load it (e.g. a hub id while offline and not cached); the
+            message names the model and the fix, in one line.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from ._quiet import quiet_loading
 
     path = str(name_or_path)
-    looks_local = path.startswith((".", "/", "~")) or os.sep in path and Path(path).expanduser().exists()
-    if looks_local and not Path(path).expanduser().exists():
-        raise FileNotFoundError(f"model path {path!r} does not exist")
     torch_dtype = resolve_dtype(dtype, device)
+    check_model_source(path, gguf_file=gguf_file)
+    from .._validation import check_device
+
+    check_device(device)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     kw: dict[str, Any] = {"gguf_file": gguf_file} if gguf_file else {}
-    tokenizer = AutoTokenizer.from_pretrained(path, **kw)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, **kw).to(device)
+    local = Path(path).expanduser().is_dir()
+    try:
+        with quiet_loading():
+            tokenizer = AutoTokenizer.from_pretrained(path, **kw)
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, **kw).to(device)
+    except (OSError, ValueError) as exc:
+        first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
+        if local:
+            raise OSError(f"cannot load the model in {path!r}: {first}") from exc
+        offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0") or \
+            os.environ.get("TRANSFORMERS_OFFLINE", "") not in ("", "0")
+        why = ("the hub is off (HF_HUB_OFFLINE=1) and it is not in the local cache" if offline
+               else f"it could not be fetched from the Hugging Face hub ({first})")
+        raise OSError(f"cannot load model {path!r}: it is not a local directory and {why}; pass a local model "
+                      "directory (config.json, weights, tokenizer files), or 'smollm2' for the embedded "
+                      "model") from exc
     return CausalLM(model=model, tokenizer=tokenizer, name=label or Path(path).name or path)
+
+
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "spiece.model")
+
+
+def check_model_source(name_or_path: str | os.PathLike[str], *, gguf_file: str | None = None,
+                       need_tokenizer: bool = True) -> None:
+    """Check a model directory before loading it (cheap: no weights are read).
+
+    A name that does not look like a local path is taken as a hub id and not checked here.
+
+    Raises:
+        FileNotFoundError: a local path that does not exist, a directory without ``config.json``
+            (or without the named GGUF file), or without tokenizer files.
+        ValueError: a ``config.json`` that is not a JSON object.
+    """
+    import json
+
+    path = str(name_or_path)
+    p = Path(path).expanduser()
+    looks_local = path.startswith((".", "/", "~")) or os.sep in path or p.exists()
+    if not looks_local:
+        return
+    if not p.exists():
+        raise FileNotFoundError(f"model path {path!r} does not exist")
+    if not p.is_dir():
+        raise FileNotFoundError(f"model path {path!r} is a file; pass the model's directory (config.json, weights, "
+                                "tokenizer files)")
+    if gguf_file:
+        if not (p / gguf_file).is_file():
+            raise FileNotFoundError(f"no GGUF file {gguf_file!r} in {path!r}")
+        return
+    cfg = p / "config.json"
+    if not cfg.is_file():
+        listing = "it is empty" if not any(p.iterdir()) else "it holds no config.json"
+        raise FileNotFoundError(f"{path!r} is not a Hugging Face model directory: {listing}; pass a directory "
+                                "saved with save_pretrained (config.json, model weights, tokenizer files)")
+    try:
+        obj = json.loads(cfg.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{str(cfg)!r} is not valid JSON ({exc}); fix the file or re-save the model with "
+                         "save_pretrained") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"{str(cfg)!r} must hold a JSON object, got {type(obj).__name__}")
+    if need_tokenizer and not any((p / f).is_file() for f in _TOKENIZER_FILES):
+        raise FileNotFoundError(f"no tokenizer files in {path!r} (tokenizer.json or tokenizer_config.json); save the "
+                                "tokenizer next to the model (tokenizer.save_pretrained)")

@@ -6,7 +6,10 @@ the common interface (``p [B, V]``, ``q [B, V]``, ``drafts [B, n]``, a ``torch.G
 
 from .base import (
     Acceptance,
+    AnyVerifier,
     DraftLaw,
+    SequenceVerifier,
+    TreeVerifyOutput,
     Verifier,
     VerifyOutput,
     available_verifiers,
@@ -27,6 +30,9 @@ __all__ = [
     "Acceptance",
     "DraftLaw",
     "Verifier",
+    "SequenceVerifier",
+    "TreeVerifyOutput",
+    "AnyVerifier",
     "VerifyOutput",
     "available_verifiers",
     "get_verifier",

@@ -7,6 +7,7 @@ import math
 import torch
 from torch import Tensor
 
+from ..laws import enumerate_draft_law, sample_drafts
 from ..sampling import draw_uniforms
 from .base import Acceptance, DraftLaw, Verifier
 
@@ -89,7 +90,6 @@ def safe_normalise(w: Tensor, fallback: Tensor) -> Tensor:
 
 def enumerated_acceptance(verifier: Verifier, p: Tensor, q: Tensor, n: int, law: DraftLaw) -> Tensor:
     """Exact ``E[P(accept | drafts)]`` ``[B]`` by enumerating every draft tuple (small support only)."""
-    from ..drafting.laws import enumerate_draft_law
 
     out = torch.empty(p.shape[0], dtype=torch.float64)
     for b in range(p.shape[0]):
@@ -116,7 +116,6 @@ def monte_carlo_acceptance(verifier: Verifier, p: Tensor, q: Tensor, n: int, law
                            generator: torch.Generator | None) -> Acceptance:
     """Rao–Blackwellised Monte-Carlo estimate of α ``[B]``: mean of ``P(accept | drafts)`` over drafts
     sampled from the law, with its standard error."""
-    from ..drafting.laws import sample_drafts
 
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 2:
         raise ValueError(f"samples must be an int >= 2, got {samples!r}")

@@ -16,7 +16,6 @@ Every verifier also exposes:
 
 from __future__ import annotations
 
-import enum
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Callable, ClassVar, TypeVar
@@ -25,36 +24,21 @@ import torch
 from torch import Tensor
 
 from .._validation import check_probs, check_same_vocab, check_tokens, working_dtype
+from ..laws import DraftLaw
 
 __all__ = [
     "DraftLaw",
     "VerifyOutput",
     "Acceptance",
     "Verifier",
+    "SequenceVerifier",
+    "TreeVerifyOutput",
+    "AnyVerifier",
     "register_verifier",
     "get_verifier",
     "available_verifiers",
     "prepare_inputs",
 ]
-
-
-class DraftLaw(str, enum.Enum):
-    """How the ``n`` drafts at one position were drawn from the draft distribution q.
-
-    * ``IID`` — i.i.d. from q (with replacement); SpecTr's setting.
-    * ``WOR`` — successive sampling without replacement (Gumbel top-k / sequential sampling).
-    * ``GREEDY`` — the top-(n−1) tokens of q, then one token sampled from q with those removed
-      (Hu et al. 2025, Sec. 5).
-    * ``SPECHUB`` — n = 2: one sampled draft; the second is the top-1 token of q, or (when the first
-      draft is the top-1 token) a sample without replacement (DIGEST §3).
-
-    For ``n = 1`` all four laws coincide (one draw from q).
-    """
-
-    IID = "iid"
-    WOR = "wor"
-    GREEDY = "greedy"
-    SPECHUB = "spechub"
 
 
 @dataclass(frozen=True)
@@ -182,8 +166,81 @@ class Verifier(ABC):
         return f"{type(self).__name__}()"
 
 
-_REGISTRY: dict[str, Callable[..., Verifier]] = {}
-_V = TypeVar("_V", bound=type[Verifier])
+@dataclass(frozen=True)
+class TreeVerifyOutput:
+    """Result of :meth:`SequenceVerifier.verify_tree`.
+
+    Attributes:
+        path: accepted draft-tree nodes, root excluded, in root-to-leaf order (node indices into
+            the tree's ``tokens``); empty when the first draft position was rejected.
+        tokens: the committed tokens: the tokens of ``path``, then one more token (the correction
+            drawn from a residual distribution, or the bonus token drawn from p at the path's end).
+    """
+
+    path: tuple[int, ...]
+    tokens: tuple[int, ...]
+
+
+class SequenceVerifier(ABC):
+    """Base class of a sequence-level verifier: it verifies a whole draft tree (a chain is a tree
+    with one child per node) jointly, not token by token — e.g. block verification (Sun et al.,
+    ICLR 2025) and traversal verification (NeurIPS 2025).
+
+    Tree layout (the engine's): node 0 is the root (the last committed token), nodes ``1..N`` are
+    drafts numbered so that every parent precedes its children. Row ``i`` of ``p`` is the target
+    distribution after the root-to-node-``i`` path; row ``i`` of ``q`` the draft distribution the
+    children of node ``i`` were drawn from (rows of leaves are unused).
+
+    Subclasses set ``name``, ``valid_laws``, ``lossless``, ``chains_only`` and implement
+    :meth:`verify_tree`.
+    """
+
+    name: ClassVar[str] = ""
+    valid_laws: ClassVar[frozenset[DraftLaw]] = frozenset({DraftLaw.IID})
+    lossless: ClassVar[bool] = True
+    chains_only: ClassVar[bool] = False
+    max_drafts: ClassVar[int | None] = None
+
+    def check_construction(self, law: DraftLaw | str, n: int) -> None:
+        """Raise ``ValueError`` unless this verifier is valid for trees whose nodes have up to ``n``
+        children drawn under ``law`` (``chains_only`` verifiers need ``n == 1``)."""
+        law = DraftLaw(law) if not isinstance(law, DraftLaw) else law
+        limit = 1 if self.chains_only else self.max_drafts
+        if n < 1 or (limit is not None and n > limit):
+            what = "a single draft chain (n = 1)" if self.chains_only else f"at most {limit} drafts per node"
+            raise ValueError(f"verifier {self.name!r} verifies {what}, got n={n}; use a token-level verifier "
+                             "(kseq, rrs_wor, ...) for this draft tree")
+        ok = law in self.valid_laws or n == 1
+        if not ok:
+            valid = ", ".join(sorted(v.value for v in self.valid_laws))
+            raise ValueError(f"verifier {self.name!r} is not valid for drafts drawn {law.value!r} (n={n}); "
+                             f"it is exact only for draft laws: {valid}")
+
+    @abstractmethod
+    def verify_tree(self, p: Tensor, q: Tensor, tokens: Tensor, parents: Tensor,
+                    generator: torch.Generator | None = None) -> TreeVerifyOutput:
+        """Verify one draft tree.
+
+        Args:
+            p: target probabilities ``[1 + N, V]`` at every node.
+            q: draft probabilities ``[1 + N, V]`` at every node (leaf rows unused).
+            tokens: int64 ``[1 + N]`` node tokens (``tokens[0]``, the root, is already committed).
+            parents: int64 ``[1 + N]``, ``parents[0] = -1``, ``parents[i] < i``.
+            generator: source of all randomness, on ``p``'s device.
+
+        Returns:
+            :class:`TreeVerifyOutput`.
+        """
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+AnyVerifier = Verifier | SequenceVerifier
+
+
+_REGISTRY: dict[str, Callable[..., AnyVerifier]] = {}
+_V = TypeVar("_V", bound=type[AnyVerifier])
 
 
 def register_verifier(name: str) -> Callable[[_V], _V]:
@@ -203,7 +260,7 @@ def available_verifiers() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def get_verifier(name: str, **params: object) -> Verifier:
+def get_verifier(name: str, **params: object) -> AnyVerifier:
     """Build the verifier registered as ``name`` with its parameters (e.g. ``lenience=0.5``).
 
     Raises:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..laws import top_tokens
 from ..sampling import sample_categorical
 from ._common import check_draft_probs, gather1, get_uniforms, safe_normalise
 from .base import Acceptance, DraftLaw, Verifier, VerifyOutput, prepare_inputs, register_verifier
@@ -155,7 +156,6 @@ class GreedyVerifier(Verifier):
         """Exact acceptance ``p(T) + Σ min(p, q¬T)`` ``[B]`` (T = top-(n−1) of q; Theorem 7)."""
         self.check_construction(DraftLaw.GREEDY, n)
         p, q, _ = prepare_inputs(p, q)
-        from ..drafting.laws import top_tokens
 
         if n > 1 and bool(((q > 0).sum(-1) < n).any()):
             raise ValueError(f"the greedy draft law needs at least n={n} tokens with q > 0")

@@ -29,6 +29,7 @@ import scipy.sparse
 import torch
 from torch import Tensor
 
+from ..laws import enumerate_draft_law
 from ..sampling import sample_categorical
 from ._common import unique_rows
 from .base import Acceptance, DraftLaw, Verifier, VerifyOutput, prepare_inputs, register_verifier
@@ -132,7 +133,6 @@ def solve_otm_lp(p: np.ndarray, set_masks: np.ndarray, set_masses: np.ndarray) -
 
 @lru_cache(maxsize=256)
 def _solve_cached(p_bytes: bytes, q_bytes: bytes, n: int, law: str) -> tuple[np.ndarray, np.ndarray, OTMSolution]:
-    from ..drafting.laws import enumerate_draft_law  # local: drafting imports verifiers.base
 
     p = np.frombuffer(p_bytes, dtype=np.float64)
     q = np.frombuffer(q_bytes, dtype=np.float64)

@@ -1,13 +1,13 @@
-"""Draft laws: samplers of n drafts from q, and their exact enumeration on small vocabularies.
+"""Draft laws: the law enum, samplers of n drafts from q, and their exact enumeration on small vocabularies.
 
-A *draft law* (:class:`specot.verifiers.DraftLaw`) says how the ``n`` drafts at one position are
+A *draft law* (:class:`DraftLaw`) says how the ``n`` drafts at one position are
 drawn from the draft distribution ``q``:
 
-* ``IID`` — i.i.d. from q (with replacement); SpecTr (Sun et al. 2023), DIGEST §2.
+* ``IID`` — i.i.d. from q (with replacement); SpecTr (Sun et al. 2023).
 * ``WOR`` — successive sampling without replacement: draft j is drawn from q renormalised after
   removing drafts 1..j−1. Sampled as an exponential race (``T_i = E_i / q(i)``, ``E_i ~ Exp(1)``;
   the n earliest arrivals, in arrival order), which is the Gumbel top-k trick written with
-  exponentials (``−log T_i = log q(i) + Gumbel``). Hu et al. 2025 §3, DIGEST §3.
+  exponentials (``−log T_i = log q(i) + Gumbel``). Hu et al. 2025 §3.
 * ``GREEDY`` — drafts 1..n−1 are the top-(n−1) tokens of q in decreasing order (ties: lower token
   id first), draft n is drawn from q with those removed. Hu et al. 2025 §5.
 * ``SPECHUB`` (n = 2) — draft 1 ~ q; draft 2 is the top-1 token of q (first maximal id) unless
@@ -22,6 +22,7 @@ the exactness tests and the optimal-transport LP (:mod:`specot.verifiers.otm`) a
 
 from __future__ import annotations
 
+import enum
 import itertools
 import math
 
@@ -29,11 +30,31 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .._validation import check_probs
-from ..sampling import draw_uniforms
-from ..verifiers.base import DraftLaw
+from ._validation import check_probs
+from .sampling import draw_uniforms
 
-__all__ = ["sample_drafts", "enumerate_draft_law", "MAX_ENUMERATED_TUPLES", "top_tokens"]
+__all__ = ["DraftLaw", "sample_drafts", "enumerate_draft_law", "MAX_ENUMERATED_TUPLES", "top_tokens"]
+
+class DraftLaw(str, enum.Enum):
+    """How the ``n`` drafts at one position were drawn from the draft distribution q.
+
+    * ``IID`` — i.i.d. from q (with replacement); SpecTr (Sun et al. 2023).
+    * ``WOR`` — successive sampling without replacement (Gumbel top-k / sequential sampling;
+      Hu et al. 2025, Sec. 3).
+    * ``GREEDY`` — the top-(n−1) tokens of q, then one token sampled from q with those removed
+      (Hu et al. 2025, Sec. 5).
+    * ``SPECHUB`` — n = 2: one sampled draft; the second is the top-1 token of q, or (when the first
+      draft is the top-1 token) a sample without replacement (Sun et al. 2024, SpecHub; Hu et al.
+      2025, Sec. 5.3).
+
+    For ``n = 1`` all four laws coincide (one draw from q).
+    """
+
+    IID = "iid"
+    WOR = "wor"
+    GREEDY = "greedy"
+    SPECHUB = "spechub"
+
 
 #: Largest number of ordered draft tuples :func:`enumerate_draft_law` will list.
 MAX_ENUMERATED_TUPLES = 200_000

@@ -1,0 +1,343 @@
+"""The one decoding loop: propose a draft tree → score every node in ONE target pass → verify along
+the tree → commit the accepted path and roll back both caches.
+
+A chain is a tree with one child per node (Leviathan et al. 2023, Algorithm 1); autoregressive
+decoding is the empty tree; K drafts, prefix trees and static topologies are SpecTr's
+DraftSelection (Sun et al. 2023, Algorithm 3) and Hu et al. 2025's multi-step walk (App. D).
+
+Each iteration:
+
+1. **Draft**: ``drafter.propose(context, max_depth, sampling, generator)`` → a
+   :class:`~specot.drafting.DraftTree` (:mod:`specot.drafting.base`).
+2. **Score**: the uncached context suffix and every tree node in one target forward pass — a
+   chain causally (:meth:`CausalLM.logits_after`), a tree under a 4D tree mask
+   (:meth:`CausalLM.tree_logits_after`); row i = the target's logits after the root-to-node-i path.
+3. **Verify**: a token-level verifier runs at every expanded node in one batched call per number
+   of drafts (a chain: one call over all positions), bonus tokens are drawn at every leaf, and one
+   host read walks the tree from the root: descend into the accepted child, stop at the correction
+   token, or emit the leaf's bonus token. A sequence-level verifier
+   (:class:`~specot.verifiers.SequenceVerifier`, e.g. block verification) gets the whole tree.
+4. **Commit**: the target's cache keeps the committed context + the accepted path (a tree is
+   compacted in place; a chain is cut back lazily at the next pass); the drafter learns the
+   :class:`~specot.drafting.DraftOutcome` (accepted path, committed tokens, the target's hidden
+   states when it asked for them) and updates its cache and draft-length schedule.
+
+**Exactness.** At every node the verifier sees drafts drawn from q at that node under the tree's
+law, with fresh randomness; verifying all nodes at once and then following the accepted path uses,
+at each visited node, randomness independent of every other node's, so each committed token follows
+p at its prefix and the sequence follows the target's joint law (SpecTr Theorem 2). The contract,
+everywhere in specot: lossless in distribution given the target's logits; greedy decoding equals
+autoregressive decoding in float32; in bf16/fp16 they are equal up to near-ties (a multi-token pass
+and a one-token pass are different kernels, whose rounding can flip an argmax between two logits
+that are equal to within a few ulps).
+
+**Devices.** Every tensor lives on the target's device; the generator must be on it too
+(:func:`make_generator` puts it there). CPU and CUDA generators are different streams (MT19937 vs
+Philox), so one seed gives different (equally exact) draws on the two devices.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+from torch import Tensor
+
+from ..drafting.base import DraftOutcome, DraftSchedule, DraftTree, Drafter
+from ..drafting.tree import TreeSpec
+from ..models.hf import CausalLM
+from ..sampling import sample_categorical, standardize
+from ..verifiers.base import AnyVerifier, SequenceVerifier
+from .types import GenerationConfig, GenerationResult, GenerationStats
+
+__all__ = ["decode", "verify_draft_tree", "TreeStep", "make_generator", "check_prompt_fits"]
+
+TokenCallback = Callable[[list[int]], None]
+
+
+def make_generator(seed: int | None, device: str | torch.device = "cpu") -> torch.Generator:
+    """A ``torch.Generator`` on ``device`` seeded with ``seed`` (a random seed when ``None``).
+
+    CPU and CUDA generators are different streams: the same seed gives different draws.
+
+    Raises:
+        TypeError: ``seed`` is not an int or ``None``.
+    """
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
+    g = torch.Generator(device=device)
+    if seed is None:
+        g.seed()
+    else:
+        g.manual_seed(int(seed))
+    return g
+
+
+def check_prompt_fits(target: CausalLM, prompt_ids: Sequence[int], max_new_tokens: int) -> None:
+    """Raise ``ValueError`` before decoding if the prompt (plus ``max_new_tokens``) exceeds the
+    target's context, or if the prompt is empty or holds ids outside the vocabulary."""
+    n = len(prompt_ids)
+    if n == 0:
+        raise ValueError("the prompt is empty: pass at least one token")
+    bad = [t for t in prompt_ids if not 0 <= int(t) < target.vocab_size]
+    if bad:
+        raise ValueError(f"prompt has token ids outside [0, {target.vocab_size}): {bad[:5]}")
+    if n > target.max_context:
+        raise ValueError(f"the prompt has {n} tokens, longer than {target.name}'s context of {target.max_context}")
+    if n + max_new_tokens > target.max_context:
+        raise ValueError(
+            f"prompt ({n} tokens) + max_new_tokens ({max_new_tokens}) = {n + max_new_tokens} exceeds "
+            f"{target.name}'s context of {target.max_context}; lower max_new_tokens to at most {target.max_context - n}"
+        )
+
+
+@dataclass(frozen=True)
+class TreeStep:
+    """Outcome of verifying one tree.
+
+    Attributes:
+        emitted: committed tokens (accepted drafts, then the correction or bonus token).
+        path: accepted node indices, root excluded.
+        accepted_at_depth: per visited depth (0-based: the root's children are depth 0), whether a
+            draft was accepted there.
+    """
+
+    emitted: list[int]
+    path: list[int]
+    accepted_at_depth: list[bool]
+
+
+def _chain_nodes(tree: DraftTree) -> list[int]:
+    chain = [0]
+    while chain[-1] in tree.drafts:
+        chain.append(tree.child_of[chain[-1]][tree.drafts[chain[-1]][0]])
+    return chain
+
+
+def _draft_q(tree: DraftTree, nodes: list[int], p: Tensor) -> Tensor:
+    """q ``[len(nodes), V]`` at expanded ``nodes`` on p's device and dtype: the drafter's rows, or
+    one-hot rows on the single child for a deterministic chain."""
+    if tree.q is not None:
+        rows = torch.tensor([tree.q_row[n] for n in nodes], dtype=torch.int64).to(tree.q.device, non_blocking=True)
+        return tree.q.index_select(0, rows).to(device=p.device, dtype=p.dtype)
+    if any(len(tree.drafts[n]) != 1 for n in nodes):
+        raise ValueError("a deterministic draft tree (q = None) with several children per node needs a verifier "
+                         "for deterministic drafts")
+    tok = torch.tensor([tree.drafts[n][0] for n in nodes], dtype=torch.int64).to(p.device, non_blocking=True)
+    return torch.zeros(len(nodes), p.shape[-1], dtype=p.dtype, device=p.device).scatter_(-1, tok[:, None], 1.0)
+
+
+def verify_draft_tree(tree: DraftTree, logits: Tensor, sampling, verifier: AnyVerifier,
+                      generator: torch.Generator | None) -> TreeStep:
+    """Verify one scored draft tree (step 3 of the loop) with ONE host read of the outcome.
+
+    Args:
+        tree: the drafted tree (``N`` nodes).
+        logits: target logits ``[1 + N, V]`` (row i: after the root-to-node-i path).
+        sampling: the standardized-sampling transform (:class:`specot.sampling.SamplingConfig`).
+        verifier: a token-level verifier valid for the tree's law at every node, or a
+            :class:`~specot.verifiers.SequenceVerifier`.
+        generator: all randomness, on ``logits``' device.
+
+    Returns:
+        :class:`TreeStep`.
+    """
+    dev = logits.device
+    p = standardize(logits, sampling)  # [1 + N, V]
+    if tree.size == 0:  # autoregressive step
+        return TreeStep([int(sample_categorical(p[0:1], generator)[0])], [], [])
+    if isinstance(verifier, SequenceVerifier):
+        expanded = sorted(tree.drafts)
+        q = torch.zeros_like(p)  # [1 + N, V], leaf rows unused
+        q[torch.tensor(expanded, dtype=torch.int64).to(dev)] = _draft_q(tree, expanded, p)
+        toks = torch.tensor(tree.tokens, dtype=torch.int64).to(dev, non_blocking=True)
+        pars = torch.tensor(tree.parents, dtype=torch.int64).to(dev, non_blocking=True)
+        out = verifier.verify_tree(p, q, toks, pars, generator)
+        path = list(out.path)
+        last = path[-1] if path else 0
+        acc = [True] * len(path) + ([False] if last in tree.drafts else [])
+        return TreeStep(list(out.tokens), path, acc)
+    if tree.is_chain():  # all positions in one call (Leviathan Alg. 1)
+        chain = _chain_nodes(tree)
+        k = len(chain) - 1
+        q = _draft_q(tree, chain[:-1], p)  # [k, V]
+        drafts = torch.tensor([tree.tokens[n] for n in chain[1:]], dtype=torch.int64).to(dev, non_blocking=True)
+        res = verifier.verify(p[chain[:-1]], q, drafts[:, None], generator)  # drafts [k, 1]
+        bonus = sample_categorical(p[chain[-1]:chain[-1] + 1], generator)  # [1], used if all accepted
+        flat = torch.cat([res.accepted_index, res.tokens, bonus]).tolist()  # the one host read
+        accepted = [a >= 0 for a in flat[:k]]
+        n_acc = accepted.index(False) if False in accepted else k
+        emitted = [tree.tokens[n] for n in chain[1:n_acc + 1]] + [flat[k + n_acc] if n_acc < k else flat[-1]]
+        return TreeStep(emitted, chain[1:n_acc + 1], accepted[:min(n_acc + 1, k)])
+    # a tree: every expanded node verified in one call per number of drafts, bonus tokens at leaves
+    expanded = sorted(tree.drafts)
+    leaves = [n for n in range(len(tree.tokens)) if n not in tree.drafts]
+    order: list[int] = []
+    parts: list[Tensor] = []
+    for n_drafts in dict.fromkeys(len(tree.drafts[n]) for n in expanded):
+        nodes = [n for n in expanded if len(tree.drafts[n]) == n_drafts]
+        drafts = torch.tensor([tree.drafts[n] for n in nodes], dtype=torch.int64).to(dev, non_blocking=True)
+        res = verifier.verify(p[nodes], _draft_q(tree, nodes, p), drafts, generator)  # drafts [G, n]
+        order += nodes
+        parts += [res.tokens, res.accepted_index]
+    bonus = sample_categorical(p[leaves], generator)  # [L]
+    flat = torch.cat(parts + [bonus]).tolist()  # the one host read
+    out_tok: dict[int, int] = {}
+    out_ok: dict[int, bool] = {}
+    pos = 0
+    for n_drafts in dict.fromkeys(len(tree.drafts[n]) for n in expanded):
+        nodes = [n for n in expanded if len(tree.drafts[n]) == n_drafts]
+        g = len(nodes)
+        for j, node in enumerate(nodes):
+            out_tok[node] = flat[pos + j]
+            out_ok[node] = flat[pos + g + j] >= 0
+        pos += 2 * g
+    for j, leaf in enumerate(leaves):
+        out_tok[leaf] = flat[pos + j]
+    emitted: list[int] = []
+    path: list[int] = []
+    acc: list[bool] = []
+    node = 0
+    while True:
+        emitted.append(out_tok[node])
+        if node not in tree.drafts:  # a leaf: its bonus token
+            break
+        acc.append(out_ok[node])
+        if not out_ok[node]:  # the correction token
+            break
+        node = tree.child_of[node][out_tok[node]]
+        path.append(node)
+    return TreeStep(emitted, path, acc)
+
+
+def _finish_tokens(emitted: list[int], remaining: int, eos: set[int]) -> tuple[list[int], bool]:
+    """Cut ``emitted`` at the first EOS (kept) and at ``remaining`` tokens; returns (tokens, stop)."""
+    for i, t in enumerate(emitted[:remaining]):
+        if t in eos:
+            return emitted[: i + 1], True
+    cut = emitted[:remaining]
+    return cut, len(cut) == remaining
+
+
+def _score(target: CausalLM, ctx: list[int], tree: DraftTree, hidden_layers: Sequence[int] | None) -> Tensor:
+    """Step 2: target logits ``[1 + N, V]`` for every node, in one forward pass."""
+    if tree.is_chain():  # includes the empty tree; no tree mask needed
+        return target.logits_after(ctx, _chain_tokens(tree), hidden_layers=hidden_layers)
+    return target.tree_logits_after(ctx, tree.tokens[1:], [par - 1 for par in tree.parents[1:]],
+                                    hidden_layers=hidden_layers)
+
+
+def _chain_tokens(tree: DraftTree) -> list[int]:
+    return [tree.tokens[n] for n in _chain_nodes(tree)[1:]]
+
+
+def _committed_hidden(target: CausalLM, ctx_len: int, tree: DraftTree, path: list[int]) -> Tensor | None:
+    """The target's hidden states of the committed positions run in the last pass: the context
+    suffix from ``target.last_start``, then the accepted path's nodes."""
+    h = target.last_hidden
+    if h is None:
+        return None
+    n_ctx = ctx_len - target.last_start
+    if tree.is_chain():  # chain node i sits at row n_ctx + i - 1
+        return h[: n_ctx + len(path)]
+    rows = list(range(n_ctx)) + [n_ctx + i - 1 for i in path]
+    return h.index_select(0, torch.tensor(rows, dtype=torch.int64).to(h.device))
+
+
+def decode(
+    target: CausalLM,
+    drafter: Drafter | None,
+    prompt_ids: Sequence[int],
+    config: GenerationConfig,
+    *,
+    shape: TreeSpec | None,
+    verifier: AnyVerifier,
+    generator: torch.Generator | None = None,
+    on_tokens: TokenCallback | None = None,
+    method: str = "speculative",
+) -> GenerationResult:
+    """The decoding loop (see the module docstring); the entry points
+    :func:`~specot.engine.speculative_generate`, :func:`~specot.engine.tree_generate` and
+    :func:`~specot.engine.autoregressive_generate` call it.
+
+    Args:
+        target: the target model.
+        drafter: any :class:`~specot.drafting.Drafter`, or ``None`` for autoregressive decoding.
+        prompt_ids: prompt token ids ``[L]``.
+        config: lengths, draft length γ and its schedule, sampling transform, seed, EOS handling.
+        shape: the draft-tree shape handed to the drafter (a chain of γ:
+            ``TreeSpec.sequences(1, γ)``).
+        verifier: valid for the shape (checked by the entry points).
+        generator: overrides ``config.seed``; must be on the target's device.
+        on_tokens: called with each batch of newly committed token ids (for streaming).
+        method: the label of the result.
+
+    Returns:
+        :class:`GenerationResult`; ``stats.target_calls`` counts serial target passes.
+
+    Raises:
+        ValueError: a prompt that does not fit, or a generator on another device than the target.
+    """
+    cfg = config
+    check_prompt_fits(target, prompt_ids, cfg.max_new_tokens)
+    dev = target.device
+    gen = generator if generator is not None else make_generator(cfg.seed, dev)
+    if not isinstance(gen, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator (or None to use the seed), got {type(gen).__name__}")
+    if gen.device.type != dev.type:
+        raise ValueError(f"the generator is on {gen.device} but the target model is on {dev}; build it with "
+                         f"specot.make_generator(seed, device={str(dev)!r}) or pass seed= instead")
+    eos = target.eos_token_ids if cfg.stop_at_eos else set()
+    hidden_layers = drafter.hidden_layers if drafter is not None else None
+
+    target.reset()
+    target.reset_stats()
+    if drafter is not None:
+        assert shape is not None
+        schedule = DraftSchedule(shape.depth, cfg.gamma_schedule)
+        drafter.start(list(prompt_ids), shape, schedule, frozenset(eos))
+        drafter.reset_stats()
+    stats = GenerationStats()
+    ctx = [int(t) for t in prompt_ids]
+    out: list[int] = []
+    t_start = time.perf_counter()
+    while len(out) < cfg.max_new_tokens:
+        remaining = cfg.max_new_tokens - len(out)
+        if drafter is not None and remaining > 1:
+            tree = drafter.propose(ctx, remaining - 1, cfg.sampling, gen)
+        else:
+            tree = DraftTree.root(ctx[-1])
+        logits = _score(target, ctx, tree, hidden_layers)  # [1 + N, V]
+        step = verify_draft_tree(tree, logits, cfg.sampling, verifier, gen)
+        n = len(ctx)
+        if not tree.is_chain():  # compact the target's cache to context + accepted path, in place
+            target.keep_tree_path(n, [n - 1 + i for i in step.path])
+        emitted, stop = _finish_tokens(step.emitted, remaining, eos)
+        if drafter is not None:
+            hidden = _committed_hidden(target, n, tree, step.path) if hidden_layers is not None else None
+            drafter.update(DraftOutcome(tree=tree, path=tuple(step.path), tokens=tuple(emitted), context_len=n,
+                                        hidden_states=hidden, hidden_start=target.last_start))
+        stats.iterations += 1
+        stats.tree_sizes.append(tree.size)
+        stats.accepted_lengths.append(len(step.path))
+        stats.drafted += tree.size
+        stats.accepted += len(step.path)
+        for i, a in enumerate(step.accepted_at_depth):
+            stats.record_position(i, a)
+        out.extend(emitted)
+        ctx.extend(emitted)
+        if on_tokens is not None:
+            on_tokens(emitted)
+        if stop:
+            break
+    stats.total_time_s = time.perf_counter() - t_start
+    stats.new_tokens = len(out)
+    stats.target_calls = target.forward_calls
+    stats.target_time_s = target.forward_time_s
+    if drafter is not None:
+        stats.draft_calls = drafter.calls
+        stats.draft_time_s = drafter.draft_time_s
+    text = target.decode(out) if target.tokenizer is not None else ""
+    return GenerationResult(tokens=out, text=text, stats=stats, method=method)
