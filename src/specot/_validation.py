@@ -6,7 +6,10 @@ and says how to fix it. Nothing here ever returns NaN or silently repairs bad in
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
+from typing import Iterator
 
 import torch
 from torch import Tensor
@@ -18,7 +21,26 @@ __all__ = [
     "check_same_vocab",
     "working_dtype",
     "check_probability_scalar",
+    "check_device",
+    "check_generator",
+    "trusted_inputs",
+    "check_prob_values",
 ]
+
+_TRUSTED: contextvars.ContextVar[bool] = contextvars.ContextVar("specot_trusted_inputs", default=False)
+
+
+@contextlib.contextmanager
+def trusted_inputs() -> Iterator[None]:
+    """Within this block :func:`check_probs` and :func:`check_tokens` check types and shapes only,
+    not values: for the decoding loop, whose p and q come from :func:`specot.sampling.standardize`
+    (which rejects NaN and infinite logits) and whose tokens were drawn from them. The value checks
+    cost several passes over ``[B, V]`` and, on a GPU, a host sync each."""
+    token = _TRUSTED.set(True)
+    try:
+        yield
+    finally:
+        _TRUSTED.reset(token)
 
 
 def sum_tolerance(dtype: torch.dtype, vocab_size: int) -> float:
@@ -59,6 +81,17 @@ def check_probs(p: object, name: str, *, ndim: int | None = None) -> Tensor:
         raise ValueError(f"{name} must have {ndim} dimensions, got shape {tuple(p.shape)}")
     if p.ndim == 0 or p.shape[-1] == 0:
         raise ValueError(f"{name} must have a non-empty vocabulary axis, got shape {tuple(p.shape)}")
+    if _TRUSTED.get():
+        return p
+    return check_prob_values(p, name)
+
+
+def check_prob_values(p: Tensor, name: str) -> Tensor:
+    """The value part of :func:`check_probs` (finite, non-negative, rows summing to 1), always run.
+
+    Raises:
+        ValueError: as :func:`check_probs`.
+    """
     # Fast path, two passes over the data: a non-negative minimum and finite, normalised row sums
     # imply every entry is finite (NaN and +inf propagate into the sums). The detailed checks
     # below run only when something is wrong, to name the problem.
@@ -95,10 +128,12 @@ def check_tokens(tokens: object, name: str, vocab_size: int, *, ndim: int | None
         raise TypeError(f"{name} must be an integer tensor of token ids, got dtype {tokens.dtype}")
     if ndim is not None and tokens.ndim != ndim:
         raise ValueError(f"{name} must have {ndim} dimensions, got shape {tuple(tokens.shape)}")
-    if tokens.numel():
+    if tokens.numel() and not _TRUSTED.get():
         lo, hi = int(tokens.min()), int(tokens.max())
         if lo < 0 or hi >= vocab_size:
-            raise ValueError(f"{name} has token ids outside [0, {vocab_size}) (min {lo}, max {hi})")
+            hint = (" (a negative id such as -1 is a placeholder, not a token: drop unused slots or pad with a "
+                    "real token id)" if lo < 0 else "")
+            raise ValueError(f"{name} has token ids outside [0, {vocab_size}) (min {lo}, max {hi}){hint}")
     return tokens
 
 
@@ -126,3 +161,46 @@ def check_probability_scalar(x: object, name: str, *, low_open: bool = True) -> 
         interval = "(0, 1]" if low_open else "[0, 1]"
         raise ValueError(f"{name} must lie in {interval}, got {x}")
     return x
+
+
+def check_device(device: object) -> torch.device:
+    """The ``torch.device`` for ``device``, checked to be usable on this machine.
+
+    Raises:
+        ValueError: an unknown device string (``"foo"``), or a CUDA / MPS device this machine or
+            this torch build does not have; the message names the device and the fix.
+    """
+    try:
+        dev = torch.device(device)  # type: ignore[call-overload]
+    except (RuntimeError, TypeError):
+        raise ValueError(f"unknown device {device!r}; use cpu, cuda, cuda:N or mps") from None
+    if dev.type == "cpu":
+        return dev
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            why = ("this torch build has no CUDA support" if torch.version.cuda is None
+                   else "no CUDA GPU is visible")
+            raise ValueError(f"device {str(device)!r} is not available: {why} (torch {torch.__version__}); "
+                             "use device cpu")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(f"device {str(device)!r} is not available: only {torch.cuda.device_count()} CUDA "
+                             f"device(s); use cuda:0..cuda:{torch.cuda.device_count() - 1}")
+        return dev
+    if dev.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise ValueError(f"device {str(device)!r} is not available on this machine; use device cpu")
+        return dev
+    try:
+        torch.empty(1, device=dev)
+    except Exception:  # noqa: BLE001 - any failure means the device cannot be used
+        raise ValueError(f"device {str(device)!r} is not available on this machine; use device cpu") from None
+    return dev
+
+
+def check_generator(generator: object, name: str = "generator") -> None:
+    """Raise ``TypeError`` unless ``generator`` is ``None`` or a ``torch.Generator``."""
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(
+            f"{name} must be a torch.Generator or None, got {type(generator).__name__} ({generator!r}); "
+            f"for a seed use torch.Generator().manual_seed(seed) (or seed= in GenerationConfig / specot.generate)"
+        )

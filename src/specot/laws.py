@@ -112,9 +112,10 @@ def _inverse_cdf(weights: Tensor, u: Tensor) -> Tensor:
     total = cdf[:, -1:]
     if bool((total <= 0).any()):
         raise ValueError("cannot sample from a row with zero total probability mass")
+    cdf = cdf.contiguous()
     idx = torch.searchsorted(cdf, (u * total).contiguous(), right=True)  # [B, m]
-    last_nonzero = (weights.shape[-1] - 1) - (weights.flip(-1) > 0).to(torch.int64).argmax(-1, keepdim=True)
-    return torch.minimum(idx, last_nonzero)
+    last = torch.searchsorted(cdf, total.contiguous(), right=False)  # [B, 1]: first index reaching the total
+    return torch.minimum(idx, last)
 
 
 def _check_support(q: Tensor, need: int, law: DraftLaw) -> None:

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ._validation import check_generator
+
 __all__ = ["SamplingConfig", "standardize", "sample_categorical", "draw_uniforms"]
 
 
@@ -87,9 +89,11 @@ def standardize(logits: Tensor, config: SamplingConfig | None = None) -> Tensor:
     if not isinstance(logits, Tensor) or not logits.is_floating_point():
         raise TypeError("logits must be a floating-point torch.Tensor [..., V]")
     x = logits.to(torch.float64 if logits.dtype == torch.float64 else torch.float32)
-    if bool(torch.isnan(x).any()) or bool((x == math.inf).any()):
-        raise ValueError("logits contain NaN or +inf; check the model's output")
-    if bool((x == -math.inf).all(-1).any()):
+    # one reduction checks everything: a row's maximum is NaN if the row holds a NaN, +inf if it
+    # holds +inf, and -inf if the row is entirely -inf
+    if not bool(torch.isfinite(x.amax(-1)).all()):
+        if bool(torch.isnan(x).any()) or bool((x == math.inf).any()):
+            raise ValueError("logits contain NaN or +inf; check the model's output")
         raise ValueError("a row of logits is entirely -inf: no token can be sampled")
     if cfg.temperature == 0:
         idx = x.argmax(-1, keepdim=True)
@@ -113,7 +117,13 @@ def standardize(logits: Tensor, config: SamplingConfig | None = None) -> Tensor:
 
 def draw_uniforms(shape: tuple[int, ...] | torch.Size, generator: torch.Generator | None,
                   device: torch.device | str = "cpu") -> Tensor:
-    """Uniforms in ``[0, 1)`` (float64) of ``shape`` from ``generator`` (global RNG if ``None``)."""
+    """Uniforms in ``[0, 1)`` (float64) of ``shape`` from ``generator`` (global RNG if ``None``).
+
+    Raises:
+        TypeError: ``generator`` is neither ``None`` nor a ``torch.Generator`` (e.g. a seed int).
+    """
+    if generator is not None and not isinstance(generator, torch.Generator):
+        check_generator(generator)
     return torch.rand(tuple(shape), generator=generator, dtype=torch.float64, device=device)
 
 
@@ -145,7 +155,9 @@ def sample_categorical(probs: Tensor, generator: torch.Generator | None = None, 
     if bool((total <= 0).any()):
         raise ValueError("cannot sample from a row with zero total probability mass")
     target = uniforms.to(torch.float64).unsqueeze(-1) * total  # [..., 1]
-    idx = torch.searchsorted(cdf.contiguous(), target.contiguous(), right=True).squeeze(-1)  # [...]
-    # Rounding can put u·total at (or past) the last step: take the last index with mass.
-    last_nonzero = (probs.shape[-1] - 1) - (probs.flip(-1) > 0).to(torch.int64).argmax(-1)
-    return torch.minimum(idx, last_nonzero)
+    cdf = cdf.contiguous()
+    idx = torch.searchsorted(cdf, target.contiguous(), right=True).squeeze(-1)  # [...]
+    # Rounding can put u·total at (or past) the last step: clamp to the first index where the cdf
+    # reaches the total, which has mass (the cdf rises there) — O(log V), no pass over V.
+    last = torch.searchsorted(cdf, total.contiguous(), right=False).squeeze(-1)  # [...]
+    return torch.minimum(idx, last)

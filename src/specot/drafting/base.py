@@ -53,6 +53,9 @@ class DraftTree:
         q_row: expanded node → row of ``q``.
         law: the draft law by which the children of every node were drawn from q.
         draft_calls: draft forward passes (or lookups) spent on this tree.
+        q_standardized: ``q``'s rows come from :func:`specot.sampling.standardize` (which rejects
+            NaN and infinite logits), so the engine skips their value checks; otherwise ``q`` is
+            checked once per tree before verification.
     """
 
     tokens: list[int]
@@ -64,6 +67,7 @@ class DraftTree:
     q_row: dict[int, int] = field(default_factory=dict)
     law: DraftLaw = DraftLaw.IID
     draft_calls: int = 0
+    q_standardized: bool = False
 
     @classmethod
     def root(cls, token: int) -> "DraftTree":

@@ -14,6 +14,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
+from .._validation import trusted_inputs
 from ..laws import DraftLaw, sample_drafts
 from ..models.hf import CausalLM
 from ..sampling import SamplingConfig, standardize
@@ -62,6 +63,7 @@ def _draft_chain(draft: CausalLM, context: Sequence[int], depth: int, sampling: 
     ids = torch.cat(tokens).reshape(-1).tolist() if tokens else []  # one host read per chain
     tree = DraftTree.chain(int(context[-1]), ids, torch.cat(qs) if qs else None)  # q: [γ, V]
     tree.draft_calls = depth
+    tree.q_standardized = True
     return tree
 
 
@@ -126,6 +128,7 @@ def draft_tree_from_model(draft: CausalLM, context: Sequence[int], spec: TreeSpe
             draft_pos[node] = start + j
         frontier = nxt
     tree.q = torch.stack(q_rows) if q_rows else None  # [M, V]
+    tree.q_standardized = True
     return tree, draft_pos
 
 
@@ -168,17 +171,16 @@ class ModelDrafter(Drafter):
         depth = self.depth_limit(max_depth)
         t0 = time.perf_counter()
         self._draft_pos = {}
-        if depth <= 0:
-            tree = DraftTree.root(int(context[-1]))
-        elif spec.is_chain():  # a chain grows with the schedule (up to 2γ under "heuristic")
-            tree = _draft_chain(self.model, context, depth, sampling, generator)
-        else:
-            tree, self._draft_pos = draft_tree_from_model(self.model, context, spec, min(depth, spec.depth), sampling,
-                                                          generator, self.stop_tokens)
+        with trusted_inputs():  # q from standardize: the samplers skip their value checks
+            if depth <= 0:
+                tree = DraftTree.root(int(context[-1]))
+            elif spec.is_chain():  # a chain grows with the schedule (up to 2γ under "heuristic")
+                tree = _draft_chain(self.model, context, depth, sampling, generator)
+            else:
+                tree, self._draft_pos = draft_tree_from_model(self.model, context, spec, min(depth, spec.depth),
+                                                              sampling, generator, self.stop_tokens)
         self.calls += tree.draft_calls
-        if tree.q is not None and tree.q.device.type == "cuda":
-            torch.cuda.synchronize(tree.q.device)
-        self.draft_time_s += time.perf_counter() - t0
+        self.draft_time_s += time.perf_counter() - t0  # ends with the host read of the drafted tokens
         return tree
 
     def update(self, outcome: DraftOutcome) -> None:

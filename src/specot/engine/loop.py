@@ -48,6 +48,7 @@ from torch import Tensor
 from ..drafting.base import DraftOutcome, DraftSchedule, DraftTree, Drafter
 from ..drafting.tree import TreeSpec
 from ..models.hf import CausalLM
+from .._validation import check_prob_values, trusted_inputs
 from ..sampling import sample_categorical, standardize
 from ..verifiers.base import AnyVerifier, SequenceVerifier
 from .types import GenerationConfig, GenerationResult, GenerationStats
@@ -148,6 +149,14 @@ def verify_draft_tree(tree: DraftTree, logits: Tensor, sampling, verifier: AnyVe
     p = standardize(logits, sampling)  # [1 + N, V]
     if tree.size == 0:  # autoregressive step
         return TreeStep([int(sample_categorical(p[0:1], generator)[0])], [], [])
+    if tree.q is not None and not tree.q_standardized:  # a drafter's own q: checked once, here
+        check_prob_values(tree.q, f"q (draft probabilities of the drafter's tree, shape {tuple(tree.q.shape)})")
+    with trusted_inputs():  # p from standardize, q checked: the verifiers skip their value checks
+        return _verify(tree, p, verifier, generator)
+
+
+def _verify(tree: DraftTree, p: Tensor, verifier: AnyVerifier, generator: torch.Generator | None) -> TreeStep:
+    dev = p.device
     if isinstance(verifier, SequenceVerifier):
         expanded = sorted(tree.drafts)
         q = torch.zeros_like(p)  # [1 + N, V], leaf rows unused

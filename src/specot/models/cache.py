@@ -2,7 +2,7 @@
 
 Speculative decoding appends draft positions to the cache and then discards the rejected ones.
 Rollback of a suffix uses the cache's own ``crop`` (transformers >= 5: a negative count of tokens
-to remove). Keeping an arbitrary increasing subset of the positions (the committed prefix plus the
+to remove), or moves a ``StaticCache``'s running length back. Keeping an arbitrary increasing subset of the positions (the committed prefix plus the
 accepted path of a draft tree) moves the kept entries of each layer's key/value tensors
 ``[batch, heads, seq, head_dim]`` down IN PLACE and crops the rest: the committed prefix is never
 copied. This is the one compaction routine of specot.
@@ -13,7 +13,15 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["cache_length", "crop_cache", "keep_cache_positions"]
+__all__ = ["cache_length", "crop_cache", "keep_cache_positions", "is_static"]
+
+
+def is_static(cache: object) -> bool:
+    """True for a transformers ``StaticCache`` (fixed-size per-layer buffers written at a running
+    length; entries past the length are stale and masked out by the causal mask)."""
+    layers = getattr(cache, "layers", None) or []
+    return bool(layers) and all(hasattr(layer, "max_cache_len") and hasattr(layer, "cumulative_length")
+                                for layer in layers)
 
 
 def cache_length(cache: object) -> int:
@@ -24,7 +32,8 @@ def cache_length(cache: object) -> int:
 
 
 def crop_cache(cache: object, length: int) -> None:
-    """Drop every cached position at index ``>= length`` (in place).
+    """Drop every cached position at index ``>= length`` (in place). A static cache only moves its
+    running length back (the stale entries are overwritten by the next pass, masked until then).
 
     Raises:
         ValueError: ``length`` is negative or longer than the cache.
@@ -32,8 +41,15 @@ def crop_cache(cache: object, length: int) -> None:
     have = cache_length(cache)
     if length < 0 or length > have:
         raise ValueError(f"cannot crop a cache of {have} positions to {length}")
-    if length < have:
-        cache.crop(-(have - length))  # type: ignore[attr-defined]
+    if length == have:
+        return
+    if is_static(cache):
+        with torch.inference_mode():  # the cache's tensors were made under inference mode
+            for layer in cache.layers:  # type: ignore[attr-defined]
+                if getattr(layer, "is_initialized", False):
+                    layer.cumulative_length.fill_(length)
+        return
+    cache.crop(-(have - length))  # type: ignore[attr-defined]
 
 
 def keep_cache_positions(cache: object, keep: Tensor | list[int]) -> None:
@@ -42,7 +58,7 @@ def keep_cache_positions(cache: object, keep: Tensor | list[int]) -> None:
     Entry ``keep[j]`` moves to index ``j`` (entries already in place are not touched, so keeping the
     committed prefix plus a tree's accepted path moves only the path), then the cache is cropped to
     ``K`` positions. Works on caches whose layers expose ``keys``/``values`` tensors
-    ``[batch, heads, seq, head_dim]`` (``DynamicCache`` in transformers >= 5).
+    ``[batch, heads, seq, head_dim]`` (``DynamicCache`` and ``StaticCache`` in transformers >= 5).
 
     Raises:
         TypeError: the cache type does not expose per-layer key/value tensors.
@@ -59,14 +75,19 @@ def keep_cache_positions(cache: object, keep: Tensor | list[int]) -> None:
     if moved:
         dst_cpu = torch.tensor([d for d, _ in moved], dtype=torch.int64)
         src_cpu = torch.tensor([s for _, s in moved], dtype=torch.int64)
-        on: dict[torch.device, tuple[Tensor, Tensor]] = {}
-        for layer in layers:
-            k = getattr(layer, "keys", None)
-            if k is None or k.numel() == 0:
-                continue
-            if k.device not in on:  # one host-to-device copy per device, not per layer
-                on[k.device] = (dst_cpu.to(k.device), src_cpu.to(k.device))
-            dst, src = on[k.device]
-            layer.keys[..., dst, :] = layer.keys[..., src, :]  # the gather on the right is a copy
-            layer.values[..., dst, :] = layer.values[..., src, :]
+        with torch.inference_mode():  # the cache's tensors were made under inference mode
+            _move_entries(layers, dst_cpu, src_cpu, {})
     crop_cache(cache, len(idx))
+
+
+def _move_entries(layers: list, dst_cpu: Tensor, src_cpu: Tensor, on: dict[torch.device, tuple[Tensor, Tensor]]) -> None:
+    """Move cache entries ``src`` → ``dst`` (int64 ``[M]``) in every layer's keys and values."""
+    for layer in layers:
+        k = getattr(layer, "keys", None)
+        if k is None or k.numel() == 0:
+            continue
+        if k.device not in on:  # one host-to-device copy per device, not per layer
+            on[k.device] = (dst_cpu.to(k.device), src_cpu.to(k.device))
+        dst, src = on[k.device]
+        layer.keys[..., dst, :] = layer.keys[..., src, :]  # the gather on the right is a copy
+        layer.values[..., dst, :] = layer.values[..., src, :]

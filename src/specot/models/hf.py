@@ -11,12 +11,14 @@ import inspect
 import os
 import time
 import types
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
 import torch
 from torch import Tensor
+from transformers import DynamicCache, StaticCache
 
 from .cache import crop_cache, keep_cache_positions
 
@@ -78,11 +80,14 @@ class CausalLM:
             padding rows of the output embedding; else the model's output size).
         max_context: maximum number of positions (``config.max_position_embeddings``).
         forward_calls: forward passes run since the last :meth:`reset_stats`.
-        forward_time_s: wall time of those passes, seconds (the device is synchronised before the
-            clock stops, so on CUDA the kernels' time is counted here and not in the caller's next
-            host read).
+        forward_time_s: wall time of those passes, seconds. On CUDA each pass is timed by CUDA
+            events around it (from the first kernel queued to the last one done), read back when
+            this property is read: the time lands here, not in the caller's next host read, and
+            timing adds no host sync to the loop.
         last_hidden: the target's hidden states of the last forward pass, ``[T, len(layers)·H]``,
             when it was asked for (``hidden_layers``), else ``None``.
+        static_cache_len: when set (:meth:`use_static_cache`), the KV cache is a transformers
+            ``StaticCache`` of this many positions instead of a ``DynamicCache``.
     """
 
     model: Any
@@ -91,10 +96,16 @@ class CausalLM:
     vocab_size: int = 0
     max_context: int = 0
     forward_calls: int = 0
-    forward_time_s: float = 0.0
+    static_cache_len: int | None = None
+    _time_s: float = field(default=0.0, repr=False)
+    _compiled: Any = field(default=None, repr=False)
+    _events: list[Any] = field(default_factory=list, repr=False)
     last_hidden: Tensor | None = field(default=None, repr=False)
     _cache: Any = field(default=None, repr=False)
-    _cached_ids: list[int] = field(default_factory=list, repr=False)
+    _ids: list[int] = field(default_factory=list, repr=False)
+    # ids fed as device tensors (a drafted token on CUDA) are read back lazily, so a draft step does
+    # not wait for the host: one read when the ids are next needed
+    _pending: list[Tensor] = field(default_factory=list, repr=False)
     # Tree region (see forward_tree): cached positions >= _tree_base hold tree nodes; for each,
     # its position id and its ancestors' absolute cache indices (itself included).
     last_start: int = field(default=0, repr=False)
@@ -118,6 +129,25 @@ class CausalLM:
         self._keeps_logits = "logits_to_keep" in params
         if self.device.type == "cpu":
             install_small_batch_head(self.model)
+
+    def use_static_cache(self, max_len: int, *, compile: bool = False) -> "CausalLM":
+        """Decode over a fixed-size ``StaticCache`` of ``max_len`` positions and, with ``compile``,
+        run every forward pass through ``torch.compile(mode="reduce-overhead")`` — CUDA graphs on a
+        GPU, one graph per pass shape (1-token steps, (γ+1)-token verification passes), as gpt-fast
+        and transformers' static-cache generation do. Rollback moves the cache's running length
+        back; compaction moves entries in place. Off by default on the CPU (attention then spans
+        all ``max_len`` slots); :func:`specot.api.generate` turns it on for CUDA. If compilation
+        fails at run time the wrapper warns once and runs eagerly.
+
+        Raises:
+            ValueError: ``max_len`` below 2 or above the model's context.
+        """
+        if not 2 <= int(max_len) <= self.max_context:
+            raise ValueError(f"static cache length {max_len} must lie in [2, {self.max_context}] (the model's context)")
+        self.static_cache_len = int(max_len)
+        self._compiled = torch.compile(self.model.forward, mode="reduce-overhead", dynamic=False) if compile else None
+        self.reset()
+        return self
 
     # ----------------------------------------------------------------- properties
     @property
@@ -146,15 +176,34 @@ class CausalLM:
         return list(self._cached_ids)
 
     # ----------------------------------------------------------------- cache
+    @property
+    def _cached_ids(self) -> list[int]:
+        """The cached token ids (the list itself; pending device ids read back first)."""
+        if self._pending:
+            self._ids.extend(torch.cat(self._pending).tolist())
+            self._pending = []
+        return self._ids
+
     def reset(self) -> None:
         """Empty the KV cache (a new sequence starts)."""
         self._cache = None
-        self._cached_ids = []
+        self._ids = []
+        self._pending = []
         self._clear_tree()
+
+    @property
+    def forward_time_s(self) -> float:
+        """Seconds spent in forward passes since :meth:`reset_stats` (see the class docstring)."""
+        if self._events:
+            self._events[-1][1].synchronize()
+            self._time_s += sum(a.elapsed_time(b) for a, b in self._events) / 1000.0
+            self._events = []
+        return self._time_s
 
     def reset_stats(self) -> None:
         self.forward_calls = 0
-        self.forward_time_s = 0.0
+        self._time_s = 0.0
+        self._events = []
 
     def rollback(self, length: int) -> None:
         """Keep only the first ``length`` cached positions."""
@@ -177,7 +226,8 @@ class CausalLM:
             keep_cache_positions(self._cache, idx)
         elif any(b <= a for a, b in zip(idx, idx[1:])) or (idx and (idx[0] < 0 or idx[-1] >= len(self._cached_ids))):
             raise ValueError(f"positions to keep must increase strictly within [0, {len(self._cached_ids)})")
-        self._cached_ids = [self._cached_ids[i] for i in idx]
+        ids = self._cached_ids
+        self._ids = [ids[i] for i in idx]
         self._clear_tree()
 
     # ----------------------------------------------------------------- forward
@@ -201,10 +251,13 @@ class CausalLM:
         ids = ids.to(self.device).reshape(1, -1)  # [1, T]
         if ids.shape[1] == 0:
             raise ValueError("forward needs at least one token")
+        C = len(self._cached_ids)
+        if self.static_cache_len is not None and C + ids.shape[1] > self.static_cache_len:
+            raise ValueError(f"{self.name}: {C + ids.shape[1]} positions exceed the static cache of {self.static_cache_len}; "
+                             "pass a larger length to use_static_cache()")
         if self._cache is None:
-            from transformers import DynamicCache
-
-            self._cache = DynamicCache(config=self.model.config)
+            self._cache = (StaticCache(config=self.model.config, max_cache_len=self.static_cache_len)
+                           if self.static_cache_len is not None else DynamicCache(config=self.model.config))
         kwargs: dict[str, Any] = {"past_key_values": self._cache, "use_cache": True}
         if position_ids is not None:
             kwargs["position_ids"] = position_ids.reshape(1, -1).to(self.device)
@@ -215,18 +268,43 @@ class CausalLM:
         if hidden_layers is not None:
             kwargs["output_hidden_states"] = True
         start = time.perf_counter()
-        out = self.model(input_ids=ids, **kwargs)
+        if ids.device.type == "cuda":
+            start_ev = torch.cuda.Event(enable_timing=True)
+            start_ev.record()
+        out = self._run(ids, kwargs, C)
         rows = out.logits[0, :, : self.vocab_size]  # [T, V], or [last, V] with logits_to_keep
         logits = (rows[-last:] if last is not None else rows).float()  # cast only the rows returned
+        if self._compiled is not None:  # CUDA-graph outputs live in buffers the next replay overwrites
+            logits = logits.clone()
         self.last_hidden = (torch.cat([out.hidden_states[i][0] for i in hidden_layers], dim=-1)  # [T, L·H]
                             if hidden_layers is not None else None)
-        if logits.device.type == "cuda":  # the clock must not stop while kernels are still queued
-            torch.cuda.synchronize(logits.device)
-        self.forward_time_s += time.perf_counter() - start
+        if logits.device.type == "cuda":  # GPU-side span of the pass, read back lazily (no host sync here)
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            self._events.append((start_ev, end))
+        else:
+            self._time_s += time.perf_counter() - start
         self.forward_calls += 1
         self._cache = out.past_key_values
-        self._cached_ids.extend(ids[0].tolist())
+        if ids.device.type == "cpu":
+            self._cached_ids.extend(ids[0].tolist())
+        else:
+            self._pending.append(ids[0])
         return logits
+
+    def _run(self, ids: Tensor, kwargs: dict[str, Any], cached: int) -> Any:
+        """One model call, compiled when :meth:`use_static_cache` asked for it (eager fallback)."""
+        if self._compiled is not None:
+            try:
+                torch.compiler.cudagraph_mark_step_begin()  # a new step: earlier graph outputs may be reused
+                return self._compiled(input_ids=ids, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - any compile failure: run eagerly from now on
+                warnings.warn(f"{self.name}: torch.compile of the decoding step failed ({type(exc).__name__}: "
+                              f"{str(exc).splitlines()[0] if str(exc) else ''}); running eagerly", RuntimeWarning,
+                              stacklevel=3)
+                self._compiled = None
+                crop_cache(self._cache, cached)
+        return self.model(input_ids=ids, **kwargs)
 
     def logits_after(self, context: Sequence[int], extra: Sequence[int] = (), *,
                      hidden_layers: Sequence[int] | None = None) -> Tensor:
@@ -319,7 +397,8 @@ class CausalLM:
         # one host-to-device copy of the index lists; the mask is built on the model's device
         idx = torch.tensor([[i for i, a in enumerate(anc) for _ in a], [c for a in anc for c in a]],
                            dtype=torch.int64).to(dev, non_blocking=True)  # [2, Σ depth]
-        visible = torch.zeros(T, C + T, dtype=torch.bool, device=dev)  # [T, cached + T]
+        width = self.static_cache_len if self.static_cache_len is not None else C + T  # the key axis
+        visible = torch.zeros(T, width, dtype=torch.bool, device=dev)  # [T, cached + T] (or the static length)
         visible[:, :base] = True
         visible[idx[0], idx[1]] = True
         mask = tree_attention_mask(visible, self.dtype)  # [1, 1, T, cached + T]

@@ -1,0 +1,127 @@
+"""The one decoding loop: a chain, a tree, an n-gram chain and no draft all run through
+``specot.engine.decode``; their statistics add up; the drafter protocol sees consistent outcomes
+(committed tokens, accepted path, the target's hidden states at the right positions)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specot.drafting import DraftOutcome, DraftTree, ModelDrafter, NGramDrafter, TreeSpec
+from specot.engine import GenerationConfig, decode, make_generator, speculative_generate, verify_draft_tree
+from specot.laws import DraftLaw
+from specot.models import CausalLM
+from specot.sampling import SamplingConfig
+from specot.verifiers import get_verifier
+
+from conftest import tiny_lm
+
+PROMPT = [1, 5, 3, 7, 1, 5]
+
+
+class RecordingDrafter(ModelDrafter):
+    """A model drafter that records every outcome and asks for the target's hidden states."""
+
+    hidden_layers = (0, 2)  # embeddings and the last layer of the 2-layer tiny Llama
+
+    def __init__(self, model):
+        super().__init__(model)
+        self.outcomes: list[DraftOutcome] = []
+
+    def update(self, outcome):
+        super().update(outcome)
+        self.outcomes.append(outcome)
+
+
+def _check_stats(res, max_new):
+    st = res.stats
+    assert st.new_tokens == len(res.tokens) == max_new
+    assert st.iterations == st.target_calls == len(st.tree_sizes) == len(st.accepted_lengths)
+    assert st.drafted == sum(st.tree_sizes) and st.accepted == sum(st.accepted_lengths)
+    assert sum(st.accepted_at) == st.accepted  # every accepted draft is counted at its depth once
+    assert all(a <= t for a, t in zip(st.accepted_at, st.tried_at))
+    # every iteration commits its accepted drafts + one token (the last may be cut at max_new_tokens)
+    assert st.accepted + st.iterations >= st.new_tokens
+    assert 0 <= st.overhead_share < 1 and st.total_time_s >= st.target_time_s + st.draft_time_s - 1e-9
+    d = st.to_dict()
+    assert d["block_efficiency"] == pytest.approx(st.new_tokens / st.target_calls)
+    assert d["mean_tree_size"] == pytest.approx(st.drafted / st.iterations)
+
+
+CASES = {
+    "chain": (TreeSpec.sequences(1, 3), "speculative"),
+    "tree": (TreeSpec.prefix([2, 2, 1]), "kseq"),
+    "wor tree": (TreeSpec.sequences(3, 2, "wor"), "rrs_wor"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_the_loop_runs_chains_trees_and_reports_hidden_states(case, temperature):
+    spec, ver = CASES[case]
+    target = tiny_lm(0, dtype=torch.float32)
+    drafter = RecordingDrafter(tiny_lm(1, dtype=torch.float32))
+    cfg = GenerationConfig(max_new_tokens=20, sampling=SamplingConfig(temperature), seed=3)
+    res = decode(target, drafter, PROMPT, cfg, shape=spec, verifier=get_verifier(ver))
+    _check_stats(res, 20)
+    seq = PROMPT + res.tokens
+    n = len(PROMPT)
+    H = target.model.config.hidden_size
+    for o in drafter.outcomes:
+        assert o.context_len == n and list(o.tokens) == seq[n:n + len(o.tokens)]
+        assert [o.tree.tokens[i] for i in o.path] == list(o.tokens[:len(o.path)])
+        assert o.hidden_states is not None and o.hidden_states.shape[1] == 2 * H
+        assert o.hidden_start + o.hidden_states.shape[0] == n + len(o.path)  # up to the accepted drafts
+        # the embedding half of the features is the target's embedding of the committed tokens
+        ids = torch.tensor(seq[o.hidden_start:n + len(o.path)])
+        emb = target.model.get_input_embeddings()(ids)
+        torch.testing.assert_close(o.hidden_states[:, :H], emb)
+        n += len(o.tokens)
+    if temperature == 0.0:  # greedy: identical to autoregressive decoding (float32)
+        ar = decode(target, None, PROMPT, cfg, shape=None, verifier=get_verifier("speculative"), method="autoregressive")
+        assert ar.tokens == res.tokens and ar.stats.drafted == 0 and ar.stats.target_calls == 20
+
+
+def test_ngram_chain_and_no_draft_through_the_same_loop():
+    target = tiny_lm(0, dtype=torch.float32)
+    cfg = GenerationConfig(max_new_tokens=16, sampling=SamplingConfig(0.0), seed=0)
+    ng = decode(target, NGramDrafter(n=2), PROMPT, cfg, shape=TreeSpec.sequences(1, 4),
+                verifier=get_verifier("speculative"))
+    ar = decode(target, None, PROMPT, cfg, shape=None, verifier=get_verifier("speculative"))
+    assert ng.tokens == ar.tokens
+    _check_stats(ng, 16)
+    _check_stats(ar, 16)
+    assert ar.stats.iterations == 16 and ar.stats.draft_calls == 0
+
+
+def test_verify_draft_tree_walks_the_accepted_path():
+    """A crafted tree and one-hot target rows: the walk must follow the target's tokens."""
+    V = 6
+    tree = DraftTree.root(0)
+    tree.law = DraftLaw.WOR
+    a, b = tree.add_children(0, [2, 3])  # nodes 1, 2
+    (c,) = tree.add_children(a, [4])  # node 3, child of token 2
+    q = torch.full((2, V), 1.0 / V, dtype=torch.float64)
+    tree.q, tree.q_row = q, {0: 0, a: 1}
+    logits = torch.full((4, V), -1e9, dtype=torch.float64)
+    logits[0, 2] = logits[a, 4] = logits[b, 1] = logits[c, 5] = 0.0  # p: root→2, 2→4, 3→1, 4→5
+    step = verify_draft_tree(tree, logits, SamplingConfig(1.0), get_verifier("rrs_wor"), make_generator(0))
+    assert step.path == [a, c] and step.emitted == [2, 4, 5] and step.accepted_at_depth == [True, True]
+
+
+def test_generator_on_another_device_or_of_another_type_is_refused():
+    target = tiny_lm(0)
+    cfg = GenerationConfig(max_new_tokens=3)
+    with pytest.raises(TypeError, match="torch.Generator"):
+        decode(target, None, PROMPT, cfg, shape=None, verifier=get_verifier("speculative"), generator=123)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="seed"):
+        make_generator("7")  # type: ignore[arg-type]
+    assert make_generator(0, target.device).device == target.device
+
+
+def test_draft_and_target_sharing_a_wrapper_is_refused():
+    target = tiny_lm(0)
+    with pytest.raises(ValueError, match="share a KV cache"):
+        speculative_generate(target, ModelDrafter(target), PROMPT, GenerationConfig(max_new_tokens=3))
+    speculative_generate(target, ModelDrafter(CausalLM(target.model, name="self")), PROMPT,
+                         GenerationConfig(max_new_tokens=3))
