@@ -10,6 +10,7 @@ import torch
 from specot.cli.main import main as cli_main
 from specot.drafting import ModelDrafter, NGramDrafter, NGramTable, check_vocab_compatible
 from specot.models import CausalLM, load_model, resolve_dtype
+from specot.models.device import SmallBatchHead, install_small_batch_head
 from specot.sampling import SamplingConfig
 
 from conftest import tiny_lm
@@ -139,17 +140,20 @@ def test_cli_bad_arguments_give_clear_errors(tiny_model_dir, capsys, args, match
     assert match in capsys.readouterr().err
 
 
-def test_small_batch_head_matches_f_linear_and_patches_only_large_heads():
-    from specot.models.hf import install_small_batch_head
-
+def test_small_batch_head_matches_f_linear_and_replaces_only_large_heads():
     lm = tiny_lm(0)
-    assert not install_small_batch_head(lm.model)  # a tiny head keeps F.linear
+    assert not install_small_batch_head(lm.model)  # a tiny head keeps nn.Linear
     head = lm.model.get_output_embeddings()
     x = torch.randn(1, 40, head.in_features, dtype=head.weight.dtype)  # [B, M, d]
     ref = torch.nn.functional.linear(x, head.weight)
     assert install_small_batch_head(lm.model, min_size=1)
+    new = lm.model.get_output_embeddings()
+    assert isinstance(new, SmallBatchHead) and new.weight is head.weight  # swapped, weight shared
+    assert type(head).forward is torch.nn.Linear.forward  # nothing patched on the old module
     for m in (1, 2, 5, 8, 9, 33):
-        torch.testing.assert_close(head(x[:, :m]), ref[:, :m])  # [1, m, V], any row count
+        torch.testing.assert_close(new(x[:, :m]), ref[:, :m])  # [1, m, V], any row count
+    full = lm.model(input_ids=torch.tensor([[1, 2, 3]])).logits
+    torch.testing.assert_close(full, torch.nn.functional.linear(lm.model.model(torch.tensor([[1, 2, 3]])).last_hidden_state, head.weight))
 
 
 def test_prefill_computes_only_the_needed_logit_rows():

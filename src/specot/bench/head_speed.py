@@ -1,7 +1,7 @@
 """Cost of an output head ``[V, d] x [M, d]ᵀ`` for M rows, by GEMM layout (CPU).
 
 A speculative verification pass computes logits for γ + 1 rows. On x86 CPUs ``F.linear`` (the
-layout ``nn.Linear`` uses) is much slower for 2–8 rows than ``W @ xᵀ``; :mod:`specot.models.hf`
+layout ``nn.Linear`` uses) is much slower for 2–8 rows than ``W @ xᵀ``; :mod:`specot.models.device`
 patches large heads accordingly. This script measures both layouts (median of ``--reps`` calls,
 milliseconds, warm-up excluded) and prints JSON::
 
@@ -61,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     res = {"threads": torch.get_num_threads(), "V": args.vocab, "d": args.hidden,
            "rows": measure_head(args.vocab, args.hidden, [int(r) for r in args.rows.split(",")], args.reps)}
+    from ..envinfo import environment_info
+
+    res["environment"] = environment_info()
     text = json.dumps(res, indent=1)
     if args.out:
         with open(args.out, "w") as f:

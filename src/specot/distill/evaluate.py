@@ -111,7 +111,7 @@ def evaluate_draft(draft_path: str, *, n_prompts: int = 20, max_new_tokens: int 
     one) against the embedded target; returns a JSON-ready dict."""
     from ..api import load_target
     from ..models.embedded import load_embedded_draft
-    from ..models.hf import load_model
+    from ..models.loading import load_model
     from ..theory.speedup import optimal_gamma, speedup_table
     from .data import heldout_prompts
 

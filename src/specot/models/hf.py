@@ -1,4 +1,7 @@
-"""A thin wrapper over any Hugging Face ``AutoModelForCausalLM`` with a KV cache for one sequence.
+"""Scoring and committing: a thin wrapper over any Hugging Face ``AutoModelForCausalLM`` with a KV
+cache for one sequence. KV-cache surgery lives in :mod:`specot.models.cache`, device and dtype
+choice in :mod:`specot.models.device`, chat formatting in :mod:`specot.models.chat`, loading in
+:mod:`specot.models.loading`.
 
 The wrapper keeps the token ids whose keys/values are cached, so a caller can hand it the whole
 committed context at every step: :meth:`CausalLM.logits_after` rolls the cache back to the longest
@@ -8,12 +11,9 @@ common prefix and runs only the new tokens (plus any drafted tokens) in ONE forw
 from __future__ import annotations
 
 import inspect
-import os
 import time
-import types
 import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Sequence
 
 import torch
@@ -21,8 +21,10 @@ from torch import Tensor
 from transformers import DynamicCache, StaticCache
 
 from .cache import crop_cache, keep_cache_positions
+from .chat import decode_tokens, encode_prompt
+from .device import install_small_batch_head
 
-__all__ = ["CausalLM", "load_model", "resolve_dtype", "cpu_has_native_bf16", "tree_attention_mask"]
+__all__ = ["CausalLM", "tree_attention_mask"]
 
 
 def tree_attention_mask(visible: Tensor, dtype: torch.dtype) -> Tensor:
@@ -30,42 +32,6 @@ def tree_attention_mask(visible: Tensor, dtype: torch.dtype) -> Tensor:
     may attend, the dtype's most negative finite value elsewhere (as transformers' own masks)."""
     fill = torch.finfo(dtype).min
     return torch.zeros(visible.shape, dtype=dtype, device=visible.device).masked_fill(~visible, fill)[None, None]
-
-
-def cpu_has_native_bf16() -> bool:
-    """True if this CPU has bfloat16 matrix instructions (AVX512-BF16 or AMX-BF16).
-
-    Without them (e.g. AVX2-only CPUs) PyTorch's bf16 matmuls over several tokens fall back to slow
-    kernels: measured here, a SmolLM2-135M forward over 32 new tokens costs 518 ms in bf16 but
-    158 ms in float32 (1 token: 58 vs 64 ms).
-    """
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            flags = fh.read()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
-
-
-def resolve_dtype(dtype: str | torch.dtype, device: str | torch.device = "cpu") -> torch.dtype:
-    """Map ``"auto" | "bfloat16" | "float32" | "float16" | "float64"`` (or a dtype) to a torch dtype.
-
-    ``"auto"`` is bfloat16 on CUDA and on CPUs with native bf16 matmuls, float32 otherwise.
-
-    Raises:
-        ValueError: an unknown dtype name.
-    """
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    names = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float32": torch.float32, "fp32": torch.float32,
-             "float16": torch.float16, "fp16": torch.float16, "float64": torch.float64}
-    if dtype == "auto":
-        if str(device).startswith("cuda") or cpu_has_native_bf16():
-            return torch.bfloat16
-        return torch.float32
-    if dtype not in names:
-        raise ValueError(f"unknown dtype {dtype!r}; use one of auto, {', '.join(names)}")
-    return names[dtype]
 
 
 @dataclass
@@ -128,7 +94,7 @@ class CausalLM:
             params = {}
         self._keeps_logits = "logits_to_keep" in params
         if self.device.type == "cpu":
-            install_small_batch_head(self.model)
+            install_small_batch_head(self.model)  # a faster output head for 2–32-row passes (CPU)
 
     def use_static_cache(self, max_len: int, *, compile: bool = False) -> "CausalLM":
         """Decode over a fixed-size ``StaticCache`` of ``max_len`` positions and, with ``compile``,
@@ -157,6 +123,15 @@ class CausalLM:
     @property
     def dtype(self) -> torch.dtype:
         return next(self.model.parameters()).dtype
+
+    # ----------------------------------------------------------------- text (specot.models.chat)
+    def encode_prompt(self, prompt: str, *, chat: bool | None = None, system: str | None = None) -> list[int]:
+        """Token ids of ``prompt`` (:func:`specot.models.chat.encode_prompt` with this model's tokenizer)."""
+        return encode_prompt(self.tokenizer, prompt, chat=chat, system=system, name=self.name)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of ``ids`` (:func:`specot.models.chat.decode_tokens`)."""
+        return decode_tokens(self.tokenizer, ids)
 
     @property
     def eos_token_ids(self) -> set[int]:
@@ -472,152 +447,3 @@ class CausalLM:
         if any(b <= a for a, b in zip(keep, keep[1:])) or (keep and (keep[0] < prefix_len or keep[-1] >= have)):
             raise ValueError(f"positions {keep} must increase within [{prefix_len}, {have})")
         self.keep_positions(list(range(prefix_len)) + keep)
-
-    # ----------------------------------------------------------------- text
-    def encode_prompt(self, prompt: str, *, chat: bool | None = None, system: str | None = None) -> list[int]:
-        """Token ids of ``prompt``; with ``chat`` (default: when the tokenizer has a chat template)
-        the prompt is wrapped as one user turn of the chat template with the generation prompt."""
-        if self.tokenizer is None:
-            raise ValueError(f"{self.name} has no tokenizer; pass token ids instead of text")
-        use_chat = bool(getattr(self.tokenizer, "chat_template", None)) if chat is None else chat
-        if use_chat:
-            if not getattr(self.tokenizer, "chat_template", None):
-                raise ValueError(f"{self.name}'s tokenizer has no chat template; use raw text (chat=False)")
-            messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
-            enc = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-            ids = enc["input_ids"] if hasattr(enc, "keys") else enc
-            if ids and isinstance(ids[0], list):
-                ids = ids[0]
-            return [int(i) for i in ids]
-        return [int(i) for i in self.tokenizer(prompt)["input_ids"]]
-
-    def decode(self, ids: Sequence[int]) -> str:
-        if self.tokenizer is None:
-            return " ".join(str(i) for i in ids)
-        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
-
-
-def _small_batch_linear(self: torch.nn.Linear, x: Tensor) -> Tensor:
-    """``nn.Linear.forward`` for an output head: ``W @ xᵀ`` when x has 2–8 rows (2–32 with ≥ 2 threads; CPU).
-
-    On x86 CPUs PyTorch's ``F.linear`` over a [49152, 576] head costs 2.5x more for 2–5 rows than
-    for 1 (20–23 vs 9 ms on this project's 2-core AVX2 machine; ``python -m specot.bench.head_speed``,
-    results in ``docs/bench/head_speed*.json``). With one thread ``W @ xᵀ`` loses from ~17 rows on;
-    with two it wins up to 33 rows (1.4–1.5x) and ties at 65, while ``W @ xᵀ`` costs 6–11 ms: a speculative verification pass
-    scores γ + 1 rows, exactly this regime. Same product, another GEMM layout.
-    """
-    rows = x.numel() // x.shape[-1] if x.numel() else 0
-    if 2 <= rows <= (8 if torch.get_num_threads() == 1 else 32) and self.bias is None and x.device.type == "cpu":
-        flat = x.reshape(rows, x.shape[-1])  # [M, d]
-        return (self.weight @ flat.t()).t().reshape(*x.shape[:-1], self.weight.shape[0])  # [..., V]
-    return torch.nn.functional.linear(x, self.weight, self.bias)
-
-
-def install_small_batch_head(model: Any, min_size: int = 1 << 22) -> bool:
-    """Route a large bias-free ``nn.Linear`` output head through :func:`_small_batch_linear` (CPU).
-
-    Only heads with at least ``min_size`` weights (V·d; SmolLM2: 28 M) are patched, on the
-    module instance, so tiny test models and other layers keep ``F.linear``. Returns whether the
-    head was patched. Any post-head processing of the model (soft-capping, scaling) is kept.
-    """
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    if not isinstance(head, torch.nn.Linear) or head.bias is not None or head.weight.numel() < min_size:
-        return False
-    head.forward = types.MethodType(_small_batch_linear, head)
-    return True
-
-
-def load_model(name_or_path: str | os.PathLike[str], *, dtype: str | torch.dtype = "auto", device: str = "cpu",
-               gguf_file: str | None = None, label: str | None = None) -> CausalLM:
-    """Load a Hugging Face causal LM and its tokenizer from a local directory or a hub name.
-
-    Args:
-        name_or_path: local directory (``config.json`` + weights, or a GGUF file with
-            ``gguf_file``) or a hub model id (downloaded by transformers unless ``HF_HUB_OFFLINE=1``).
-        dtype: see :func:`resolve_dtype`.
-        device: ``"cpu"``, ``"cuda"``, ...
-        gguf_file: name of a GGUF file inside ``name_or_path``.
-
-    Raises:
-        FileNotFoundError: a local path that does not exist, or a directory without ``config.json``
-            (e.g. an empty one) or without tokenizer files.
-        ValueError: a broken ``config.json``, an unknown dtype or an unusable device (checked
-            before anything is loaded).
-        OSError: transformers could not load it (e.g. a hub id while offline and not cached); the
-            message names the model and the fix, in one line.
-    """
-    from ._quiet import quiet_loading
-
-    path = str(name_or_path)
-    torch_dtype = resolve_dtype(dtype, device)
-    check_model_source(path, gguf_file=gguf_file)
-    from .._validation import check_device
-
-    check_device(device)
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    kw: dict[str, Any] = {"gguf_file": gguf_file} if gguf_file else {}
-    local = Path(path).expanduser().is_dir()
-    try:
-        with quiet_loading():
-            tokenizer = AutoTokenizer.from_pretrained(path, **kw)
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, **kw).to(device)
-    except (OSError, ValueError) as exc:
-        first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
-        if local:
-            raise OSError(f"cannot load the model in {path!r}: {first}") from exc
-        offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0") or \
-            os.environ.get("TRANSFORMERS_OFFLINE", "") not in ("", "0")
-        why = ("the hub is off (HF_HUB_OFFLINE=1) and it is not in the local cache" if offline
-               else f"it could not be fetched from the Hugging Face hub ({first})")
-        raise OSError(f"cannot load model {path!r}: it is not a local directory and {why}; pass a local model "
-                      "directory (config.json, weights, tokenizer files), or 'smollm2' for the embedded "
-                      "model") from exc
-    return CausalLM(model=model, tokenizer=tokenizer, name=label or Path(path).name or path)
-
-
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "spiece.model")
-
-
-def check_model_source(name_or_path: str | os.PathLike[str], *, gguf_file: str | None = None,
-                       need_tokenizer: bool = True) -> None:
-    """Check a model directory before loading it (cheap: no weights are read).
-
-    A name that does not look like a local path is taken as a hub id and not checked here.
-
-    Raises:
-        FileNotFoundError: a local path that does not exist, a directory without ``config.json``
-            (or without the named GGUF file), or without tokenizer files.
-        ValueError: a ``config.json`` that is not a JSON object.
-    """
-    import json
-
-    path = str(name_or_path)
-    p = Path(path).expanduser()
-    looks_local = path.startswith((".", "/", "~")) or os.sep in path or p.exists()
-    if not looks_local:
-        return
-    if not p.exists():
-        raise FileNotFoundError(f"model path {path!r} does not exist")
-    if not p.is_dir():
-        raise FileNotFoundError(f"model path {path!r} is a file; pass the model's directory (config.json, weights, "
-                                "tokenizer files)")
-    if gguf_file:
-        if not (p / gguf_file).is_file():
-            raise FileNotFoundError(f"no GGUF file {gguf_file!r} in {path!r}")
-        return
-    cfg = p / "config.json"
-    if not cfg.is_file():
-        listing = "it is empty" if not any(p.iterdir()) else "it holds no config.json"
-        raise FileNotFoundError(f"{path!r} is not a Hugging Face model directory: {listing}; pass a directory "
-                                "saved with save_pretrained (config.json, model weights, tokenizer files)")
-    try:
-        obj = json.loads(cfg.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{str(cfg)!r} is not valid JSON ({exc}); fix the file or re-save the model with "
-                         "save_pretrained") from None
-    if not isinstance(obj, dict):
-        raise ValueError(f"{str(cfg)!r} must hold a JSON object, got {type(obj).__name__}")
-    if need_tokenizer and not any((p / f).is_file() for f in _TOKENIZER_FILES):
-        raise FileNotFoundError(f"no tokenizer files in {path!r} (tokenizer.json or tokenizer_config.json); save the "
-                                "tokenizer next to the model (tokenizer.save_pretrained)")

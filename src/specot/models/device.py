@@ -1,0 +1,94 @@
+"""Device and dtype choice: bf16 where the hardware has native bf16 matmuls, and a CPU-friendly
+output head for the few-row passes of speculative verification."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+__all__ = ["cpu_has_native_bf16", "resolve_dtype", "SmallBatchHead", "small_batch_linear", "install_small_batch_head"]
+
+
+def cpu_has_native_bf16() -> bool:
+    """True if this CPU has bfloat16 matrix instructions (AVX512-BF16 or AMX-BF16).
+
+    Without them (e.g. AVX2-only CPUs) PyTorch's bf16 matmuls over several tokens fall back to slow
+    kernels: measured here, a SmolLM2-135M forward over 32 new tokens costs 518 ms in bf16 but
+    158 ms in float32 (1 token: 58 vs 64 ms).
+    """
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            flags = fh.read()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def resolve_dtype(dtype: str | torch.dtype, device: str | torch.device = "cpu") -> torch.dtype:
+    """Map ``"auto" | "bfloat16" | "float32" | "float16" | "float64"`` (or a dtype) to a torch dtype.
+
+    ``"auto"`` is bfloat16 on CUDA and on CPUs with native bf16 matmuls, float32 otherwise.
+
+    Raises:
+        ValueError: an unknown dtype name.
+    """
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    names = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float32": torch.float32, "fp32": torch.float32,
+             "float16": torch.float16, "fp16": torch.float16, "float64": torch.float64}
+    if dtype == "auto":
+        if str(device).startswith("cuda") or cpu_has_native_bf16():
+            return torch.bfloat16
+        return torch.float32
+    if dtype not in names:
+        raise ValueError(f"unknown dtype {dtype!r}; use one of auto, {', '.join(names)}")
+    return names[dtype]
+
+
+class SmallBatchHead(torch.nn.Linear):
+    """A bias-free output head computing ``W @ xᵀ`` when x has 2–8 rows (2–32 with ≥ 2 threads; CPU).
+
+    On x86 CPUs PyTorch's ``F.linear`` over a [49152, 576] head costs 2.5x more for 2–5 rows than
+    for 1 (20–23 vs 9 ms on this project's 2-core AVX2 machine; ``python -m specot.bench.head_speed``,
+    results in ``docs/bench/head_speed*.json``). With one thread ``W @ xᵀ`` loses from ~17 rows on;
+    with two it wins up to 33 rows (1.4–1.5x) and ties at 65, while ``W @ xᵀ`` costs 6–11 ms: a speculative verification pass
+    scores γ + 1 rows, exactly this regime. Same product, another GEMM layout. It shares the original
+    head's weight ``Parameter`` (tied embeddings stay tied).
+    """
+
+    def forward(self, x: Tensor) -> Tensor:  # x: [..., d] → [..., V]
+        return small_batch_linear(self.weight, self.bias, x)
+
+
+def small_batch_linear(weight: Tensor, bias: Tensor | None, x: Tensor) -> Tensor:
+    """``F.linear(x, weight, bias)``, as ``W @ xᵀ`` for 2–32 rows of a bias-free head on the CPU.
+
+    Shapes: ``weight [V, d]``, ``x [..., d]`` → ``[..., V]``.
+    """
+    rows = x.numel() // x.shape[-1] if x.numel() else 0
+    if 2 <= rows <= (8 if torch.get_num_threads() == 1 else 32) and bias is None and x.device.type == "cpu":
+        flat = x.reshape(rows, x.shape[-1])  # [M, d]
+        return (weight @ flat.t()).t().reshape(*x.shape[:-1], weight.shape[0])  # [..., V]
+    return torch.nn.functional.linear(x, weight, bias)
+
+
+def install_small_batch_head(model: Any, min_size: int = 1 << 22) -> bool:
+    """Replace a large bias-free ``nn.Linear`` output head by a :class:`SmallBatchHead` sharing its
+    weight, through transformers' ``set_output_embeddings`` (no method patching).
+
+    Only heads with at least ``min_size`` weights (V·d; SmolLM2: 28 M) are replaced, so tiny test
+    models keep ``nn.Linear``. Returns whether the head was replaced. Any post-head processing of the
+    model (soft-capping, scaling) is kept: the model still calls its head module.
+    """
+    get = getattr(model, "get_output_embeddings", None)
+    head = get() if get is not None else None
+    if isinstance(head, SmallBatchHead):
+        return True
+    if type(head) is not torch.nn.Linear or head.bias is not None or head.weight.numel() < min_size:
+        return False
+    new = SmallBatchHead(head.in_features, head.out_features, bias=False, device="meta")
+    new.weight = head.weight  # the same Parameter: ties and dtype kept, nothing copied
+    model.set_output_embeddings(new)
+    return True
