@@ -6,31 +6,59 @@ Example::
     report = specot.generate("What is a Python generator?", draft="ngram", gamma=4,
                              temperature=0.0, max_new_tokens=64, baseline=True)
     print(report.result.text, report.result.stats.block_efficiency, report.speedup)
+
+What "exact" means here. With a lossless verifier (``report.lossless``) the output is lossless *in
+distribution given the target's logits*: each token follows the standardized target distribution
+p computed from the logits the target returns. Greedy decoding (temperature 0) is token-for-token
+identical to autoregressive decoding in float32. In bfloat16/float16 the two may differ at
+near-ties: the verification pass scores several tokens in one forward pass and autoregressive
+decoding one token per pass, and these are different kernels whose logits round differently, so
+an argmax between two almost equal logits can flip. Use ``dtype="float32"`` to compare outputs.
+Lossy verifiers (``lenient``, ``mentored`` with D > 0) must be asked for with explicit parameters
+and are reported as ``"lossless": false``.
 """
 
 from __future__ import annotations
 
+import enum
 import functools
-from dataclasses import dataclass
+import inspect
+import dataclasses
+import json
+import operator
+import os
+import statistics
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
 
 from .drafting.base import Drafter
+from .drafting.eagle import EagleDrafter
 from .drafting.model import ModelDrafter, check_vocab_compatible
 from .drafting.ngram import NGramDrafter, NGramTable
+from .drafting.suffix import SuffixDrafter
 from .drafting.tree import TreeSpec, default_law_for, parse_tree_spec
 from .engine.generate import autoregressive_generate, speculative_generate, tree_generate
 from .engine.types import GenerationConfig, GenerationResult
 from .models.embedded import (EMBEDDED_DRAFT, EMBEDDED_TARGET, embedded_draft_dir, is_embedded_target, load_embedded_draft,
                               load_embedded_target)
-from .models.hf import CausalLM, load_model
+from ._validation import check_device, check_generator
+from .laws import DraftLaw
+from .models.device import resolve_dtype
+from .models.hf import CausalLM
+from .models.loading import check_model_source, load_model
 from .sampling import SamplingConfig
-from .verifiers.base import get_verifier
+from .verifiers.base import available_verifiers, get_verifier
 
-__all__ = ["GenerateReport", "generate", "load_target", "load_drafter", "pydoc_ngram_table", "pydoc_texts",
-           "resolve_tree_spec"]
+__all__ = ["GenerateReport", "GenerationInterrupted", "generate", "load_target", "load_drafter", "pydoc_ngram_table",
+           "pydoc_texts", "resolve_tree_spec", "build_verifier", "verifier_info"]
+
+#: The exactness contract, in one line (README, ``specot generate --help``, the report's "exactness").
+EXACTNESS = ("lossless in distribution given the target's logits; greedy = autoregressive in float32; "
+             "in bf16/fp16 equal up to near-ties (kernel rounding)")
 
 
 @dataclass
@@ -41,15 +69,34 @@ class GenerateReport:
         result: the speculative generation (text, tokens, statistics).
         baseline: the autoregressive generation on the same prompt, when asked for.
         prompt_tokens: length of the encoded prompt.
+        verifier: ``{"name", "params", "lossless"}`` of the verifier that ran (see :func:`verifier_info`).
+        dtype: the target's dtype (greedy equality with autoregressive decoding is guaranteed in
+            float32 only; see the module docstring).
+        speedups: speculative / autoregressive tokens/s of each repeat (``repeats`` of
+            :func:`generate`), both runs of a repeat producing the same number of tokens.
+        timing: ``{"tokens", "repeats", "load_average", "cpu_count", "busy"}`` of the speedup
+            measurement (``busy``: the 1-minute load average exceeded the core count).
     """
 
     result: GenerationResult
     baseline: GenerationResult | None = None
     prompt_tokens: int = 0
+    verifier: dict[str, Any] = field(default_factory=dict)
+    dtype: str = ""
+    speedups: list[float] = field(default_factory=list)
+    timing: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def lossless(self) -> bool:
+        """True when the verifier is lossless (the output follows the target's distribution)."""
+        return bool(self.verifier.get("lossless", True))
 
     @property
     def speedup(self) -> float | None:
-        """Speculative tokens/s divided by autoregressive tokens/s (``None`` without a baseline)."""
+        """Speculative tokens/s divided by autoregressive tokens/s over the same number of tokens
+        (the median over repeats; ``None`` without a baseline)."""
+        if self.speedups:
+            return float(statistics.median(self.speedups))
         if self.baseline is None or self.baseline.stats.tokens_per_s == 0:
             return None
         return self.result.stats.tokens_per_s / self.baseline.stats.tokens_per_s
@@ -60,7 +107,98 @@ class GenerateReport:
             "speculative": self.result.to_dict(),
             "baseline": self.baseline.to_dict() if self.baseline else None,
             "speedup": self.speedup,
+            "speedups": self.speedups,
+            "timing": self.timing,
+            "verifier": self.verifier.get("name"),
+            "verifier_params": self.verifier.get("params", {}),
+            "lossless": self.lossless,
+            "dtype": self.dtype,
+            "exactness": EXACTNESS if self.lossless else "lossy: the output does NOT follow the target's distribution",
         }
+
+
+class GenerationInterrupted(KeyboardInterrupt):
+    """Raised by :func:`generate` on Ctrl-C (a :class:`KeyboardInterrupt`): what was generated so far.
+
+    Attributes:
+        tokens: the token ids committed before the interrupt (as streamed by the engine).
+        text: their decoded text.
+        elapsed_s: wall time of the interrupted decoding, seconds.
+        phase: ``"speculative"`` or ``"baseline"`` (the autoregressive run after it).
+        report: the finished speculative report when the baseline was interrupted, else ``None``.
+    """
+
+    def __init__(self, tokens: list[int], text: str, elapsed_s: float, phase: str,
+                 report: GenerateReport | None = None) -> None:
+        super().__init__(f"interrupted after {len(tokens)} tokens ({phase})")
+        self.tokens, self.text, self.elapsed_s, self.phase, self.report = tokens, text, elapsed_s, phase, report
+
+    @property
+    def tokens_per_s(self) -> float:
+        return len(self.tokens) / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"interrupted": True, "phase": self.phase, "text": self.text, "tokens": self.tokens,
+                "new_tokens": len(self.tokens), "elapsed_s": self.elapsed_s, "tokens_per_s": self.tokens_per_s,
+                "report": self.report.to_dict() if self.report is not None else None}
+
+
+def verifier_info(ver: Any) -> dict[str, Any]:
+    """``{"name", "params", "lossless"}`` of a built verifier: its constructor parameters as set."""
+    params: dict[str, Any] = {}
+    try:
+        sig = None if type(ver).__init__ is object.__init__ else inspect.signature(type(ver).__init__)
+    except (TypeError, ValueError):
+        sig = None
+    for name, par in (sig.parameters.items() if sig else ()):
+        if name == "self" or par.kind in (par.VAR_POSITIONAL, par.VAR_KEYWORD) or not hasattr(ver, name):
+            continue
+        val = getattr(ver, name)
+        params[name] = val.value if isinstance(val, enum.Enum) else val
+    return {"name": getattr(ver, "name", type(ver).__name__), "params": params,
+            "lossless": bool(getattr(ver, "lossless", True))}
+
+
+def build_verifier(name: str, params: dict[str, Any] | None = None) -> Any:
+    """The verifier ``name`` with ``params``, refusing what would silently change the output law.
+
+    Raises:
+        ValueError: an unknown name; a parameter the verifier does not take; ``lenience`` with
+            ``"speculative"`` (the lossless verifier; use ``"lenient"``); a lossy verifier
+            (``lenient``, ``mentored``) without its parameters given explicitly.
+    """
+    params = dict(params or {})
+    if not isinstance(name, str) or name not in available_verifiers():
+        raise ValueError(f"unknown verifier {name!r}; available: {', '.join(available_verifiers())}")
+    try:
+        cls = type(get_verifier(name))
+        if cls.__init__ is object.__init__:  # no constructor: no parameters
+            open_kw, takes = False, []
+        else:
+            sig = inspect.signature(cls.__init__)
+            open_kw = any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values())
+            takes = [k for k, p in sig.parameters.items()
+                     if k != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    except (TypeError, ValueError):
+        open_kw, takes = True, []
+    unknown = sorted(set(params) - set(takes)) if not open_kw else []
+    if unknown:
+        have = ", ".join(takes) if takes else "none"
+        raise ValueError(f"verifier {name!r} does not take {', '.join(map(repr, unknown))} (its parameters: {have})"
+                         + ("; lenience is a parameter of --verifier lenient only" if "lenience" in unknown else ""))
+    if name == "speculative" and "lenience" in params and params["lenience"] != 1:
+        raise ValueError("verifier 'speculative' is the lossless one and takes no lenience; for a lossy run with "
+                         "lenience l < 1 ask for it: verifier 'lenient' with lenience=l (CLI: --verifier lenient "
+                         "--lenience L)")
+    ver = get_verifier(name, **params)
+    if not getattr(ver, "lossless", True) and not params:
+        info = verifier_info(ver)["params"]
+        shown = ", ".join(f"{k}={v}" for k, v in info.items())
+        raise ValueError(f"verifier {name!r} is lossy (its defaults: {shown}); give its parameters explicitly to "
+                         f"run it (CLI: " + ("--lenience L" if "lenience" in info else
+                                              " ".join(f"--verifier-param {k}=..." for k in info))
+                         + f"; Python: verifier_params={info!r})")
+    return ver
 
 
 def load_target(spec: str | CausalLM | None = None, *, dtype: str | torch.dtype = "auto", device: str = "cpu") -> CausalLM:
@@ -68,6 +206,9 @@ def load_target(spec: str | CausalLM | None = None, *, dtype: str | torch.dtype 
     local directory or Hugging Face hub id (see :func:`specot.models.load_model`)."""
     if isinstance(spec, CausalLM):
         return spec
+    if spec is not None and not isinstance(spec, (str, Path)):
+        raise TypeError(f"target must be None, 'smollm2', a model directory / hub id or a CausalLM, "
+                        f"got {type(spec).__name__}")
     if spec is None or spec == EMBEDDED_TARGET:
         return load_embedded_target(dtype=dtype, device=device)
     return load_model(spec, dtype=dtype, device=device)
@@ -97,7 +238,10 @@ def load_drafter(spec: str | Drafter | CausalLM, target: CausalLM, *, dtype: str
     Args:
         spec: ``"auto"`` (the shipped distilled draft for the embedded target, else ``"ngram"``),
             ``"distilled"`` (the draft distilled from SmolLM2, ``specot/data/draft``), ``"ngram"``
-            (prompt lookup + an n-gram table), a local directory / hub id of a draft causal LM, a
+            (prompt lookup + an n-gram table), ``"suffix"`` (suffix decoding: draft trees from every
+            earlier occurrence of the current suffix, :class:`~specot.drafting.SuffixDrafter`),
+            ``"eagle:PATH"`` (an EAGLE-3 head on the target's features,
+            :meth:`~specot.drafting.EagleDrafter.from_pretrained`), a local directory / hub id of a draft causal LM, a
             :class:`CausalLM`, or a ready :class:`Drafter`.
         target: the target (its tokenizer builds the n-gram table; the draft must match it).
         ngram_corpus: ``"pydoc"`` (``pydoc_data.topics``), a text file path, or ``None``
@@ -120,6 +264,14 @@ def load_drafter(spec: str | Drafter | CausalLM, target: CausalLM, *, dtype: str
                 text = Path(ngram_corpus).read_text(encoding="utf-8")
                 table = NGramTable.from_text([text], target.tokenizer, n=ngram_n)
         return NGramDrafter(n=ngram_n, table=table)
+    if isinstance(spec, str) and spec == "suffix":  # suffix decoding: draft trees, corpus gated by score
+        corpus = None
+        if ngram_corpus and target.tokenizer is not None:
+            corpus = pydoc_ngram_table(target.tokenizer, ngram_n) if ngram_corpus == "pydoc" else \
+                NGramTable.from_text([Path(ngram_corpus).read_text(encoding="utf-8")], target.tokenizer, n=ngram_n)
+        return SuffixDrafter(vocab_size=target.vocab_size, corpus=corpus)
+    if isinstance(spec, str) and spec.startswith("eagle:"):  # an EAGLE-3 head on the target's features
+        return EagleDrafter.from_pretrained(spec[len("eagle:"):], target)
     if isinstance(spec, str) and spec == EMBEDDED_DRAFT:
         spec = load_embedded_draft(dtype=dtype, device=device)
     draft = spec if isinstance(spec, CausalLM) else load_model(spec, dtype=dtype, device=device)
@@ -173,6 +325,11 @@ def generate(
     draft_len: int | None = None,
     tree: str | TreeSpec | None = None,
     tree_law: str | None = None,
+    ngram_n: int = 3,
+    ngram_corpus: str | None = "pydoc",
+    repeats: int = 1,
+    generator: torch.Generator | None = None,
+    cuda_graphs: bool | None = None,
 ) -> GenerateReport:
     """Speculative decoding of ``prompt`` with ``target`` and ``draft`` (see ``specot generate``).
 
@@ -180,16 +337,26 @@ def generate(
         prompt: text (chat-templated for instruct models unless ``chat=False``) or token ids.
         target: ``None``/``"smollm2"`` (embedded default), a path, a hub id or a :class:`CausalLM`.
         draft: ``"auto"`` (default: the distilled draft for the embedded target, else ``"ngram"``),
-            ``"distilled"``, ``"ngram"``, a path / hub id of a draft model, a :class:`CausalLM` or a
-            :class:`Drafter`.
+            ``"distilled"``, ``"ngram"``, ``"suffix"`` (model-free draft trees, decoded by
+            :func:`tree_generate` under the GREEDY law with the ``greedy`` verifier, depth ``gamma``
+            or ``draft_len``, ``drafts`` children per node at most, default 4), a path / hub id of a
+            draft model, a :class:`CausalLM` or a :class:`Drafter`.
         gamma: draft length γ >= 1.
         gamma_schedule: ``"constant"`` or ``"heuristic"`` (adaptive γ; see :class:`GenerationConfig`).
         temperature, top_k, top_p: the standardized-sampling transform (temperature 0 = greedy).
         max_new_tokens: exact cap on new tokens.
         seed: seed of every random decision; ``None`` for a random seed.
         verifier: a single-draft verifier name (``"speculative"``, ``"lenient"``, ...).
-        verifier_params: parameters of the verifier (e.g. ``{"lenience": 0.5}``).
-        baseline: also run autoregressive decoding on the same prompt (for ``report.speedup``).
+        verifier_params: parameters of the verifier (e.g. ``{"lenience": 0.5}``). Parameters the
+            verifier does not take are refused, and a lossy verifier (``lenient``, ``mentored``)
+            needs its parameters given explicitly; ``report.lossless`` says which kind ran.
+        baseline: also run autoregressive decoding on the same prompt (for ``report.speedup``),
+            for exactly as many tokens as the speculative run produced (``stop_at_eos=False``), so
+            the two rates are over equal lengths.
+        repeats: with ``baseline``, run the (speculative, autoregressive) pair this many times
+            (the first speculative run is the streamed one); ``report.speedup`` is the median
+            ratio and ``report.speedups`` holds each.
+        generator: a ``torch.Generator`` behind every random decision (overrides ``seed``).
         on_text: called with each newly decoded piece of text, for streaming.
         drafts, draft_len, tree, tree_law: multi-draft tree decoding (``specot generate --drafts K
             --draft-len L --tree ...``): K drafts, draft length L (default ``gamma``), the
@@ -197,42 +364,246 @@ def generate(
             or a :class:`TreeSpec`; default K sequences under the verifier's law) and the law of a
             topology. The draft must be a model. When ``drafts`` and ``tree`` are both ``None`` the
             single-draft engine runs, unchanged.
+        ngram_n, ngram_corpus: the n-gram drafter's order and table text (``"pydoc"``, a text
+            file, or ``None`` for prompt lookup only), when the draft is ``"ngram"``.
+        cuda_graphs: decode over static KV caches with every pass captured as a CUDA graph
+            (:meth:`CausalLM.use_static_cache` with ``compile=True``); ``None`` (default): on for a
+            CUDA device, off elsewhere.
+
+    Exactness: with a lossless verifier the output is lossless in distribution given the target's
+    logits; greedy (temperature 0) equals autoregressive decoding token for token in float32, and
+    in bfloat16/float16 up to near-ties (multi-token and one-token passes round differently).
+
+    Everything that does not need the model (sampling parameters, lengths, the verifier and its
+    parameters, the tree construction, paths, dtype and device) is checked before any model is
+    loaded.
 
     Returns:
         :class:`GenerateReport`.
 
     Raises:
-        ValueError: invalid sampling parameters, γ or lengths, unknown verifier, vocabulary
-            mismatch, prompt too long for the target's context.
+        ValueError: invalid sampling parameters, γ or lengths, unknown verifier or a parameter it
+            does not take, an unusable device, vocabulary mismatch, an empty prompt, prompt too
+            long for the target's context.
+        TypeError: an argument of the wrong type (e.g. ``target=123``).
+        FileNotFoundError / OSError: a model path that does not exist or cannot be loaded.
+        GenerationInterrupted: Ctrl-C during decoding (a ``KeyboardInterrupt`` holding the tokens
+            generated so far).
     """
+    # ---- everything that does not need the model, before the (20-30 s) load
+    if isinstance(seed, bool) or not (seed is None or isinstance(seed, int)):
+        raise TypeError(f"seed must be an int or None, got {type(seed).__name__}; pass a torch.Generator to "
+                        "specot.speculative_generate(generator=...) instead")
     cfg = GenerationConfig(max_new_tokens=max_new_tokens, gamma=gamma, seed=seed, gamma_schedule=gamma_schedule,
                            sampling=SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p))
-    ver = get_verifier(verifier, **(verifier_params or {}))
+    if not isinstance(prompt, str):
+        try:
+            if isinstance(prompt, (bytes, bytearray)) or any(isinstance(t, bool) for t in prompt):
+                raise TypeError
+            prompt = [operator.index(t) for t in prompt]  # ints, numpy ints, integer tensors
+        except TypeError:
+            raise TypeError(f"prompt must be text or a sequence of token ids (ints), got {type(prompt).__name__}") \
+                from None
+        if len(prompt) == 0:
+            raise ValueError("the prompt is empty: pass at least one token id")
+    elif chat is False and not prompt.strip():
+        raise ValueError("the prompt is empty: a raw prompt (no chat template) needs some text")
+    check_generator(generator)
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats must be an integer >= 1, got {repeats!r}")
+    ver = build_verifier(verifier, verifier_params)
+    resolve_dtype(dtype, device)
+    check_device(device)
+    target_src = _check_target_source(target)
+    draft = _resolve_draft_name(draft, target)
+    _check_draft_source(draft, ngram_n=ngram_n, ngram_corpus=ngram_corpus)
+    spec: TreeSpec | None = None
+    if isinstance(draft, str) and draft == "suffix" or isinstance(draft, SuffixDrafter):
+        # model-free draft TREES: deterministic distinct children = the GREEDY law (q over the children)
+        if tree is not None:
+            raise ValueError("the suffix drafter builds its own draft trees; use drafts=K (children per node) and "
+                             "draft_len=L, not tree=")
+        if verifier == "speculative" and not verifier_params:
+            ver = build_verifier("greedy")  # optimal for the GREEDY law: accepts with probability p(children)
+        width = drafts if drafts is not None else (draft.max_children if isinstance(draft, SuffixDrafter) else 4)
+        spec = TreeSpec.sequences(width, draft_len if draft_len is not None else gamma, DraftLaw.GREEDY)
+        spec.check_verifier(ver)
+    elif drafts is not None or tree is not None:
+        if isinstance(draft, str) and draft == "ngram" or isinstance(draft, Drafter) and not isinstance(draft, ModelDrafter) \
+                and not isinstance(draft, EagleDrafter):
+            raise ValueError("multi-draft tree decoding (drafts / tree) needs a draft MODEL (a directory, 'distilled' "
+                             "or a CausalLM), not an n-gram drafter")
+        spec = resolve_tree_spec(tree, drafts=drafts, draft_len=draft_len, verifier=ver, tree_law=tree_law,
+                                 default_len=gamma)
+        if verifier == "otm" and "law" not in (verifier_params or {}):
+            ver = get_verifier("otm", law=spec.law)  # the exact OT plan for the tree's own law
+        spec.check_verifier(ver)
+    else:
+        ver.check_construction(DraftLaw.IID, 1)
+    vocab, context = _peek_vocab_and_context(target_src)
+    if context and max_new_tokens >= context:
+        raise ValueError(f"max_new_tokens {max_new_tokens} does not fit the target's context of {context} positions "
+                         f"(prompt included); use at most {context - 1}")
+    _check_otm_size(ver, vocab, cfg.sampling)
+
+    # ---- load the models
     tgt = load_target(target, dtype=dtype, device=device)
-    drafter = load_drafter(draft, tgt, dtype=dtype, device=device)
+    _check_otm_size(ver, tgt.vocab_size, cfg.sampling)
+    drafter = load_drafter(draft, tgt, dtype=dtype, device=device, ngram_n=ngram_n, ngram_corpus=ngram_corpus)
+    if spec is not None and not isinstance(drafter, (ModelDrafter, SuffixDrafter)) and not isinstance(drafter, EagleDrafter):
+        raise ValueError("multi-draft tree decoding needs a draft MODEL (draft=PATH or a CausalLM), not an n-gram drafter")
     ids = tgt.encode_prompt(prompt, chat=chat) if isinstance(prompt, str) else [int(t) for t in prompt]
+    if not ids:
+        raise ValueError("the prompt is empty after tokenization: pass some text (or use the chat template)")
+    if cuda_graphs if cuda_graphs is not None else tgt.device.type == "cuda":
+        # room for the prompt, the output and one draft tree (a chain may grow to 2γ)
+        span = len(ids) + max_new_tokens + (spec.num_slots if spec is not None else 2 * gamma) + 8
+        models = [tgt, drafter.model] if isinstance(drafter, ModelDrafter) else [tgt]
+        for m in models:
+            if m.static_cache_len is None or m.static_cache_len < min(span, m.max_context):
+                m.use_static_cache(min(span, m.max_context), compile=True)
 
     streamed: list[int] = []
     printed = [""]
 
     def stream(tokens: list[int]) -> None:
+        streamed.extend(tokens)
         if on_text is None:
             return
-        streamed.extend(tokens)
         text = tgt.decode(streamed).rstrip("\ufffd")  # hold back a partial multi-byte character
         if text.startswith(printed[0]) and len(text) > len(printed[0]):
             on_text(text[len(printed[0]):])
             printed[0] = text
 
-    if drafts is None and tree is None:
-        result = speculative_generate(tgt, drafter, ids, cfg, verifier=ver, on_tokens=stream)
+    info = verifier_info(ver)
+    dtype_name = str(tgt.dtype).removeprefix("torch.")
+    gen_state = generator.get_state() if generator is not None else None
+    t0 = time.perf_counter()
+    try:
+        if spec is None:
+            result = speculative_generate(tgt, drafter, ids, cfg, verifier=ver, generator=generator, on_tokens=stream)
+        else:
+            result = tree_generate(tgt, drafter, ids, spec, cfg, verifier=ver, generator=generator, on_tokens=stream)
+    except KeyboardInterrupt:
+        raise GenerationInterrupted(list(streamed), tgt.decode(streamed), time.perf_counter() - t0,
+                                    "speculative") from None
+    report = GenerateReport(result=result, prompt_tokens=len(ids), verifier=info, dtype=dtype_name)
+    if baseline:
+        # equal lengths: the baseline decodes exactly as many tokens as the speculative run emitted
+        base_cfg = dataclasses.replace(cfg, max_new_tokens=max(1, len(result.tokens)), stop_at_eos=False)
+        try:
+            for r in range(repeats):
+                if r:
+                    phase = "speculative"
+                    streamed.clear()
+                    if generator is not None:  # the same random decisions: the same tokens
+                        generator.set_state(gen_state)
+                    t0 = time.perf_counter()
+                    again = (speculative_generate(tgt, drafter, ids, cfg, verifier=ver, generator=generator,
+                                                  on_tokens=streamed.extend) if spec is None else
+                             tree_generate(tgt, drafter, ids, spec, cfg, verifier=ver, generator=generator,
+                                           on_tokens=streamed.extend))
+                else:
+                    again = result
+                phase = "baseline"
+                streamed.clear()
+                t0 = time.perf_counter()
+                base = autoregressive_generate(tgt, ids, base_cfg, generator=generator, on_tokens=streamed.extend)
+                report.baseline = report.baseline or base
+                if base.stats.tokens_per_s > 0:
+                    report.speedups.append(again.stats.tokens_per_s / base.stats.tokens_per_s)
+        except KeyboardInterrupt:
+            raise GenerationInterrupted(list(streamed), tgt.decode(streamed), time.perf_counter() - t0, phase,
+                                        report) from None
+        try:
+            load = [round(x, 2) for x in os.getloadavg()]
+        except (OSError, AttributeError):
+            load = None
+        cores = os.cpu_count()
+        report.timing = {"tokens": base_cfg.max_new_tokens, "repeats": repeats, "load_average": load,
+                         "cpu_count": cores, "busy": bool(load and cores and load[0] > cores)}
+    return report
+
+
+def _check_target_source(target: Any) -> Any:
+    """Type and path checks of ``target`` before loading (see :func:`load_target`)."""
+    if target is None or isinstance(target, CausalLM):
+        return target
+    if isinstance(target, Path):
+        target = str(target)
+    if not isinstance(target, str):
+        raise TypeError(f"target must be None, 'smollm2', a model directory / hub id or a CausalLM, "
+                        f"got {type(target).__name__}")
+    if target != EMBEDDED_TARGET:
+        check_model_source(target)
+    return target
+
+
+def _resolve_draft_name(draft: Any, target: Any) -> Any:
+    """``"auto"`` → ``"distilled"`` for the embedded target (when shipped), else ``"ngram"``."""
+    if isinstance(draft, Path):
+        draft = str(draft)
+    if isinstance(draft, str) and draft == "auto":
+        embedded = target is None or (isinstance(target, str) and target == EMBEDDED_TARGET) or \
+            (isinstance(target, CausalLM) and is_embedded_target(target))
+        return EMBEDDED_DRAFT if embedded and (embedded_draft_dir() / "config.json").exists() else "ngram"
+    return draft
+
+
+def _check_draft_source(draft: Any, *, ngram_n: int, ngram_corpus: str | None) -> None:
+    if isinstance(draft, (Drafter, CausalLM)):
+        return
+    if not isinstance(draft, str):
+        raise TypeError(f"draft must be 'auto', 'distilled', 'ngram', a model directory / hub id, a CausalLM or a "
+                        f"Drafter, got {type(draft).__name__}")
+    if draft in ("ngram", "suffix"):
+        if isinstance(ngram_n, bool) or not isinstance(ngram_n, int) or ngram_n < 1:
+            raise ValueError(f"ngram_n (--ngram-n) must be an integer >= 1, got {ngram_n!r}")
+        if ngram_corpus and ngram_corpus != "pydoc":
+            f = Path(ngram_corpus).expanduser()
+            if not f.is_file():
+                what = "is a directory" if f.is_dir() else "does not exist"
+                raise FileNotFoundError(f"n-gram corpus {ngram_corpus!r} {what}; name a text file, 'pydoc' or 'none'")
+    elif draft.startswith("eagle:"):
+        if not (Path(draft[len("eagle:"):]).expanduser() / "config.json").is_file() and draft.count("/") != 1:
+            raise FileNotFoundError(f"EAGLE head {draft[len('eagle:'):]!r}: no config.json there")
+    elif draft == EMBEDDED_DRAFT:
+        if not (embedded_draft_dir() / "config.json").exists():
+            raise FileNotFoundError(f"no distilled draft checkpoint in {embedded_draft_dir()}; reinstall specot or "
+                                    "use draft 'ngram'")
     else:
-        if not isinstance(drafter, ModelDrafter):
-            raise ValueError("multi-draft tree decoding needs a draft MODEL (draft=PATH or a CausalLM), not an n-gram drafter")
-        spec = resolve_tree_spec(tree, drafts=drafts, draft_len=draft_len, verifier=ver, tree_law=tree_law,
-                                 default_len=gamma)
-        if verifier == "otm" and "law" not in (verifier_params or {}):
-            ver = get_verifier("otm", law=spec.law)  # the exact OT plan for the tree's own law
-        result = tree_generate(tgt, drafter, ids, spec, cfg, verifier=ver, on_tokens=stream)
-    base = autoregressive_generate(tgt, ids, cfg) if baseline else None
-    return GenerateReport(result=result, baseline=base, prompt_tokens=len(ids))
+        check_model_source(draft)
+
+
+def _peek_vocab_and_context(target: Any) -> tuple[int | None, int | None]:
+    """(vocabulary size, context length) of the target without loading it, where known."""
+    if isinstance(target, CausalLM):
+        return target.vocab_size, target.max_context
+    if target is None or target == EMBEDDED_TARGET:
+        return 49152, 8192  # SmolLM2-135M-Instruct
+    cfg = Path(str(target)).expanduser() / "config.json"
+    if cfg.is_file():
+        try:
+            obj = json.loads(cfg.read_text(encoding="utf-8"))
+        except (ValueError, OSError):
+            return None, None
+        vocab, ctx = obj.get("vocab_size"), obj.get("max_position_embeddings")
+        return (vocab if isinstance(vocab, int) else None), (ctx if isinstance(ctx, int) else None)
+    return None, None
+
+
+def _check_otm_size(ver: Any, vocab: int | None, sampling: SamplingConfig) -> None:
+    """Refuse the OTM verifier where its exact LP cannot be built (non-tiny vocabularies)."""
+    if getattr(ver, "name", "") != "otm" or not vocab:
+        return
+    from .verifiers.otm import MAX_OTM_SETS
+
+    support = 1 if sampling.greedy else min(vocab, sampling.top_k or vocab)
+    if support > MAX_OTM_SETS:
+        raise ValueError(
+            f"verifier 'otm' cannot run here: it solves an exact linear program over every set of distinct drafts, "
+            f"and a draft support of {support} tokens (vocabulary {vocab}"
+            + ("" if sampling.top_k else ", no top-k") + f") gives at least {support} sets, above its limit of "
+            f"{MAX_OTM_SETS}. OTM is the reference optimum for tiny vocabularies (tests, specot theory alpha "
+            "--verifiers); decode with speculative, kseq, rrs, rrs_wor, greedy or spechub, or bound the support "
+            f"with top_k <= {MAX_OTM_SETS}")

@@ -127,6 +127,9 @@ def main(argv: list[str] | None = None) -> int:
     result["command"] = "python -m specot.bench.generate_speed " + " ".join(argv if argv is not None else sys.argv[1:])
     print(_table(result))
     if args.out:
+        from ..envinfo import environment_info
+
+        result.setdefault("environment", environment_info())
         with open(args.out, "w", encoding="utf-8") as fh:
             json.dump(result, fh, indent=2)
     return 0

@@ -330,6 +330,10 @@ def write_outputs(res: dict[str, Any], out_dir: str | os.PathLike[str], *, plots
     out.mkdir(parents=True, exist_ok=True)
     name = res["benchmark"]
     paths = [out / f"{name}.json", out / f"{name}.md"]
+    if "environment" not in res:
+        from ..envinfo import environment_info
+
+        res["environment"] = environment_info()  # also seen by the caller (specot bench --json)
     paths[0].write_text(json.dumps(res, indent=2), encoding="utf-8")
     if name == "acceptance":
         md = acceptance_table(res)

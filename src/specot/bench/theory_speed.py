@@ -92,8 +92,11 @@ def main(argv: list[str] | None = None) -> int:
     res = run(V=4096, temperatures=(1.0,), reps=3) if args.quick else run()
     _print_table(res)
     if args.out:
+        from ..envinfo import environment_info
+
         with open(args.out, "w") as f:
-            json.dump(res, f, indent=2)
+            json.dump({**res, "environment": environment_info()} if isinstance(res, dict) else
+                      {"results": res, "environment": environment_info()}, f, indent=2)
     return 0
 
 

@@ -199,7 +199,9 @@ def main(argv: list[str] | None = None) -> int:
     reps = 3 if args.quick else 7
     sizes = [1, 8, 16, 32, 64]
     sections = {s.strip() for s in args.sections.split(",")}
-    out: dict[str, Any] = {"threads": torch.get_num_threads(), "quick": args.quick}
+    from ..envinfo import environment_info
+
+    out: dict[str, Any] = {"threads": torch.get_num_threads(), "quick": args.quick, "environment": environment_info()}
     t0 = time.perf_counter()
 
     def save() -> None:  # after every section, so a long run keeps what it measured

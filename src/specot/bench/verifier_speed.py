@@ -80,6 +80,9 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{r['verifier']:<12}{r['law']:<9}{r['B']:>4}{r['n']:>3}{r['ms_per_call']:>10.3f}{r['ms_per_position']:>10.4f}")
     meta = {"V": V, "torch": torch.__version__, "threads": torch.get_num_threads(), "machine": platform.machine(),
             "processor": platform.processor() or platform.platform()}
+    from ..envinfo import environment_info
+
+    meta["environment"] = environment_info()
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"meta": meta, "results": rows}, f, indent=2)

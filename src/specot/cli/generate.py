@@ -14,7 +14,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "generate",
         help="speculative decoding of a prompt with a target and a draft",
-        description="Generate text with speculative decoding; the output follows the target's distribution exactly.",
+        description="Generate text with speculative decoding. With a lossless verifier (the default) the output is "
+                    "lossless in distribution given the target's logits; greedy (--temperature 0) equals "
+                    "autoregressive decoding in float32, and in bf16/fp16 up to near-ties (a multi-token and a "
+                    "one-token forward pass round differently; use --dtype float32 to compare). Lossy verifiers "
+                    "(lenient) need their parameters explicitly and are reported as lossy.",
     )
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="prompt text")
@@ -22,7 +26,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--target", default=None, help="target model: 'smollm2' (embedded default), a local directory or a hub id")
     p.add_argument("--draft", default="auto",
                    help="'auto' (default: the shipped distilled draft for the embedded target, else 'ngram'), 'distilled', "
-                        "'ngram', or a draft model directory / hub id sharing the target's tokenizer")
+                        "'ngram', 'suffix' (suffix decoding: model-free draft trees from every earlier occurrence of "
+                        "the current suffix, verified by the greedy verifier), or a draft model directory / hub id "
+                        "sharing the target's tokenizer")
     p.add_argument("--ngram-n", type=int, default=3, help="longest n-gram matched by the n-gram drafter (default 3)")
     p.add_argument("--ngram-corpus", default="pydoc",
                    help="text for the n-gram drafter's table: 'pydoc' (default, pydoc_data.topics), a file, or 'none'")
@@ -35,9 +41,17 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--max-new-tokens", type=int, default=128, help="exact cap on new tokens (default 128)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--verifier", default="speculative",
-                   help="verifier name (default speculative); with --drafts/--tree any verifier valid for the "
-                        "construction: kseq, rrs, rrs_wor, greedy, spechub, otm, ...")
-    p.add_argument("--lenience", type=float, default=None, help="lenience l in (0, 1] for --verifier lenient")
+                   help="verifier name (default speculative, lossless); lenient is LOSSY (needs --lenience); with "
+                        "--drafts/--tree any verifier valid for the construction: kseq, rrs, rrs_wor, greedy, spechub. "
+                        "otm is the exact LP optimum, a reference for tiny vocabularies (tests, specot theory "
+                        "alpha --verifiers): it is refused for real vocabularies (e.g. 49152 tokens) unless "
+                        "--top-k bounds the draft support")
+    p.add_argument("--lenience", type=float, default=None,
+                   help="lenience l in (0, 1], required by and only allowed with --verifier lenient (lossy: "
+                        "pi(y) <= p(y)/l)")
+    p.add_argument("--verifier-param", action="append", default=[], metavar="NAME=VALUE",
+                   help="another parameter of the chosen verifier (repeatable), e.g. --verifier mentored "
+                        "--verifier-param D=0.1; parameters the verifier does not take are refused")
     p.add_argument("--drafts", type=int, default=None, help="multi-draft: K draft sequences per step (tree decoding)")
     p.add_argument("--draft-len", type=int, default=None, help="multi-draft: draft length L (default --gamma)")
     p.add_argument("--tree", default=None,
@@ -45,9 +59,19 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                         "topology:FILE.json | eagle (default: K sequences under the verifier's draft law)")
     p.add_argument("--tree-law", default=None, help="draft law of a topology/eagle tree: iid, wor, greedy, spechub")
     p.add_argument("--raw", action="store_true", help="send the prompt as raw text, without the chat template")
-    p.add_argument("--dtype", default="auto", help="auto (default), float32, bfloat16, float16")
-    p.add_argument("--device", default="cpu", help="torch device (default cpu)")
-    p.add_argument("--baseline", action="store_true", help="also run autoregressive decoding and print the measured speedup")
+    p.add_argument("--dtype", default="auto",
+                   help="auto (default: bfloat16 with native bf16 matmuls, else float32), float32, bfloat16, float16; "
+                        "greedy output equals autoregressive decoding token for token in float32 (bf16/fp16: up to "
+                        "near-ties)")
+    p.add_argument("--device", default="cpu", help="torch device: cpu (default), cuda, cuda:N")
+    p.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=None,
+                   help="static KV caches with every pass captured as a CUDA graph (default: on with a CUDA "
+                        "device, off elsewhere)")
+    p.add_argument("--baseline", action="store_true",
+                   help="also run autoregressive decoding for the same number of tokens and print the measured speedup")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="with --baseline: repeat the speculative/autoregressive pair N times and print the median "
+                        "speedup with its range (default 1)")
     p.add_argument("--json", action="store_true", help="print one JSON object (text, tokens, statistics) instead of streaming")
     p.set_defaults(func=run)
 
@@ -62,45 +86,109 @@ def _fmt_stats(title: str, st: dict) -> str:
     )
 
 
+def _read_prompt(path: Path) -> str:
+    if not path.exists():
+        raise FileNotFoundError(f"--prompt-file {str(path)!r} does not exist")
+    if path.is_dir():
+        raise ValueError(f"--prompt-file {str(path)!r} is a directory; name a text file holding the prompt")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"--prompt-file {str(path)!r} is not UTF-8 text") from None
+
+
+def _parse_value(text: str) -> object:
+    for conv in (int, float):
+        try:
+            return conv(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _verifier_params(args: argparse.Namespace) -> dict:
+    """The verifier's parameters from --lenience / --verifier-param, refusing misplaced ones."""
+    params: dict = {}
+    if args.verifier == "lenient" and args.lenience is None:
+        raise ValueError("--verifier lenient is lossy and needs its lenience explicitly: --lenience L with L in (0, 1] "
+                         "(L = 1 is plain speculative sampling)")
+    if args.lenience is not None:
+        if args.verifier != "lenient":
+            raise ValueError(f"--lenience applies only to --verifier lenient (a lossy verifier); verifier "
+                             f"{args.verifier!r} takes no lenience. Drop --lenience, or add --verifier lenient for a "
+                             "lossy run")
+        params["lenience"] = args.lenience
+    for item in args.verifier_param:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise ValueError(f"--verifier-param expects NAME=VALUE, got {item!r}")
+        if name.strip() == "lenience":
+            raise ValueError("pass the lenience as --lenience L (with --verifier lenient)")
+        params[name.strip()] = _parse_value(value.strip())
+    return params
+
+
+def _verifier_text(report: object) -> str:
+    info = report.verifier  # type: ignore[attr-defined]
+    params = ", ".join(f"{k}={v}" for k, v in info.get("params", {}).items())
+    name = f"{info.get('name')}({params})" if params else str(info.get("name"))
+    if info.get("lossless", True):
+        return f"verifier {name}: lossless (dtype {report.dtype})"  # type: ignore[attr-defined]
+    return f"verifier {name}: LOSSY - the output does not follow the target's distribution"
+
+
+def _speedup_line(report: object) -> str:
+    sp, runs, t = report.speedup, report.speedups, report.timing  # type: ignore[attr-defined]
+    if sp is None:
+        return "speedup over autoregressive: n/a (no measurable time)"
+    what = (f"median of {len(runs)} runs, range {min(runs):.2f}-{max(runs):.2f}x" if len(runs) > 1
+            else "one run; --repeats N for a median")
+    line = (f"speedup over autoregressive: {sp:.2f}x (tokens/s ratio, {what}; both decode {t.get('tokens')} tokens "
+            f"of the same prompt")
+    load = t.get("load_average")
+    if load:
+        line += f"; load average {load[0]:.2f} on {t.get('cpu_count')} cores"
+    line += ")"
+    if t.get("busy"):
+        line += " -- the machine was busy: timings are unreliable"
+    return line
+
+
 def run(args: argparse.Namespace) -> int:
-    from ..api import generate
+    from ..api import GenerationInterrupted, generate
 
-    prompt = args.prompt if args.prompt is not None else args.prompt_file.read_text(encoding="utf-8")
-    params = {"lenience": args.lenience} if args.lenience is not None else {}
-    if args.ngram_n < 1:
-        raise ValueError(f"--ngram-n must be >= 1, got {args.ngram_n}")
-    if args.draft == "auto":  # the distilled draft for the embedded target, else the n-gram drafter
-        from ..models.embedded import embedded_draft_dir
-
-        embedded = args.target in (None, "smollm2") and (embedded_draft_dir() / "config.json").exists()
-        args.draft = "distilled" if embedded else "ngram"
-    draft: object = args.draft
-    if args.draft == "ngram":
-        from ..api import load_drafter, load_target
-
-        target = load_target(args.target, dtype=args.dtype, device=args.device)
-        corpus = None if args.ngram_corpus == "none" else args.ngram_corpus
-        draft = load_drafter("ngram", target, ngram_n=args.ngram_n, ngram_corpus=corpus)
-    else:
-        target = args.target
+    prompt = args.prompt if args.prompt is not None else _read_prompt(args.prompt_file)
+    params = _verifier_params(args)
+    corpus = None if args.ngram_corpus == "none" else args.ngram_corpus
     stream = None if args.json else (lambda s: (sys.stdout.write(s), sys.stdout.flush()))
-    report = generate(
-        prompt, target=target, draft=draft, gamma=args.gamma, gamma_schedule=args.gamma_schedule, temperature=args.temperature, top_k=args.top_k,
-        top_p=args.top_p, max_new_tokens=args.max_new_tokens, seed=args.seed, verifier=args.verifier,
-        verifier_params=params, baseline=args.baseline, chat=False if args.raw else None, dtype=args.dtype,
-        device=args.device, on_text=stream, drafts=args.drafts, draft_len=args.draft_len, tree=args.tree,
-        tree_law=args.tree_law,
+    kwargs = dict(
+        target=args.target, draft=args.draft, gamma=args.gamma, gamma_schedule=args.gamma_schedule,
+        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
+        seed=args.seed, verifier=args.verifier, verifier_params=params, baseline=args.baseline,
+        chat=False if args.raw else None, dtype=args.dtype, device=args.device, cuda_graphs=args.cuda_graphs, on_text=stream, drafts=args.drafts,
+        draft_len=args.draft_len, tree=args.tree, tree_law=args.tree_law, ngram_n=args.ngram_n, ngram_corpus=corpus,
+        repeats=args.repeats,
     )
+    try:
+        report = generate(prompt, **kwargs)
+    except GenerationInterrupted as stop:
+        if args.json:
+            print(json.dumps(stop.to_dict(), indent=2))
+        print(f"\nspecot: interrupted during the {stop.phase} run after {len(stop.tokens)} tokens in "
+              f"{stop.elapsed_s:.2f} s ({stop.tokens_per_s:.1f} tokens/s)"
+              + ("; the text above is all that was generated" if not args.json else ""), file=sys.stderr)
+        return 130
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
         return 0
     print("\n")
     st = report.result.stats.to_dict()
-    print(_fmt_stats(report.result.method if report.result.method == "tree" else "speculative", st))
+    print(_fmt_stats(report.result.method if report.result.method == "tree" else "speculative", st)
+          + f" | {_verifier_text(report)}")
     if report.result.method == "tree":
         print(f"[tree] mean tree size {st['mean_tree_size']:.1f} nodes | mean accepted length "
               f"{st['mean_accepted_length']:.2f} | time outside forward passes {100 * st['overhead_share']:.1f}%")
     if report.baseline is not None:
         print(_fmt_stats("autoregressive", report.baseline.stats.to_dict()))
-        print(f"speedup over autoregressive: {report.speedup:.2f}x (tokens/s ratio, same prompt, same run)")
+        print(_speedup_line(report))
     return 0

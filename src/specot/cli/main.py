@@ -33,14 +33,38 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Exceptions that mean bad input or an unusable environment (a model that cannot be loaded, a
+#: missing file, a device that is not there): reported as one line, exit status 1. Anything else
+#: is a bug in specot and keeps its traceback.
+KNOWN_ERRORS: tuple[type[BaseException], ...] = (ValueError, TypeError, OSError, ImportError, MemoryError)
+
+
+def error_message(exc: BaseException) -> str:
+    """``exc`` as one line: its message with line breaks folded (the type name when it has none)."""
+    text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+    if isinstance(exc, KeyError) or not text:
+        text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; returns the process exit code (2 for usage errors, 1 for bad input)."""
+    """Run the CLI; returns the process exit code: 0 success, 1 bad input (one line
+    ``specot: error: ...`` on stderr), 2 usage errors (argparse), 130 interrupted (Ctrl-C).
+
+    Set ``SPECOT_TRACEBACK=1`` to get the full traceback of a reported error."""
+    import os
+
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (ValueError, TypeError, FileNotFoundError) as exc:
-        print(f"specot {args.command}: error: {exc}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print("\nspecot: interrupted", file=sys.stderr)
+        return 130
+    except KNOWN_ERRORS as exc:
+        if os.environ.get("SPECOT_TRACEBACK"):
+            raise
+        print(f"specot: error: {error_message(exc)}", file=sys.stderr)
         return 1
 
 

@@ -25,12 +25,28 @@ def _load_vector(path: str, name: str) -> np.ndarray:
     f = Path(path)
     if not f.exists():
         raise FileNotFoundError(f"{name} file not found: {path}")
+    if not f.is_file():
+        raise ValueError(f"{name} {path} is a directory; name a .npy or .pt file holding one vector [V]")
     if f.suffix == ".npy":
-        arr = np.load(f, allow_pickle=False)
+        try:
+            arr = np.load(f, allow_pickle=False)
+        except (ValueError, OSError, EOFError) as exc:
+            why = "no NumPy header" if "pickled" in str(exc) else str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise ValueError(f"{name} file {path} is not a readable .npy array ({why}); write one with "
+                             "numpy.save(path, probabilities)") from None
+        if not isinstance(arr, np.ndarray):
+            raise ValueError(f"{name} file {path} holds an .npz archive, not one .npy array; use numpy.save")
     elif f.suffix in (".pt", ".pth"):
+        import pickle
+
         import torch
 
-        obj = torch.load(f, map_location="cpu", weights_only=True)
+        try:
+            obj = torch.load(f, map_location="cpu", weights_only=True)
+        except (RuntimeError, pickle.UnpicklingError, EOFError, ValueError, OSError) as exc:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise ValueError(f"{name} file {path} is not a readable torch file ({first[:120]}); write one with "
+                             "torch.save(tensor, path)") from None
         if isinstance(obj, dict) and len(obj) == 1:
             obj = next(iter(obj.values()))
         if not isinstance(obj, torch.Tensor):
@@ -67,8 +83,8 @@ def _verifier_rows(p: np.ndarray, q: np.ndarray, n: int, law: str) -> list[tuple
             v.check_construction(law, n)
         except ValueError:
             continue
-        if not getattr(v, "lossless", True):
-            continue
+        if not getattr(v, "lossless", True) or not callable(getattr(v, "acceptance", None)):
+            continue  # lossy, or a sequence-level verifier with no per-position acceptance
         try:
             acc = v.acceptance(pt, qt, n)
         except (ValueError, NotImplementedError) as exc:

