@@ -163,7 +163,7 @@ def _verify(tree: DraftTree, p: Tensor, verifier: AnyVerifier, generator: torch.
         q[torch.tensor(expanded, dtype=torch.int64).to(dev)] = _draft_q(tree, expanded, p)
         toks = torch.tensor(tree.tokens, dtype=torch.int64).to(dev, non_blocking=True)
         pars = torch.tensor(tree.parents, dtype=torch.int64).to(dev, non_blocking=True)
-        out = verifier.verify_tree(p, q, toks, pars, generator)
+        out = verifier.verify_tree(p, q, toks, pars, generator, drafts=tree.drafts)
         path = list(out.path)
         last = path[-1] if path else 0
         acc = [True] * len(path) + ([False] if last in tree.drafts else [])

@@ -25,6 +25,9 @@ from .rrs_wor import RRSWORVerifier
 from .greedy import GreedyVerifier
 from .spechub import SpecHubVerifier
 from .mentored import MentoredSolution, MentoredVerifier, mentored_solve
+from .block import BlockVerifier, block_expected_accepted, block_output_law, block_weights
+from .traversal import TraversalVerifier, TraversalWORVerifier, traversal_output_law, traversal_weights
+from .importance import ImportanceVerifier, importance_selection
 
 __all__ = [
     "Acceptance",
@@ -56,4 +59,14 @@ __all__ = [
     "MentoredVerifier",
     "MentoredSolution",
     "mentored_solve",
+    "BlockVerifier",
+    "block_output_law",
+    "block_weights",
+    "block_expected_accepted",
+    "TraversalVerifier",
+    "TraversalWORVerifier",
+    "traversal_output_law",
+    "traversal_weights",
+    "ImportanceVerifier",
+    "importance_selection",
 ]

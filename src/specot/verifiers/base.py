@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Callable, ClassVar, TypeVar
+from typing import Callable, ClassVar, Mapping, Sequence, TypeVar
 
 import torch
 from torch import Tensor
@@ -218,7 +218,8 @@ class SequenceVerifier(ABC):
 
     @abstractmethod
     def verify_tree(self, p: Tensor, q: Tensor, tokens: Tensor, parents: Tensor,
-                    generator: torch.Generator | None = None) -> TreeVerifyOutput:
+                    generator: torch.Generator | None = None, *,
+                    drafts: Mapping[int, Sequence[int]] | None = None) -> TreeVerifyOutput:
         """Verify one draft tree.
 
         Args:
@@ -227,6 +228,9 @@ class SequenceVerifier(ABC):
             tokens: int64 ``[1 + N]`` node tokens (``tokens[0]``, the root, is already committed).
             parents: int64 ``[1 + N]``, ``parents[0] = -1``, ``parents[i] < i``.
             generator: source of all randomness, on ``p``'s device.
+            drafts: node → its children's draws WITH multiplicity, in draw order
+                (:attr:`specot.drafting.DraftTree.drafts`); the engine always passes it, since
+                i.i.d. draws of one token share one node.
 
         Returns:
             :class:`TreeVerifyOutput`.
