@@ -222,7 +222,8 @@ def load_bench_draft(spec: str, target: Any, *, dtype: str = "float32") -> Bench
     """Resolve a draft name (see module docstring). A missing distilled draft gives
     ``available=False`` with the reason, instead of raising."""
     from ..api import load_drafter
-    from ..models.hf import CausalLM, load_model
+    from ..models.hf import CausalLM
+    from ..models.loading import load_model
 
     if spec == "ngram":
         corpus = "pydoc" if target.tokenizer is not None else None

@@ -24,7 +24,7 @@ def run_generate_bench(*, target: Any = None, draft: str = "ngram", prompts: lis
                        temperatures: list[float], max_new_tokens: int, seed: int = 0, dtype: str = "auto",
                        ngram_corpus: str | None = "pydoc", progress: bool = True,
                        gamma_schedule: str = "constant") -> dict[str, Any]:
-    """Measure AR and speculative decoding on ``prompts``; returns a JSON-ready dict (schema: see README)."""
+    """Measure AR and speculative decoding on ``prompts``; returns a JSON-ready dict (schema: see the module docstring)."""
     from ..api import load_drafter, load_target
     from ..engine import GenerationConfig, autoregressive_generate, speculative_generate
     from ..sampling import SamplingConfig

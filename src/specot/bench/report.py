@@ -1,4 +1,4 @@
-"""Markdown tables, PNG plots and the README results section for the bench results.
+"""Markdown tables, PNG plots and the results page (``docs/results.md``) for the bench results.
 
 * :func:`acceptance_table` / :func:`speedup_table` — markdown tables of the JSON results of
   :mod:`specot.bench.acceptance` and :mod:`specot.bench.speedup`.
@@ -6,10 +6,11 @@
   per draft, each verifier next to its law's α* (dashed), like Hu et al.'s Figures 1–2.
 * :func:`speedup_plots` — speedup per method at each temperature, and measured vs predicted block
   efficiency.
-* :func:`update_readme` — replaces the README's results section (between the markers
-  ``<!-- bench:results:start -->`` / ``<!-- bench:results:end -->``, or the line
-  ``RESULTS_PLACEHOLDER`` the first time) with tables built from the JSON files and the exact
-  command lines that produced them.
+* :func:`update_results` — replaces the generated section of the results page,
+  ``docs/results.md`` (:data:`RESULTS_FILE`; between the markers ``<!-- bench:results:start -->`` /
+  ``<!-- bench:results:end -->``, or the line ``RESULTS_PLACEHOLDER`` the first time; a missing file
+  is created) with tables built from the JSON files and the exact command lines that produced them.
+  ``update_readme`` is its old name, kept as an alias.
 
 Plots use matplotlib's Agg backend (no display needed).
 """
@@ -21,10 +22,12 @@ from pathlib import Path
 from typing import Any, Sequence
 
 __all__ = ["acceptance_table", "speedup_table", "acceptance_plots", "speedup_plots", "results_markdown",
-           "update_readme", "write_outputs", "START", "END"]
+           "update_results", "update_readme", "write_outputs", "START", "END", "RESULTS_FILE"]
 
 START = "<!-- bench:results:start -->"
 END = "<!-- bench:results:end -->"
+#: The page whose generated section :func:`update_results` rewrites (the README links to it).
+RESULTS_FILE = "docs/results.md"
 
 
 def _f(x: Any, nd: int = 3) -> str:
@@ -220,8 +223,9 @@ def _acc_summary(res: dict[str, Any]) -> str:
 
 def results_markdown(acceptance: dict[str, Any] | None, speedup: dict[str, Any] | Sequence[dict[str, Any]] | None, *,
                      plots_dir: str | None = None) -> str:
-    """The README results section built from the JSON results (one acceptance run, one or more
-    speedup runs)."""
+    """The generated results section (of :data:`RESULTS_FILE`) built from the JSON results (one
+    acceptance run, one or more speedup runs). ``plots_dir``: the PNGs' directory relative to the
+    results page (``bench`` for ``docs/results.md``)."""
     speedups = [] if speedup is None else ([speedup] if isinstance(speedup, dict) else list(speedup))
     parts: list[str] = [
         "Regenerated from `specot bench` runs (JSON schema: the docstrings of `specot.bench.acceptance` and "
@@ -229,7 +233,7 @@ def results_markdown(acceptance: dict[str, Any] | None, speedup: dict[str, Any] 
         "text installed with Python (`specot.bench.prompts`: held-out pydoc topics, stdlib docstrings outside the "
         "distilled draft's training modules, CPython's LICENSE.txt, the Zen of Python); `--prompts FILE.jsonl` "
         "takes your own (one `{\"prompt\": ...}` per line). This section is rewritten by "
-        "`specot bench readme --acceptance A.json --speedup S.json --plots-dir DIR`.",
+        "`specot bench results --acceptance A.json --speedup S.json --plots-dir DIR`.",
         "",
     ]
     missing = [d["name"] for d in (acceptance or {}).get("drafts", []) if not d["available"]]
@@ -243,7 +247,7 @@ def results_markdown(acceptance: dict[str, Any] | None, speedup: dict[str, Any] 
             "```bash",
             "specot bench acceptance --drafts distilled,ngram-lm,ngram --out docs/bench",
             "specot bench speedup --draft distilled --out docs/bench",
-            "specot bench readme --acceptance docs/bench/acceptance.json --speedup docs/bench/speedup.json --plots-dir docs/bench",
+            "specot bench results --acceptance docs/bench/acceptance.json --speedup docs/bench/speedup.json --plots-dir bench",
             "```",
             "",
         ]
@@ -301,16 +305,21 @@ def results_markdown(acceptance: dict[str, Any] | None, speedup: dict[str, Any] 
     return "\n".join(parts).rstrip() + "\n"
 
 
-def update_readme(readme: str | os.PathLike[str], section: str) -> None:
-    """Replace the results block of ``readme`` with ``section`` (between :data:`START` and
-    :data:`END`; the first time, the line ``RESULTS_PLACEHOLDER``).
+def update_results(path: str | os.PathLike[str], section: str) -> None:
+    """Replace the generated block of the results page ``path`` (normally :data:`RESULTS_FILE`) with
+    ``section``: between :data:`START` and :data:`END`, or, the first time, the line
+    ``RESULTS_PLACEHOLDER``. A missing file is created with a title and the block.
 
     Raises:
-        ValueError: the README has neither the markers nor the placeholder.
+        ValueError: the file exists but has neither the markers nor the placeholder.
     """
-    path = Path(readme)
-    text = path.read_text(encoding="utf-8")
+    path = Path(path)
     block = f"{START}\n{section.rstrip()}\n{END}"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"# Measured results\n\n{block}\n", encoding="utf-8")
+        return
+    text = path.read_text(encoding="utf-8")
     if START in text and END in text:
         a = text.index(START)
         b = text.index(END) + len(END)
@@ -318,8 +327,12 @@ def update_readme(readme: str | os.PathLike[str], section: str) -> None:
     elif "RESULTS_PLACEHOLDER" in text:
         text = text.replace("RESULTS_PLACEHOLDER", block, 1)
     else:
-        raise ValueError(f"{readme} has no {START} ... {END} block and no RESULTS_PLACEHOLDER line")
+        raise ValueError(f"{path} has no {START} ... {END} block and no RESULTS_PLACEHOLDER line")
     path.write_text(text, encoding="utf-8")
+
+
+#: The old name of :func:`update_results` (it used to rewrite a section of README.md).
+update_readme = update_results
 
 
 def write_outputs(res: dict[str, Any], out_dir: str | os.PathLike[str], *, plots: bool = True) -> list[Path]:

@@ -1,10 +1,11 @@
-"""``specot bench acceptance | speedup | readme``: the papers' tables on the embedded target.
+"""``specot bench acceptance | speedup | results``: the papers' tables on the embedded target.
 
 Each benchmark writes ``<out>/<name>.json`` (schema: the module docstrings of
 :mod:`specot.bench.acceptance` / :mod:`specot.bench.speedup`), ``<out>/<name>.md`` (markdown
 table) and PNG plots; ``--json`` prints the JSON to stdout instead of the table. ``--quick`` is a
 smoke run (2 prompts, short continuations, a reduced grid) that finishes in about a minute.
-``specot bench readme`` rebuilds the README's results section from the JSON files.
+``specot bench results`` (alias ``readme``) rebuilds the generated section of ``docs/results.md``
+from the JSON files.
 """
 
 from __future__ import annotations
@@ -124,27 +125,30 @@ def _speedup(args: argparse.Namespace) -> int:
 
 
 def _readme(args: argparse.Namespace) -> int:
-    from ..bench.report import results_markdown, update_readme
+    import os
+
+    from ..bench.report import results_markdown, update_results
 
     acc = json.loads(open(args.acceptance, encoding="utf-8").read()) if args.acceptance else None
     spd = []
+    # --plots-dir is relative to the results page; the speedup plots are linked relative to it
+    plots_abs = args.plots_dir if args.out == "-" or not args.plots_dir else \
+        os.path.join(os.path.dirname(args.out) or ".", args.plots_dir)
     for f in (args.speedup.split(",") if args.speedup else []):
         d = json.loads(open(f, encoding="utf-8").read())
         if args.plots_dir:  # link the run's speedup.png, copied next to its JSON
-            import os
-
-            d["plot"] = os.path.relpath(os.path.join(os.path.dirname(f), "speedup.png"), args.plots_dir)
+            d["plot"] = os.path.relpath(os.path.join(os.path.dirname(f), "speedup.png"), plots_abs)
         spd.append(d)
     if acc is None and not spd:
         raise ValueError("give --acceptance and/or --speedup JSON files")
     section = results_markdown(acc, spd, plots_dir=args.plots_dir)
     if args.notes:
         section = section.rstrip() + "\n\n" + open(args.notes, encoding="utf-8").read().strip() + "\n"
-    if args.readme == "-":
+    if args.out == "-":
         print(section)
     else:
-        update_readme(args.readme, section)
-        print(f"updated the results section of {args.readme}", file=sys.stderr)
+        update_results(args.out, section)
+        print(f"updated the generated results section of {args.out}", file=sys.stderr)
     return 0
 
 
@@ -177,11 +181,15 @@ def register(subparsers: Any) -> None:
     s.add_argument("--no-peers", action="store_true", help="skip the Hugging Face generate() peers")
     s.set_defaults(func=_speedup)
 
-    r = sub.add_parser("readme", help="rebuild the README results section from bench JSON files")
-    r.add_argument("--acceptance", default=None)
+    r = sub.add_parser("results", aliases=["readme"],
+                       help="rebuild the generated section of docs/results.md from bench JSON files")
+    r.add_argument("--acceptance", default=None, help="acceptance JSON file (specot bench acceptance)")
     r.add_argument("--speedup", default=None, help="one or more speedup JSON files, comma-separated")
-    r.add_argument("--readme", default="README.md", help="README to update in place ('-' prints the section)")
-    r.add_argument("--plots-dir", default=None, help="relative directory of the PNGs to link from the README")
+    r.add_argument("--out", "--readme", dest="out", default="docs/results.md",
+                   help="results page to update in place, between its bench:results markers (default "
+                        "docs/results.md; '-' prints the section)")
+    r.add_argument("--plots-dir", default=None,
+                   help="directory of the PNGs, relative to the results page (e.g. bench for docs/results.md)")
     r.add_argument("--notes", default=None, help="markdown file appended to the section (e.g. findings)")
     r.set_defaults(func=_readme)
 

@@ -242,7 +242,7 @@ def heldout_prompts(n: int = 20, *, excerpt_chars: int = 500) -> list[str]:
 def raw_texts(split: str = "train", chunk_chars: int = 1200, *, extra: bool = False) -> list[str]:
     """Raw text chunks (for teacher forcing): the ``split`` topics of ``pydoc_data.topics`` in
     ``chunk_chars`` pieces, plus (train only) the docstrings of :data:`DOC_MODULES` and, with
-    ``extra``, of :data:`TEXT_MODULES` (train: ~0.59 M characters; with ``extra``: see the README)."""
+    ``extra``, of :data:`TEXT_MODULES` (train: ~0.59 M characters; with ``extra``: see docs/distillation.md)."""
     from pydoc_data.topics import topics
 
     train_keys, held = topic_split()

@@ -68,7 +68,7 @@ def is_embedded_target(model: CausalLM) -> bool:
 
 def embedded_draft_dir() -> Path:
     """Directory of the shipped distilled draft (``specot/data/draft``: config.json, model.safetensors,
-    tokenizer files), a standard ``LlamaForCausalLM`` checkpoint; see README "Distilled draft model"."""
+    tokenizer files), a standard ``LlamaForCausalLM`` checkpoint; see docs/distillation.md."""
     return Path(__file__).resolve().parent.parent / "data" / "draft"
 
 

@@ -15,7 +15,7 @@ optimum of SpecTr for the i.i.d. law). Laws (``law=``):
 * ``"cps"`` — *conditional Poisson sampling*: an n-subset S drawn with probability ∝ Π_{i∈S} q(i),
   ``Q(H) = e_n(q_H)/e_n(q_V)``. This is the formula Hu et al. print for sampling without
   replacement; it is a different law and misstates α* for successive sampling (by up to ~0.07,
-  see the README). Offered so the two can be compared; no specot drafter samples it.
+  see docs/theory.md). Offered so the two can be compared; no specot drafter samples it.
 * ``"greedy"`` — Hu et al. §5: top-(n−1) tokens of q (ties to the lower id) plus one draw from q
   with them removed (``q¬Top``). Closed form (Theorem 7):
   ``α* = Σ_{i∈Top} p(i) + Σ_i min(p(i), q¬Top(i))``.
@@ -27,7 +27,7 @@ optimum of SpecTr for the i.i.d. law). Laws (``law=``):
 For ``iid``, ``wor`` and ``cps`` the minimising H is searched among the prefixes of V sorted by
 ``q(i)/p(i)`` descending (tokens with p = 0 < q first). Hu et al. prove this for "q-convex" Q
 (Theorems 3, 4, 6: with and without replacement). specot checks it against the minimum over all
-subsets (``tests/test_theory_optimal.py``, :func:`optimal_acceptance_bruteforce`); see the README
+subsets (``tests/test_theory_optimal.py``, :func:`optimal_acceptance_bruteforce`); see docs/theory.md
 for the outcome per law. The successive-sampling scan does not evaluate every prefix: a
 branch-and-bound over prefix intervals uses ``Q(H_k) ≤ q(H_k)^n``, a lower bound from the top-j
 masses, and the monotonicity of Q along the prefixes to prune, then evaluates the surviving
