@@ -94,6 +94,24 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     pe.add_argument("--dtype", default="bfloat16", help="stored weight dtype (default bfloat16)")
     pe.set_defaults(func=_run_export)
 
+    pg = dsub.add_parser("eagle", help="train an EAGLE-3 head on the target's features (resumable; a GPU is advised)")
+    pg.add_argument("--out", type=Path, required=True, help="run directory (ckpt.pt, log.jsonl, head/)")
+    pg.add_argument("--target", default="smollm2", help="target model directory / hub id (default: the embedded one)")
+    pg.add_argument("--text", type=Path, nargs="*", default=[], help="training text files (default: the distill train texts)")
+    pg.add_argument("--draft-vocab", type=int, default=None, help="reduced draft vocabulary size (default: full)")
+    pg.add_argument("--layers", default=None, help="feature layers i,j,k (default: 2, L//2, L-3)")
+    pg.add_argument("--ttt-steps", type=int, default=3, help="training-time-test unroll steps (default 3)")
+    pg.add_argument("--feat-weight", type=float, default=0.1, help="weight of the feature regression (default 0.1)")
+    pg.add_argument("--steps", type=int, default=1000)
+    pg.add_argument("--max-steps", type=int, default=None, help="stop (resumably) after this many steps")
+    pg.add_argument("--lr", type=float, default=1e-4)
+    pg.add_argument("--max-len", type=int, default=512)
+    pg.add_argument("--dtype", default="float32")
+    pg.add_argument("--device", default="cpu")
+    pg.add_argument("--seed", type=int, default=0)
+    pg.add_argument("--threads", type=int, default=0)
+    pg.set_defaults(func=_run_eagle)
+
     pv = dsub.add_parser("eval", help="held-out α, c, predicted and measured speedup")
     pv.add_argument("--draft", default="distilled", help="draft directory, or 'distilled' (the shipped one)")
     pv.add_argument("--n-prompts", type=int, default=20)
@@ -168,7 +186,7 @@ def _run_export(args: argparse.Namespace) -> int:
 
     from ..distill.train import DraftArch, init_draft, export_draft
     from ..models.embedded import load_embedded_target
-    from ..models.hf import resolve_dtype
+    from ..models.device import resolve_dtype
 
     tc = json.loads((args.run / "train_config.json").read_text())
     target = load_embedded_target(dtype="float32")
@@ -194,4 +212,28 @@ def _run_eval(args: argparse.Namespace) -> int:
     print(format_report(res))
     if args.out:
         args.out.write_text(json.dumps(res, indent=2))
+    return 0
+
+
+def _run_eagle(args: argparse.Namespace) -> int:
+    from ..api import load_target
+    from ..distill.eagle import EagleTrainConfig, train_eagle
+
+    _threads(args.threads)
+    target = load_target(args.target, dtype=args.dtype, device=args.device)
+    if target.tokenizer is None:
+        raise ValueError(f"target {args.target!r} has no tokenizer to encode the training text")
+    if args.text:
+        texts = [f.read_text(encoding="utf-8") for f in args.text]
+    else:
+        from ..distill.data import raw_texts
+
+        texts = raw_texts("train")
+    seqs = [target.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+    layers = tuple(int(i) for i in args.layers.split(",")) if args.layers else None
+    cfg = EagleTrainConfig(draft_vocab_size=args.draft_vocab, layers=layers, ttt_steps=args.ttt_steps,
+                           feat_weight=args.feat_weight, lr=args.lr, steps=args.steps, max_len=args.max_len,
+                           seed=args.seed)
+    train_eagle(target, seqs, args.out, cfg, max_steps=args.max_steps)
+    print(f"EAGLE head -> {args.out / 'head'} (use it with draft='eagle:{args.out / 'head'}')")
     return 0

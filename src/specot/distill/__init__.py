@@ -6,4 +6,6 @@
   (forward KL / cross-entropy to the target + a hard-label CE term), resumable;
 * :mod:`specot.distill.evaluate` — held-out α at temperature 1 and 0, cost coefficient c,
   predicted and measured speedup.
+* :mod:`specot.distill.eagle` — an EAGLE-3 head trained on the target's fused features with the
+  training-time test (``specot distill eagle``; a skeleton, resumable).
 """

@@ -1,0 +1,253 @@
+"""Train an EAGLE-3 head on a target (``specot distill eagle``): a skeleton of the pipeline.
+
+1. **Draft vocabulary** (EAGLE-3 / FR-Spec): the ``V_d`` most frequent target tokens of the training
+   text (:func:`frequent_vocab`), in id order → ``d2t``/``t2d``.
+2. **Teacher-forced features** (:func:`target_features`): one no-grad target pass per chunk of
+   text gives the fused features of the head's layers, the target's next-token distribution
+   (token loss) and its last hidden state (feature regression).
+3. **Training-time test** (EAGLE-3, Li et al. 2025 §3.2): the head is unrolled ``ttt_steps``
+   times. Step 0 reads the target's features; step ``s`` reads, at entry ``e``, the head's own
+   output of step ``s − 1`` at entry ``e − 1`` — what it sees when the previous token was itself
+   drafted — and attends to the step-0 keys up to entry ``e − s`` plus its own "diagonal" keys of
+   steps ``1..s`` (:func:`ttt_loss`). Each step adds the forward KL from the target's distribution
+   (restricted to the draft vocabulary and renormalized) to the draft's, and (``feat_weight``) a
+   smooth-L1 regression of the normed output feature onto the target's last hidden state
+   (EAGLE-1's feature loss).
+4. **Resumable**: ``out/ckpt.pt`` (head, optimizer, step) every ``save_every`` steps, metrics in
+   ``out/log.jsonl``, progress on a tqdm bar; the finished head is written in the published
+   layout (:meth:`~specot.drafting.Eagle3Head.save_pretrained`) to ``out/head``.
+
+Training a useful head needs a GPU and a large corpus (EAGLE-3 trains on ShareGPT/UltraChat for
+hours); on a CPU this runs for smoke tests and tiny targets.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..drafting.eagle import Eagle3Head, EagleDrafter, _config_layers, eagle3_config
+
+__all__ = ["EagleTrainConfig", "frequent_vocab", "target_features", "ttt_loss", "train_eagle", "chunk_token_ids"]
+
+
+@dataclass
+class EagleTrainConfig:
+    """Hyper-parameters of :func:`train_eagle`."""
+
+    draft_vocab_size: int | None = None  # None: the full target vocabulary
+    layers: tuple[int, ...] | None = None  # None: EAGLE-3's default (2, L//2, L−3)
+    ttt_steps: int = 3
+    feat_weight: float = 0.1
+    step_decay: float = 0.8  # weight of unroll step s: step_decay**s
+    lr: float = 1e-4
+    warmup: int = 20
+    steps: int = 1000
+    max_len: int = 512
+    seed: int = 0
+    save_every: int = 200
+
+
+def chunk_token_ids(seqs: Iterable[Sequence[int]], max_len: int) -> list[list[int]]:
+    """Cut token sequences into chunks of at most ``max_len`` (at least 3 tokens each)."""
+    out = []
+    for s in seqs:
+        s = [int(t) for t in s]
+        for i in range(0, len(s), max_len):
+            c = s[i:i + max_len]
+            if len(c) >= 3:
+                out.append(c)
+    return out
+
+
+def frequent_vocab(seqs: Iterable[Sequence[int]], size: int, vocab_size: int) -> list[int]:
+    """The ``size`` most frequent token ids of ``seqs`` (ties: lower id; padded with the lowest unseen
+    ids), sorted by id: the reduced draft vocabulary."""
+    if size > vocab_size:
+        raise ValueError(f"draft vocabulary of {size} tokens is larger than the target's {vocab_size}")
+    counts = Counter(int(t) for s in seqs for t in s)
+    ranked = sorted(counts, key=lambda t: (-counts[t], t))[:size]
+    if len(ranked) < size:
+        seen = set(ranked)
+        ranked += [t for t in range(vocab_size) if t not in seen][: size - len(ranked)]
+    return sorted(ranked)
+
+
+@torch.no_grad()
+def target_features(target_model: Any, ids: Sequence[int], layers: Sequence[int]) -> dict[str, Tensor]:
+    """Teacher-forced target pass over ``ids``: fused features ``[T, k·H]`` of ``layers``, the
+    next-token probabilities ``[T, V]`` (row t: after token t) and the last hidden state ``[T, H]``."""
+    dev = next(target_model.parameters()).device
+    out = target_model(input_ids=torch.tensor([list(ids)], device=dev), output_hidden_states=True)
+    hs = out.hidden_states
+    return {"feats": torch.cat([hs[i][0] for i in layers], dim=-1).float(),
+            "probs": torch.softmax(out.logits[0].float(), dim=-1),
+            "last": hs[-1][0].float()}
+
+
+def _qkv(head: Eagle3Head, tokens: Tensor, feat: Tensor, cos: Tensor, sin: Tensor):
+    from ..drafting.eagle import _rotate_half
+
+    layer = head.midlayer
+    att = layer.self_attn
+    normed = layer.hidden_norm(feat)
+    residual = normed if layer.norm_before_residual else feat
+    with torch.no_grad():  # the embedding is the target's, frozen
+        emb = head.embed(tokens)
+    x = torch.cat([layer.input_layernorm(emb), normed], dim=-1)
+    T = x.shape[0]
+    q = att.q_proj(x).view(T, att.num_heads, att.head_dim).transpose(0, 1)
+    k = att.k_proj(x).view(T, att.num_kv, att.head_dim).transpose(0, 1)
+    v = att.v_proj(x).view(T, att.num_kv, att.head_dim).transpose(0, 1)
+    q = q * cos + _rotate_half(q) * sin
+    k = k * cos + _rotate_half(k) * sin
+    return q, k, v, residual
+
+
+def ttt_loss(head: Eagle3Head, ids: Tensor, data: dict[str, Tensor], cfg: EagleTrainConfig) -> tuple[Tensor, dict[str, float]]:
+    """The training-time-test loss of one sequence (module docstring).
+
+    Entry ``e = 0..T−2`` reads token ``ids[e+1]`` and (step 0) the target's feature of position
+    ``e``; it predicts token ``e + 2`` and is scored against the target's distribution after
+    token ``e + 1``.
+    """
+    T = ids.shape[0] - 1
+    dev = head.lm_head.weight.device
+    tokens = ids[1:].to(dev)
+    tid = head.target_ids()
+    p = data["probs"][1:, :].to(dev).index_select(1, tid)  # [T, V_d] the target's law on the draft vocabulary
+    p = p / p.sum(-1, keepdim=True).clamp_min(1e-12)
+    last = data["last"][1:].to(dev)
+    pos = torch.arange(T, device=dev)
+    cos, sin = head.rotary(last, pos[None])
+    cos, sin = cos[0].to(head.lm_head.weight.dtype), sin[0].to(head.lm_head.weight.dtype)
+    att = head.midlayer.self_attn
+    rep = att.num_heads // att.num_kv
+    keys: list[Tensor] = []
+    vals: list[Tensor] = []
+    feat = head.fc(data["feats"][:-1].to(dev, head.lm_head.weight.dtype))  # [T, H]: feature of position e
+    total = torch.zeros((), device=dev)
+    stats: dict[str, float] = {}
+    e = torch.arange(T, device=dev)
+    for s in range(cfg.ttt_steps):
+        if s > 0:  # entry e reads the step s−1 output of entry e−1 (entry 0's input is unused)
+            feat = torch.cat([h[:1], h[:-1]], dim=0)
+        q, k, v, residual = _qkv(head, tokens, feat, cos, sin)
+        keys.append(k)
+        vals.append(v)
+        # keys: step 0 at entries <= e − s; step r (1..s) at entry e − s + r (the diagonal)
+        blocks = [(e[None, :] <= (e[:, None] - s))]
+        for r in range(1, s + 1):
+            blocks.append(e[None, :] == (e[:, None] - s + r))
+        mask = torch.cat(blocks, dim=1)  # [T, (s + 1)·T]
+        K = torch.cat(keys, dim=1).repeat_interleave(rep, dim=0)
+        V = torch.cat(vals, dim=1).repeat_interleave(rep, dim=0)
+        valid = e >= s  # entries whose unrolled history exists
+        mask = mask | ~valid[:, None]  # rows without history: any keys (masked out of the loss)
+        out = F.scaled_dot_product_attention(q[None], K[None], V[None], attn_mask=mask[None, None])[0]
+        h = residual + att.o_proj(out.transpose(0, 1).reshape(T, -1))
+        h = h + head.midlayer.mlp(head.midlayer.post_attention_layernorm(h))
+        normed = head.norm(h)
+        logq = torch.log_softmax(head.lm_head(normed).float(), dim=-1)
+        kl = (p * (p.clamp_min(1e-12).log() - logq)).sum(-1)
+        tok = kl[valid].mean()
+        reg = F.smooth_l1_loss(normed.float()[valid], last[valid]) if cfg.feat_weight else torch.zeros((), device=dev)
+        w = cfg.step_decay ** s
+        total = total + w * (tok + cfg.feat_weight * reg)
+        with torch.no_grad():
+            acc = (logq.argmax(-1) == p.argmax(-1))[valid].float().mean()
+        stats[f"kl{s}"], stats[f"acc{s}"] = float(tok.detach()), float(acc)
+    return total, stats
+
+
+def _lr(step: int, cfg: EagleTrainConfig) -> float:
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    prog = min((step - cfg.warmup) / max(cfg.steps - cfg.warmup, 1), 1.0)
+    return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * prog)))
+
+
+def train_eagle(target: Any, token_seqs: Sequence[Sequence[int]], out_dir: str | os.PathLike[str],
+                cfg: EagleTrainConfig, *, progress: bool = True, max_steps: int | None = None) -> EagleDrafter:
+    """Train (or resume training) an EAGLE-3 head for ``target`` (a
+    :class:`~specot.models.CausalLM`) on ``token_seqs``; writes ``out_dir/{ckpt.pt, log.jsonl,
+    train_config.json}`` and the head in the published layout to ``out_dir/head``. Returns the drafter."""
+    from tqdm import tqdm
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    chunks = chunk_token_ids(token_seqs, cfg.max_len)
+    if not chunks:
+        raise ValueError("no training text: every sequence is shorter than 3 tokens")
+    tm = target.model
+    ckpt_path = out / "ckpt.pt"
+    resume = torch.load(ckpt_path, map_location="cpu", weights_only=False) if ckpt_path.exists() else None
+    if resume is not None:
+        vocab = resume["draft_vocab"]
+        layers = tuple(resume["layers"])
+    else:
+        vocab = frequent_vocab(chunks, cfg.draft_vocab_size or target.vocab_size, target.vocab_size)
+        layers = tuple(cfg.layers) if cfg.layers is not None else None
+    hcfg = eagle3_config(tm.config, draft_vocab_size=len(vocab), layers=layers)
+    layers = _config_layers(hcfg)
+    torch.manual_seed(cfg.seed)
+    head = Eagle3Head(hcfg, num_features=len(layers))
+    head.set_draft_vocab(vocab)
+    head.attach_embedding(tm.get_input_embeddings())
+    head.to(target.device, torch.float32)
+    params = [p for p in head.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    step = 0
+    if resume is not None:
+        head.load_state_dict(resume["head"], strict=False)
+        opt.load_state_dict(resume["opt"])
+        step = int(resume["step"])
+    (out / "train_config.json").write_text(json.dumps({**asdict(cfg), "layers": list(layers)}, indent=2))
+    stop = min(cfg.steps, step + max_steps) if max_steps is not None else cfg.steps
+    rng = torch.Generator().manual_seed(cfg.seed)
+    order = torch.randperm(len(chunks), generator=rng).tolist()
+    emb_dtype = tm.get_input_embeddings().weight.dtype
+
+    def save() -> None:
+        tmp = ckpt_path.with_suffix(".tmp")
+        torch.save({"head": head.checkpoint_state(), "opt": opt.state_dict(), "step": step, "draft_vocab": vocab,
+                    "layers": list(layers)}, tmp)
+        os.replace(tmp, ckpt_path)
+
+    bar = tqdm(total=cfg.steps, initial=step, desc="training EAGLE head", unit="step", disable=not progress,
+               file=sys.stderr)
+    head.train()
+    with open(out / "log.jsonl", "a", encoding="utf-8") as log:
+        while step < stop:
+            ids = chunks[order[step % len(chunks)]]
+            data = target_features(tm, ids, layers)
+            for g in opt.param_groups:
+                g["lr"] = _lr(step, cfg)
+            if emb_dtype != torch.float32:  # the shared embedding stays in the target's dtype
+                data = {k: v.float() for k, v in data.items()}
+            loss, st = ttt_loss(head, torch.tensor(ids), data, cfg)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            step += 1
+            log.write(json.dumps({"step": step, "loss": float(loss.detach()), **st}) + "\n")
+            bar.update(1)
+            bar.set_postfix(loss=f"{float(loss.detach()):.3f}", acc0=f"{st.get('acc0', 0):.2f}")
+            if step % cfg.save_every == 0 or step == stop:
+                save()
+    bar.close()
+    head.eval()
+    head.to(dtype=target.dtype)
+    head.save_pretrained(out / "head")
+    return EagleDrafter(head, target, layers=layers)

@@ -1,0 +1,772 @@
+"""Feature-level drafting (EAGLE): a one-layer draft head over the target's own hidden states.
+
+References:
+
+* EAGLE (Li et al. 2024, "EAGLE: Speculative Sampling Requires Rethinking Feature Uncertainty"):
+  draft at the *feature* level — the draft layer at position t reads the target's feature of
+  position t−1 and the embedding of token t, and predicts token t+1; later draft steps feed the
+  draft layer's own output feature back in.
+* EAGLE-2 (Li et al. 2024, "EAGLE-2: Faster Inference of Language Models with Dynamic Draft
+  Trees"): a *dynamic* draft tree — at every depth expand the nodes with the highest cumulative
+  draft probability (the draft's confidence approximates its acceptance rate), under a node budget.
+* EAGLE-3 (Li et al. 2025, "EAGLE-3: Scaling up Inference Acceleration of Large Language Models via
+  Training-Time Test"): fuse low / mid / high target features (the inputs of decoder layers
+  ``2, L//2, L−3``) with ``fc``; the decoder layer's attention reads ``[norm(embedding), norm(feature)]``
+  (2H wide); the output head covers a reduced draft vocabulary of ``V_d`` tokens mapped to target ids
+  by ``d2t`` (``target_id = draft_id + d2t[draft_id]``; FR-Spec, Zhao et al. 2025, also drafts over a
+  frequency-ranked sub-vocabulary).
+
+**The draft network** (:class:`Eagle3Head`, the layout of the published EAGLE-3 checkpoints served
+by vLLM / SGLang)::
+
+    fc:        Linear(k·H_t → H, no bias)             fused target features (k layers, k = 3)
+    midlayer:  hidden_norm, input_layernorm            RMSNorm(H) of the feature / of the embedding
+               self_attn.{q,k,v}_proj: Linear(2H → ·)  over cat(input_layernorm(emb), hidden_norm(f))
+               self_attn.o_proj: Linear(· → H)         residual: the feature f
+               post_attention_layernorm, mlp.{gate,up,down}_proj (a Llama MLP)
+    norm:      RMSNorm(H)
+    lm_head:   Linear(H → V_d, no bias)
+    d2t:       int64 [V_d]   target_id = draft_id + d2t[draft_id]
+    t2d:       bool  [V]     whether a target id is in the draft vocabulary
+    embed_tokens: the TARGET's input embedding (shared, frozen) unless the checkpoint ships its own
+
+**The draft distribution over the full vocabulary.** The draft's softmax over ``V_d`` (after the
+engine's standardized-sampling transform) is scattered to the target ids ``d2t`` maps to; every
+other target token has q = 0. Drafts are sampled from exactly this ``q [·, V]`` (under the tree's
+law), so every lossless verifier stays lossless (a token outside the draft vocabulary can still be
+emitted: as a correction or bonus token, from the residual / the target).
+
+**State and caches.** :meth:`EagleDrafter.update` stores the target's fused features of the
+committed positions (the engine hands them over because the drafter sets ``hidden_layers``). The
+draft keeps its own KV cache of *committed* entries: entry ``j`` reads token ``j`` and the target's
+feature at ``j − 1`` — exactly as in training. Drafted nodes read their parent's draft output
+feature (EAGLE's feature extrapolation) and live in temporary KV entries discarded after
+:meth:`~EagleDrafter.propose`; accepted drafts are re-run next time with the target's true features
+(as EAGLE does). Until the target has produced the features of the context (the first iteration
+after the prompt) the drafter proposes the empty tree (a plain target step).
+
+**Trees and their laws** (see :meth:`EagleDrafter.propose`): a chain (``TreeSpec.sequences(1, γ)``)
+is γ tokens sampled from q one by one (verify with ``speculative``); a tree is EAGLE-2's dynamic tree
+(``dynamic=True``, the default) or the spec's static topology (``dynamic=False``). In both, the
+children of an expanded node are ``n`` drafts drawn from q at that node under the spec's law
+(:func:`specot.laws.sample_drafts`): ``GREEDY`` — EAGLE's top-k children, made exact: the top-(n−1)
+tokens of q and one sampled from q without them (verify with ``greedy``); ``WOR`` — n distinct
+samples (``rrs_wor``); ``IID`` — n i.i.d. samples, equal draws merging into one child (``kseq`` /
+``rrs``). Which nodes are expanded, and with how many children, is decided before that node's
+children are drawn, from the draft's confidence and the budget only — never by pruning drawn
+children afterwards (EAGLE-2's final re-ranking would change the law at a node, so the budget is
+spent during expansion instead). So the law declared in ``tree.law`` is exactly how every node's
+children were drawn, and verification is lossless by construction. At temperature 0 the
+standardized q is one-hot, which allows one child per node; nodes with several children then draw
+them from the draft's own softmax (top-(n−1) + one sampled under GREEDY) — exact, since every
+lossless verifier is exact for any q.
+
+**Checkpoints**: :meth:`EagleDrafter.from_pretrained` loads the published layout (above;
+``config.json`` is a ``LlamaConfig`` with ``draft_vocab_size``, optionally ``target_hidden_size``
+and ``eagle_config.eagle_aux_hidden_state_layer_ids``; weights in safetensors or EAGLE's
+``pytorch_model.bin``); :meth:`Eagle3Head.save_pretrained` writes it. ``specot distill eagle``
+(:mod:`specot.distill.eagle`) trains a head with EAGLE-3's training-time test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..laws import DraftLaw, sample_drafts
+from ..sampling import SamplingConfig, standardize
+from .base import DraftOutcome, DraftTree, Drafter
+from .tree import TreeSpec
+
+__all__ = ["Eagle3Head", "EagleDrafter", "eagle3_config", "default_eagle_layers", "EAGLE3_KEYS"]
+
+#: The parameter / buffer names of a published EAGLE-3 checkpoint (``embed_tokens.weight`` is
+#: optional: heads whose width equals the target's share the target's embedding).
+EAGLE3_KEYS: tuple[str, ...] = (
+    "fc.weight",
+    "midlayer.hidden_norm.weight",
+    "midlayer.input_layernorm.weight",
+    "midlayer.self_attn.q_proj.weight",
+    "midlayer.self_attn.k_proj.weight",
+    "midlayer.self_attn.v_proj.weight",
+    "midlayer.self_attn.o_proj.weight",
+    "midlayer.post_attention_layernorm.weight",
+    "midlayer.mlp.gate_proj.weight",
+    "midlayer.mlp.up_proj.weight",
+    "midlayer.mlp.down_proj.weight",
+    "norm.weight",
+    "lm_head.weight",
+    "d2t",
+    "t2d",
+)
+
+
+def default_eagle_layers(num_layers: int) -> tuple[int, ...]:
+    """EAGLE-3's low / mid / high features for a target of ``num_layers`` decoder layers: the
+    inputs of layers ``2, L//2, L−3`` (= transformers' ``hidden_states[i]``), ascending, clamped to
+    ``[0, L]`` for tiny targets."""
+    raw = (2, num_layers // 2, num_layers - 3)
+    return tuple(sorted(min(max(i, 0), num_layers) for i in raw))
+
+
+def _llama_config(obj: dict[str, Any]):
+    from transformers import LlamaConfig
+
+    return LlamaConfig(**obj)
+
+
+def eagle3_config(target_config: Any, *, draft_vocab_size: int | None = None, num_attention_heads: int | None = None,
+                  num_key_value_heads: int | None = None, intermediate_size: int | None = None,
+                  layers: Sequence[int] | None = None):
+    """A ``LlamaConfig`` for an EAGLE-3 head on a target with ``target_config`` (a transformers
+    config): the target's width, vocabulary, RoPE and norm settings, one decoder layer,
+    ``draft_vocab_size`` (default: the full vocabulary) and the feature layers (default
+    :func:`default_eagle_layers`) under ``eagle_config.eagle_aux_hidden_state_layer_ids``."""
+    tc = target_config
+    H = tc.hidden_size
+    n_layers = tc.num_hidden_layers
+    layers = tuple(int(i) for i in layers) if layers is not None else default_eagle_layers(n_layers)
+    rope = getattr(tc, "rope_parameters", None) or {}
+    obj = dict(
+        architectures=["LlamaForCausalLMEagle3"], model_type="llama",
+        hidden_size=H, intermediate_size=intermediate_size or getattr(tc, "intermediate_size", 4 * H),
+        num_attention_heads=num_attention_heads or tc.num_attention_heads,
+        num_key_value_heads=num_key_value_heads or getattr(tc, "num_key_value_heads", tc.num_attention_heads),
+        num_hidden_layers=1, vocab_size=tc.vocab_size, draft_vocab_size=int(draft_vocab_size or tc.vocab_size),
+        max_position_embeddings=tc.max_position_embeddings, rms_norm_eps=getattr(tc, "rms_norm_eps", 1e-6),
+        hidden_act=getattr(tc, "hidden_act", "silu"), tie_word_embeddings=False,
+        rope_theta=rope.get("rope_theta", getattr(tc, "rope_theta", 10000.0)),
+        eagle_config={"eagle_aux_hidden_state_layer_ids": list(layers)},
+    )
+    if num_attention_heads is None and getattr(tc, "head_dim", None):
+        obj["head_dim"] = tc.head_dim
+    return _llama_config(obj)
+
+
+def _rotate_half(x: Tensor) -> Tensor:
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+class _Eagle3Attention(nn.Module):
+    """Llama attention whose q/k/v projections read the 2H-wide ``[embedding, feature]`` input."""
+
+    def __init__(self, cfg: Any) -> None:
+        super().__init__()
+        H = cfg.hidden_size
+        self.num_heads = cfg.num_attention_heads
+        self.num_kv = getattr(cfg, "num_key_value_heads", None) or self.num_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or H // self.num_heads
+        bias = bool(getattr(cfg, "attention_bias", False))
+        self.q_proj = nn.Linear(2 * H, self.num_heads * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(2 * H, self.num_kv * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(2 * H, self.num_kv * self.head_dim, bias=bias)
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, H, bias=bias)
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, past_k: Tensor, past_v: Tensor,
+                mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """``x [T, 2H]``, ``cos/sin [T, d]``, ``past_k/v [kv, P, d]``, boolean ``mask [T, P + T]``
+        (True: attend). Returns the output ``[T, H]`` and the new keys / values ``[kv, T, d]``."""
+        T = x.shape[0]
+        q = self.q_proj(x).view(T, self.num_heads, self.head_dim).transpose(0, 1)  # [h, T, d]
+        k = self.k_proj(x).view(T, self.num_kv, self.head_dim).transpose(0, 1)  # [kv, T, d]
+        v = self.v_proj(x).view(T, self.num_kv, self.head_dim).transpose(0, 1)
+        q = q * cos + _rotate_half(q) * sin
+        k = k * cos + _rotate_half(k) * sin
+        keys = torch.cat([past_k, k], dim=1)  # [kv, P + T, d]
+        vals = torch.cat([past_v, v], dim=1)
+        rep = self.num_heads // self.num_kv
+        if rep > 1:
+            keys, vals = keys.repeat_interleave(rep, dim=0), vals.repeat_interleave(rep, dim=0)
+        out = F.scaled_dot_product_attention(q[None], keys[None], vals[None], attn_mask=mask[None, None])[0]
+        return self.o_proj(out.transpose(0, 1).reshape(T, -1)), k, v
+
+
+class _Eagle3Layer(nn.Module):
+    """EAGLE-3's ``midlayer``: one Llama decoder layer over ``[input_layernorm(emb), hidden_norm(f)]``
+    with the feature ``f`` as the residual (``norm_before_residual``: the normed feature)."""
+
+    def __init__(self, cfg: Any) -> None:
+        super().__init__()
+        from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm
+
+        eps = getattr(cfg, "rms_norm_eps", 1e-6)
+        self.norm_before_residual = bool(getattr(cfg, "norm_before_residual", False))
+        self.self_attn = _Eagle3Attention(cfg)
+        self.mlp = LlamaMLP(cfg)
+        self.hidden_norm = LlamaRMSNorm(cfg.hidden_size, eps=eps)
+        self.input_layernorm = LlamaRMSNorm(cfg.hidden_size, eps=eps)
+        self.post_attention_layernorm = LlamaRMSNorm(cfg.hidden_size, eps=eps)
+
+    def forward(self, emb: Tensor, feat: Tensor, cos: Tensor, sin: Tensor, past_k: Tensor, past_v: Tensor,
+                mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        normed = self.hidden_norm(feat)
+        residual = normed if self.norm_before_residual else feat
+        x = torch.cat([self.input_layernorm(emb), normed], dim=-1)  # [T, 2H]: embedding first
+        a, k, v = self.self_attn(x, cos, sin, past_k, past_v, mask)
+        h = residual + a
+        h = h + self.mlp(self.post_attention_layernorm(h))
+        return h, k, v
+
+
+class Eagle3Head(nn.Module):
+    """The EAGLE-3 draft network (module docstring); parameter names follow the published layout.
+
+    Args:
+        config: a ``LlamaConfig`` with ``draft_vocab_size`` (and optionally ``target_hidden_size``,
+            ``eagle_config.eagle_aux_hidden_state_layer_ids``, ``norm_before_residual``).
+        num_features: how many target layers ``fc`` fuses (3 for EAGLE-3).
+        own_embedding: give the head its own ``embed_tokens`` (saved with it) instead of sharing
+            the target's (:meth:`attach_embedding`).
+    """
+
+    def __init__(self, config: Any, num_features: int = 3, own_embedding: bool = False) -> None:
+        super().__init__()
+        from transformers.models.llama.modeling_llama import LlamaRMSNorm, LlamaRotaryEmbedding
+
+        self.config = config
+        H = config.hidden_size
+        V = config.vocab_size
+        Vd = int(getattr(config, "draft_vocab_size", None) or V)
+        Ht = int(getattr(config, "target_hidden_size", None) or H)
+        self.hidden_size, self.vocab_size, self.draft_vocab_size = H, V, Vd
+        self.num_features = num_features
+        self.fc = nn.Linear(num_features * Ht, H, bias=False)
+        self.midlayer = _Eagle3Layer(config)
+        self.norm = LlamaRMSNorm(H, eps=getattr(config, "rms_norm_eps", 1e-6))
+        self.lm_head = nn.Linear(H, Vd, bias=False)
+        self.register_buffer("d2t", torch.zeros(Vd, dtype=torch.int64))
+        self.register_buffer("t2d", torch.zeros(V, dtype=torch.bool))
+        self.t2d[:Vd] = True
+        self.embed_tokens: nn.Embedding | None = nn.Embedding(V, H) if own_embedding else None
+        self._shared_embedding: list[nn.Embedding] = []  # the target's (not a submodule: not saved)
+        self.rotary = LlamaRotaryEmbedding(config=config)
+
+    # ------------------------------------------------------------------ vocabulary map
+    def set_draft_vocab(self, target_ids: Sequence[int] | Tensor) -> None:
+        """Use the target tokens ``target_ids`` (distinct, in draft-id order) as the draft
+        vocabulary: sets ``d2t`` (``target_ids − arange``) and ``t2d``."""
+        ids = torch.as_tensor(target_ids, dtype=torch.int64, device=self.d2t.device).reshape(-1)
+        if ids.numel() != self.draft_vocab_size:
+            raise ValueError(f"the draft vocabulary has {self.draft_vocab_size} tokens, got {ids.numel()} target ids")
+        self.d2t.copy_(ids - torch.arange(ids.numel(), device=ids.device))
+        self.t2d.zero_()
+        self.t2d[ids] = True
+        self.check_vocab_map()
+
+    def target_ids(self) -> Tensor:
+        """int64 ``[V_d]``: the target id of every draft id (``draft_id + d2t[draft_id]``)."""
+        return torch.arange(self.draft_vocab_size, device=self.d2t.device) + self.d2t
+
+    def check_vocab_map(self) -> None:
+        """Raise ``ValueError`` unless ``d2t`` maps the draft ids to distinct target ids in ``[0, V)``."""
+        tid = self.target_ids()
+        if bool(((tid < 0) | (tid >= self.vocab_size)).any()):
+            raise ValueError(f"d2t maps draft ids outside the target vocabulary [0, {self.vocab_size})")
+        if torch.unique(tid).numel() != tid.numel():
+            raise ValueError("d2t maps two draft ids to one target id; the draft vocabulary must be distinct tokens")
+
+    # ------------------------------------------------------------------ embedding
+    def attach_embedding(self, embedding: nn.Embedding) -> None:
+        """Share the target's input embedding (frozen; not saved with the head)."""
+        if embedding.weight.shape != (self.vocab_size, self.hidden_size):
+            raise ValueError(f"the target's embedding is {tuple(embedding.weight.shape)}, the head needs "
+                             f"({self.vocab_size}, {self.hidden_size}); this checkpoint needs its own embed_tokens")
+        self._shared_embedding = [embedding]
+
+    def embed(self, tokens: Tensor) -> Tensor:
+        emb = self.embed_tokens if self.embed_tokens is not None else (
+            self._shared_embedding[0] if self._shared_embedding else None)
+        if emb is None:
+            raise RuntimeError("the EAGLE head has no token embedding: attach the target's (attach_embedding)")
+        return emb(tokens.to(emb.weight.device)).to(self.lm_head.weight.dtype)
+
+    # ------------------------------------------------------------------ forward
+    def step(self, tokens: Tensor, feats: Tensor, positions: Tensor, past_k: Tensor, past_v: Tensor,
+             mask: Tensor, fused: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Run ``T`` draft positions: ``tokens [T]``, features ``feats`` (``fused``: the target's
+        ``[T, k·H_t]``, through ``fc``; else draft output features ``[T, H]``), rotary ``positions
+        [T]``, ``past_k/v [kv, P, d]``, ``mask [T, P + T]``. Returns (draft logits ``[T, V_d]``,
+        output features ``[T, H]`` (pre-norm, fed to the next draft step), new keys, new values)."""
+        dt = self.lm_head.weight.dtype
+        f = self.fc(feats.to(dt)) if fused else feats.to(dt)
+        cos, sin = self.rotary(f, positions[None])
+        h, k, v = self.midlayer(self.embed(tokens), f, cos[0], sin[0], past_k, past_v, mask)
+        return self.lm_head(self.norm(h)), h, k, v
+
+    def empty_kv(self) -> tuple[Tensor, Tensor]:
+        att = self.midlayer.self_attn
+        w = self.lm_head.weight
+        z = torch.zeros(att.num_kv, 0, att.head_dim, dtype=w.dtype, device=w.device)
+        return z, z.clone()
+
+    def forward_sequence(self, tokens: Tensor, feats: Tensor) -> tuple[Tensor, Tensor]:
+        """Teacher-forced pass over one sequence (training / tests): entry ``j`` reads
+        ``tokens[j]`` and ``feats[j]`` (the target's fused feature of the position BEFORE token j),
+        causally. Returns (logits ``[T, V_d]``, output features ``[T, H]``)."""
+        T = tokens.shape[0]
+        pk, pv = self.empty_kv()
+        mask = torch.ones(T, T, dtype=torch.bool, device=pk.device).tril()
+        pos = torch.arange(T, device=pk.device)
+        logits, h, _, _ = self.step(tokens, feats, pos, pk, pv, mask, fused=True)
+        return logits, h
+
+    # ------------------------------------------------------------------ checkpoints
+    def checkpoint_state(self) -> dict[str, Tensor]:
+        """The published-layout state dict (no rotary buffers; the embedding only when owned)."""
+        return {k: v for k, v in self.state_dict().items() if not k.startswith("rotary.")}
+
+    def save_pretrained(self, path: str | os.PathLike[str]) -> None:
+        """Write ``config.json`` and ``model.safetensors`` in the published EAGLE-3 layout."""
+        from safetensors.torch import save_file
+
+        d = Path(path)
+        d.mkdir(parents=True, exist_ok=True)
+        cfg = self.config.to_dict()
+        cfg["architectures"] = ["LlamaForCausalLMEagle3"]
+        cfg["draft_vocab_size"] = self.draft_vocab_size
+        (d / "config.json").write_text(json.dumps(cfg, indent=2, default=str), encoding="utf-8")
+        save_file({k: v.detach().contiguous().cpu() for k, v in self.checkpoint_state().items()},
+                  str(d / "model.safetensors"), metadata={"format": "pt"})
+
+
+def _read_state(d: Path) -> dict[str, Tensor]:
+    """The tensors of a checkpoint directory: ``model.safetensors``, sharded safetensors (with an
+    index), or ``pytorch_model.bin`` (EAGLE's own releases)."""
+    files = sorted(d.glob("*.safetensors"))
+    if files:
+        from safetensors.torch import load_file
+
+        state: dict[str, Tensor] = {}
+        for f in files:
+            state.update(load_file(str(f)))
+        return state
+    bins = sorted(d.glob("pytorch_model*.bin"))
+    if bins:
+        state = {}
+        for f in bins:
+            state.update(torch.load(str(f), map_location="cpu", weights_only=True))
+        return state
+    raise FileNotFoundError(f"no model.safetensors or pytorch_model.bin in {d}")
+
+
+def _resolve_dir(path: str | os.PathLike[str]) -> Path:
+    d = Path(path).expanduser()
+    if d.is_dir():
+        return d
+    if str(path).count("/") == 1 and not d.exists():  # a hub id: the cached / downloaded snapshot
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(str(path), allow_patterns=["*.json", "*.safetensors", "*.bin"]))
+    raise FileNotFoundError(f"EAGLE checkpoint {str(path)!r} is not a directory")
+
+
+def _config_layers(cfg: Any) -> tuple[int, ...] | None:
+    ec = getattr(cfg, "eagle_config", None)
+    ids = (ec or {}).get("eagle_aux_hidden_state_layer_ids") if isinstance(ec, dict) else None
+    ids = ids if ids is not None else getattr(cfg, "eagle_aux_hidden_state_layer_ids", None)
+    return tuple(int(i) for i in ids) if ids is not None else None
+
+
+class EagleDrafter(Drafter):
+    """An EAGLE-3 drafter speaking the one drafter protocol (module docstring).
+
+    Args:
+        head: the draft network.
+        target: the target :class:`~specot.models.CausalLM` (its embedding is shared with the head
+            unless the head owns one; its width, vocabulary and depth are checked).
+        layers: the target's feature layers (indices into transformers' ``hidden_states``); default:
+            the config's ``eagle_aux_hidden_state_layer_ids``, else :func:`default_eagle_layers`.
+        dynamic: trees use EAGLE-2's dynamic expansion (``True``) or the spec's static topology.
+        top_k: children per expanded node of a dynamic tree (default: the spec's widest node);
+            capped at the spec's :meth:`~TreeSpec.max_drafts_per_node` (what the verifier was
+            checked for).
+        total_tokens: node budget of a dynamic tree (default: the spec's number of slots).
+        width: nodes expanded per depth of a dynamic tree (default ``top_k``, as in EAGLE-2).
+
+    Raises:
+        ValueError: a head that does not fit the target (vocabulary, feature width, layers).
+    """
+
+    def __init__(self, head: Eagle3Head, target: Any, *, layers: Sequence[int] | None = None, dynamic: bool = True,
+                 top_k: int | None = None, total_tokens: int | None = None, width: int | None = None,
+                 name: str = "eagle3") -> None:
+        super().__init__()
+        tcfg = target.model.config
+        n_layers = int(tcfg.num_hidden_layers)
+        layers = tuple(int(i) for i in layers) if layers is not None else (
+            _config_layers(head.config) or default_eagle_layers(n_layers))
+        if len(layers) != head.num_features:
+            raise ValueError(f"the head's fc fuses {head.num_features} target layers, got layers {list(layers)}")
+        if any(not 0 <= i <= n_layers for i in layers):
+            raise ValueError(f"feature layers {list(layers)} must lie in [0, {n_layers}] (the target's hidden_states)")
+        if head.fc.in_features != len(layers) * int(tcfg.hidden_size):
+            raise ValueError(f"the head's fc reads {head.fc.in_features} features, the target gives "
+                             f"{len(layers)} x {tcfg.hidden_size}")
+        if head.vocab_size != target.vocab_size:
+            raise ValueError(f"vocabulary mismatch: the EAGLE head maps to {head.vocab_size} target tokens, the target "
+                             f"{target.name!r} has {target.vocab_size}")
+        head.check_vocab_map()
+        if head.embed_tokens is None:
+            head.attach_embedding(target.model.get_input_embeddings())
+        for x in (top_k, total_tokens, width):
+            if x is not None and (isinstance(x, bool) or not isinstance(x, int) or x < 1):
+                raise ValueError(f"top_k, total_tokens and width must be integers >= 1, got {x!r}")
+        self.head = head.to(target.device).eval()
+        self.head.requires_grad_(False)
+        self.target = target
+        self.hidden_layers = layers
+        self.dynamic, self.top_k, self.total_tokens, self.width = dynamic, top_k, total_tokens, width
+        self.name = name
+        self._target_ids = self.head.target_ids()
+        self.reset()
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike[str], target: Any, **kw: Any) -> "EagleDrafter":
+        """Load a published EAGLE-3 head (``config.json`` with ``draft_vocab_size``; weights
+        ``fc.weight``, ``midlayer.*``, ``norm.weight``, ``lm_head.weight``, ``d2t``, ``t2d``, and
+        optionally ``embed_tokens.weight``) for ``target``, in the target's dtype and device.
+
+        Raises:
+            FileNotFoundError: no checkpoint there.
+            ValueError: missing weights, wrong shapes, or a head that does not fit the target.
+        """
+        d = _resolve_dir(path)
+        cfg_file = d / "config.json"
+        if not cfg_file.is_file():
+            raise FileNotFoundError(f"no config.json in EAGLE checkpoint {d}")
+        obj = json.loads(cfg_file.read_text(encoding="utf-8"))
+        state = {k.removeprefix("model."): v for k, v in _read_state(d).items()}
+        cfg = _llama_config({k: v for k, v in obj.items() if k not in ("architectures", "model_type")})
+        if "draft_vocab_size" not in obj and "lm_head.weight" in state:
+            cfg.draft_vocab_size = int(state["lm_head.weight"].shape[0])
+        if "fc.weight" not in state:
+            raise ValueError(f"{d} is not an EAGLE-3 checkpoint: no fc.weight (keys: {sorted(state)[:8]}...)")
+        H = int(cfg.hidden_size)
+        k_in = int(state["fc.weight"].shape[1])
+        Ht = int(getattr(cfg, "target_hidden_size", None) or H)
+        if k_in % Ht:
+            raise ValueError(f"fc.weight reads {k_in} features, not a multiple of the target width {Ht}")
+        head = Eagle3Head(cfg, num_features=k_in // Ht, own_embedding="embed_tokens.weight" in state)
+        Vd = head.draft_vocab_size
+        if "d2t" not in state:
+            if Vd != head.vocab_size:
+                raise ValueError(f"{d}: a reduced draft vocabulary ({Vd} of {head.vocab_size}) needs the d2t map")
+            state["d2t"] = torch.zeros(Vd, dtype=torch.int64)
+        if "t2d" not in state:
+            t2d = torch.zeros(head.vocab_size, dtype=torch.bool)
+            t2d[torch.arange(Vd) + state["d2t"].to(torch.int64)] = True
+            state["t2d"] = t2d
+        state["d2t"] = state["d2t"].to(torch.int64)
+        state["t2d"] = state["t2d"].to(torch.bool)
+        expected = head.checkpoint_state()
+        missing = sorted(set(expected) - set(state))
+        if missing:
+            raise ValueError(f"EAGLE-3 checkpoint {d} lacks {missing}")
+        extra = sorted(set(state) - set(expected))
+        if extra:
+            warnings.warn(f"EAGLE-3 checkpoint {d}: ignoring unexpected weights {extra[:6]}", stacklevel=2)
+        for k, v in expected.items():
+            if tuple(state[k].shape) != tuple(v.shape):
+                raise ValueError(f"EAGLE-3 checkpoint {d}: {k} has shape {tuple(state[k].shape)}, the config "
+                                 f"gives {tuple(v.shape)}")
+        head.load_state_dict({k: state[k] for k in expected}, strict=False)
+        head.to(dtype=target.dtype)
+        return cls(head, target, name=kw.pop("name", d.name or "eagle3"), **kw)
+
+    @classmethod
+    def random(cls, target: Any, *, draft_vocab: Sequence[int] | int | None = None, seed: int = 0,
+               layers: Sequence[int] | None = None, scale: float = 1.0, **kw: Any) -> "EagleDrafter":
+        """An untrained head for ``target`` (tests, training from scratch): ``draft_vocab`` is the
+        list of target ids of the draft vocabulary, or its size (the first ``V_d`` ids), or ``None``
+        (the full vocabulary); ``scale`` multiplies ``lm_head`` (sharper draft distributions)."""
+        tcfg = target.model.config
+        if draft_vocab is None:
+            ids = list(range(target.vocab_size))
+        elif isinstance(draft_vocab, int):
+            ids = list(range(draft_vocab))
+        else:
+            ids = [int(t) for t in draft_vocab]
+        cfg = eagle3_config(tcfg, draft_vocab_size=len(ids), layers=layers)
+        torch.manual_seed(seed)
+        head = Eagle3Head(cfg, num_features=len(_config_layers(cfg) or ()))
+        for m in head.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.normal_(m.weight, std=0.02 * 5)
+        with torch.no_grad():
+            head.lm_head.weight.mul_(scale)
+        head.set_draft_vocab(ids)
+        head.to(dtype=target.dtype)
+        return cls(head, target, **kw)
+
+    # ------------------------------------------------------------------ protocol
+    @property
+    def vocab_size(self) -> int:
+        return self.head.vocab_size
+
+    @property
+    def device(self) -> torch.device:
+        return self.head.lm_head.weight.device
+
+    def reset(self) -> None:
+        self._ids: list[int] = []
+        self._feats = torch.zeros(0, self.head.fc.in_features, dtype=self.head.lm_head.weight.dtype,
+                                  device=self.device)
+        self._fbase = 0  # absolute position of _feats[0]
+        self._k, self._v = self.head.empty_kv()
+        self._kbase = 1  # absolute position of KV entry 0 (entry j reads token j and feature j − 1)
+        self._last: tuple[Tensor, Tensor] | None = None  # (logits [V_d], feature [H]) of the last entry
+
+    def start(self, prompt_ids: Sequence[int], spec: TreeSpec, schedule=None, stop_tokens=frozenset()) -> None:
+        super().start(prompt_ids, spec, schedule, stop_tokens)
+        self._ids = [int(t) for t in prompt_ids]
+
+    @property
+    def _fend(self) -> int:
+        return self._fbase + self._feats.shape[0]
+
+    @property
+    def _kend(self) -> int:
+        return self._kbase + self._k.shape[1]
+
+    def _truncate(self, n: int) -> None:
+        """Forget everything that depends on tokens at positions ``>= n``."""
+        if self._fend > n:
+            self._feats = self._feats[: max(0, n - self._fbase)]
+        self._truncate_kv(n)
+
+    def _truncate_kv(self, n: int) -> None:
+        """Drop the KV entries at positions ``>= n``."""
+        if self._kend > n:
+            keep = max(0, n - self._kbase)
+            self._k, self._v = self._k[:, :keep], self._v[:, :keep]
+            self._last = None
+
+    def update(self, outcome: DraftOutcome) -> None:
+        """Store the target's features of the committed positions (truncating stale ones)."""
+        super().update(outcome)
+        n = outcome.context_len
+        self._truncate(n)
+        self._ids = self._ids[:n] + [int(t) for t in outcome.tokens]
+        h = outcome.hidden_states
+        if h is None or h.shape[0] == 0:
+            return
+        start = int(outcome.hidden_start)
+        last_valid = len(self._ids) - 2  # the last committed token has not been through the target
+        h = h[: max(0, last_valid - start + 1)]
+        if h.shape[0] == 0:
+            return
+        h = h.to(device=self.device, dtype=self._feats.dtype)
+        if start > self._fend or start < self._fbase:  # a gap (or earlier start): restart from here
+            self._feats, self._fbase = h, start
+            self._k, self._v = self.head.empty_kv()
+            self._kbase, self._last = start + 1, None
+            return
+        self._truncate(start + 1)  # entries reading a replaced feature (none in the engine's order)
+        self._feats = torch.cat([self._feats[: start - self._fbase], h])
+
+    @torch.no_grad()
+    def _catch_up(self, context: Sequence[int]) -> tuple[Tensor, Tensor] | None:
+        """Run the committed entries up to the last context token; returns its (draft logits
+        ``[V_d]``, output feature ``[H]``), or ``None`` when the target's features are missing."""
+        c = len(context)
+        if c - 1 < self._kbase or self._fend < c - 1:  # need features up to position c − 2
+            return None
+        if self._kend > c:
+            self._truncate(c)
+        if self._kend == c and self._last is not None:
+            return self._last
+        if self._kend == c:  # the last entry's outputs were dropped: recompute it
+            self._truncate_kv(c - 1)
+        lo = self._kend
+        toks = torch.tensor([int(t) for t in context[lo:c]], dtype=torch.int64, device=self.device)
+        feats = self._feats[lo - 1 - self._fbase: c - 1 - self._fbase]
+        T, P = c - lo, self._k.shape[1]
+        mask = torch.ones(T, P + T, dtype=torch.bool, device=self.device)
+        mask[:, P:] = torch.ones(T, T, dtype=torch.bool, device=self.device).tril()
+        pos = torch.arange(lo - 1, c - 1, device=self.device)  # the draft's own positions (EAGLE: j − 1)
+        logits, h, k, v = self.head.step(toks, feats, pos, self._k, self._v, mask, fused=True)
+        self._k, self._v = torch.cat([self._k, k], 1), torch.cat([self._v, v], 1)
+        self._last = (logits[-1], h[-1])
+        self.calls += 1
+        return self._last
+
+    def _q_full(self, logits_d: Tensor, sampling: SamplingConfig) -> Tensor:
+        """q ``[B, V]``: the standardized draft distribution over ``V_d`` scattered to target ids."""
+        qd = standardize(logits_d, sampling)  # [B, V_d]
+        q = torch.zeros(qd.shape[0], self.vocab_size, dtype=qd.dtype, device=qd.device)
+        return q.index_copy_(1, self._target_ids, qd)
+
+    def propose(self, context: Sequence[int], max_depth: int, sampling: SamplingConfig,
+                generator: torch.Generator | None = None) -> DraftTree:
+        """A chain (a chain spec) or a tree (EAGLE-2 dynamic or the spec's static topology) after
+        ``context``; the empty tree until the target has produced the context's features."""
+        t0 = time.perf_counter()
+        context = [int(t) for t in context]
+        common = 0
+        for a, b in zip(self._ids, context):
+            if a != b:
+                break
+            common += 1
+        if common < len(self._ids):
+            self._truncate(common)
+        self._ids = list(context)
+        spec = self.spec if self.spec is not None else TreeSpec.sequences(1, max(max_depth, 1))
+        depth = self.depth_limit(max_depth)
+        root = self._catch_up(context) if depth > 0 else None
+        if root is None:
+            tree = DraftTree.root(context[-1])
+        else:
+            tree = self._draft(context, root, spec, depth, sampling, generator)
+        if tree.q is not None and tree.q.device.type == "cuda":
+            torch.cuda.synchronize(tree.q.device)
+        self.draft_time_s += time.perf_counter() - t0
+        return tree
+
+    # ------------------------------------------------------------------ tree drafting
+    @torch.no_grad()
+    def _draft(self, context: list[int], root: tuple[Tensor, Tensor], spec: TreeSpec, depth: int,
+               sampling: SamplingConfig, generator: torch.Generator | None) -> DraftTree:
+        """Grow the tree depth by depth (see the module docstring for the laws).
+
+        Per depth: every frontier node (fed to the draft, with its logits) gets its number of
+        children ``n`` (a chain: 1; static: its slots' child slots; dynamic: ``top_k`` within the
+        budget), capped at q's support for WOR / GREEDY; then ONE :func:`sample_drafts` call per
+        distinct n draws the children from the nodes' q rows under the law. The next frontier
+        (static: nodes with child slots; dynamic: the ``width`` highest cumulative draft
+        log-probabilities, within the budget) runs through the draft head in ONE pass under a tree
+        mask; leaves are never run.
+        """
+        c = len(context)
+        chain = spec.is_chain()
+        law = DraftLaw.IID if chain else spec.law
+        tree = DraftTree.root(context[-1])
+        tree.law = law
+        dynamic = self.dynamic and not chain
+        cap = spec.max_drafts_per_node()
+        k_children = min(self.top_k or max(len(spec.children(p)) for p in ((),) + spec.paths), cap)
+        budget = self.total_tokens or spec.num_slots
+        width = self.width or k_children
+        if not chain:
+            depth = min(depth, spec.depth) if not dynamic else depth
+        slots: dict[int, list[tuple[int, ...]]] = {0: [()]}
+        score = {0: 0.0}
+        logits = {0: root[0]}
+        feat = {0: root[1]}
+        anc: dict[int, list[int]] = {0: []}  # node -> temporary entries it attends to (ancestors + itself)
+        tk, tv = self.head.empty_kv()
+        frontier = [0]
+        q_rows: list[Tensor] = []
+        greedy_target = sampling.greedy
+        for d in range(depth):
+            # ---- how many children each frontier node gets (decided before drawing them)
+            if chain:
+                plan = [1 for _ in frontier]
+            elif dynamic:
+                left = budget - tree.size
+                plan = []
+                for _ in frontier:
+                    m = min(k_children, max(left, 0))
+                    plan.append(m)
+                    left -= m
+            else:
+                plan = [len([cs for s in slots[nd] for cs in spec.children(s)]) for nd in frontier]
+            lg = torch.stack([logits[nd] for nd in frontier])  # [F, V_d]
+            q = self._q_full(lg, sampling)  # [F, V]
+            if greedy_target and not chain and any(m > 1 for m in plan):
+                # temperature 0: a one-hot q allows one child only; nodes with several children draw
+                # them from the draft's own softmax (any q is exact for a lossless verifier)
+                soft = self._q_full(lg, SamplingConfig(1.0))
+                multi = torch.tensor([m > 1 for m in plan], device=q.device)[:, None]
+                q = torch.where(multi, soft, q)
+            if law != DraftLaw.IID:
+                support = (q > 0).sum(-1).tolist()
+                plan = [min(m, int(s)) for m, s in zip(plan, support)]
+            draws: dict[int, list[int]] = {}
+            for m in dict.fromkeys(plan):
+                if m == 0:
+                    continue
+                rows = [i for i, x in enumerate(plan) if x == m]
+                got = sample_drafts(q[rows], m, law, generator).tolist()
+                for i, toks in zip(rows, got):
+                    draws[i] = toks
+            new_children: list[int] = []
+            pending: list[tuple[int, int, int]] = []  # (parent node, child node, flat index into logp)
+            Vd = lg.shape[-1]
+            for i, nd in enumerate(frontier):
+                if i not in draws:
+                    continue
+                tree.q_row[nd] = len(q_rows)
+                q_rows.append(q[i])
+                kid_slots = [cs for s in slots[nd] for cs in spec.children(s)] if not (chain or dynamic) else []
+                kids = tree.add_children(nd, draws[i])
+                for j, child in enumerate(kids):
+                    if child not in kids[:j]:  # equal IID draws share one child
+                        new_children.append(child)
+                        pending.append((nd, child, i * Vd + self._draft_index(draws[i][j])))
+                if kid_slots:
+                    for j, child in enumerate(kids):
+                        slots.setdefault(child, []).append(kid_slots[j])
+            if dynamic and pending:  # cumulative log-probabilities (the draft's confidence), one host read
+                logp = torch.log_softmax(lg.to(torch.float32), dim=-1).reshape(-1)
+                lps = logp.index_select(0, torch.tensor([x[2] for x in pending], device=logp.device)).tolist()
+            else:
+                lps = [0.0] * len(pending)
+            for (nd, child, _), lp in zip(pending, lps):
+                score[child] = score[nd] + lp
+            if d + 1 >= depth or not new_children:
+                break
+            # ---- the next frontier
+            cands = [nd for nd in new_children if tree.tokens[nd] not in self.stop_tokens]
+            if chain:
+                nxt = cands
+            elif dynamic:
+                left = budget - tree.size
+                cands.sort(key=lambda nd: (-score[nd], nd))
+                nxt = cands[: min(width, max(left, 0))]  # best first: the budget goes to them first
+            else:
+                nxt = [nd for nd in cands if any(spec.children(s) for s in slots.get(nd, []))]
+            if not nxt:
+                break
+            # ---- one draft pass for the whole next frontier, under the tree mask
+            P, Tp = self._k.shape[1], tk.shape[1]
+            T = len(nxt)
+            tmask = torch.zeros(T, Tp + T, dtype=torch.bool)  # built on the host, moved once
+            for j, nd in enumerate(nxt):
+                par = tree.parents[nd]
+                tmask[j, anc[par]] = True
+                tmask[j, Tp + j] = True
+                anc[nd] = anc[par] + [Tp + j]
+            mask = torch.cat([torch.ones(T, P, dtype=torch.bool, device=self.device), tmask.to(self.device)], dim=1)
+            toks = torch.tensor([tree.tokens[nd] for nd in nxt], dtype=torch.int64, device=self.device)
+            fin = torch.stack([feat[tree.parents[nd]] for nd in nxt])
+            pos = torch.tensor([c - 2 + tree.depths[nd] for nd in nxt], device=self.device)
+            pk, pv = torch.cat([self._k, tk], 1), torch.cat([self._v, tv], 1)
+            lg2, h2, k2, v2 = self.head.step(toks, fin, pos, pk, pv, mask, fused=False)
+            tk, tv = torch.cat([tk, k2], 1), torch.cat([tv, v2], 1)
+            self.calls += 1
+            tree.draft_calls += 1
+            for j, nd in enumerate(nxt):
+                logits[nd], feat[nd] = lg2[j], h2[j]
+            frontier = nxt
+        tree.draft_calls += 1  # the catch-up pass that gave the root
+        tree.q = torch.stack(q_rows) if q_rows else None
+        tree.q_standardized = True  # rows of standardize(), scattered into zeros: valid by construction
+        return tree
+
+    def _draft_index(self, target_id: int) -> int:
+        """The draft id of a target id in the draft vocabulary."""
+        if not hasattr(self, "_t2d_index"):
+            inv = torch.full((self.vocab_size,), -1, dtype=torch.int64, device=self.device)
+            inv[self._target_ids] = torch.arange(self.head.draft_vocab_size, device=self.device)
+            self._t2d_index = inv.tolist()
+        return self._t2d_index[int(target_id)]

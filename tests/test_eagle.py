@@ -1,0 +1,391 @@
+"""Feature-level drafting (EAGLE-3 heads) on tiny random Llama targets."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from specot.drafting import EAGLE_DEFAULT_TREE, EagleDrafter, TreeSpec
+from specot.drafting.eagle import EAGLE3_KEYS, Eagle3Head, default_eagle_layers
+from specot.engine import GenerationConfig, autoregressive_generate, make_generator, speculative_generate, tree_generate
+from specot.laws import top_tokens
+from specot.sampling import SamplingConfig
+
+from conftest import tiny_lm
+from engine_helpers import chi_square_pvalue, exact_joint
+
+PROMPT = [1, 5, 3, 7]
+GREEDY = SamplingConfig(temperature=0.0)
+ALPHA = 1e-4
+DRAFT_VOCAB = [1, 2, 3, 5, 7, 8, 9, 11, 12, 14]  # 10 of the 16 target tokens
+
+
+def _target(vocab: int = 16, dtype=torch.float32):
+    return tiny_lm(0, vocab=vocab, dtype=dtype, layers=4)
+
+
+def _eagle(target, draft_vocab=DRAFT_VOCAB, seed: int = 1, **kw) -> EagleDrafter:
+    return EagleDrafter.random(target, draft_vocab=draft_vocab, seed=seed, scale=5.0, **kw)
+
+
+class _Recorder(EagleDrafter):
+    """Records every tree and every outcome."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.trees, self.outcomes = [], []
+
+    def propose(self, *a, **kw):
+        tree = super().propose(*a, **kw)
+        self.trees.append(tree)
+        return tree
+
+    def update(self, outcome):
+        self.outcomes.append(outcome)
+        super().update(outcome)
+
+
+def _recorder(target, draft_vocab=DRAFT_VOCAB, **kw) -> _Recorder:
+    base = _eagle(target, draft_vocab, **kw)
+    rec = _Recorder(base.head, target)
+    rec.dynamic, rec.top_k, rec.total_tokens, rec.width = base.dynamic, base.top_k, base.total_tokens, base.width
+    return rec
+
+
+def test_default_layers():
+    assert default_eagle_layers(32) == (2, 16, 29)
+    assert default_eagle_layers(4) == (1, 2, 2)
+
+
+@pytest.mark.parametrize("gamma", [1, 3, 5])
+@pytest.mark.parametrize("schedule", ["constant", "heuristic"])
+def test_greedy_chain_identical_to_autoregressive(gamma, schedule):
+    target = _target()
+    cfg = GenerationConfig(max_new_tokens=32, gamma=gamma, sampling=GREEDY, gamma_schedule=schedule)
+    ar = autoregressive_generate(target, PROMPT, cfg)
+    sd = speculative_generate(target, _eagle(target), PROMPT, cfg)
+    assert sd.tokens == ar.tokens
+    assert sd.stats.drafted > 0
+
+
+@pytest.mark.parametrize("dynamic", [True, False])
+@pytest.mark.parametrize("law,verifier", [("greedy", "greedy"), ("wor", "rrs_wor"), ("iid", "kseq")])
+def test_greedy_tree_identical_to_autoregressive(dynamic, law, verifier):
+    target = _target()
+    cfg = GenerationConfig(max_new_tokens=32, sampling=GREEDY)
+    ar = autoregressive_generate(target, PROMPT, cfg)
+    spec = TreeSpec.topology(EAGLE_DEFAULT_TREE, law)
+    tr = tree_generate(target, _eagle(target, dynamic=dynamic), PROMPT, spec, cfg, verifier=verifier)
+    assert tr.tokens == ar.tokens
+    assert max(tr.stats.tree_sizes) > spec.depth  # a real tree (several children per node), not a chain
+
+
+def test_full_draft_vocabulary_and_dynamic_budget():
+    target = _target()
+    cfg = GenerationConfig(max_new_tokens=24, sampling=GREEDY)
+    ar = autoregressive_generate(target, PROMPT, cfg)
+    dr = _recorder(target, draft_vocab=None, top_k=3, total_tokens=9)
+    spec = TreeSpec.prefix([4, 4, 4, 4], "greedy")
+    tr = tree_generate(target, dr, PROMPT, spec, cfg, verifier="greedy")
+    assert tr.tokens == ar.tokens
+    assert max(tr.stats.tree_sizes) <= 9
+    assert all(len(d) <= 3 for t in dr.trees for d in t.drafts.values())
+
+
+def _check_trees(dr: _Recorder, target) -> None:
+    image = torch.zeros(target.vocab_size, dtype=torch.bool)
+    image[dr.head.target_ids().cpu()] = True
+    for tree in dr.trees:
+        if tree.size == 0:
+            continue
+        q = tree.q.cpu().double()
+        assert torch.allclose(q.sum(-1), torch.ones(q.shape[0], dtype=q.dtype), atol=1e-5)
+        assert float(q[:, ~image].abs().max()) == 0.0
+        assert all(image[t] for t in tree.tokens[1:])
+        for node, drafts in tree.drafts.items():
+            row = q[tree.q_row[node]]
+            assert all(row[t] > 0 for t in drafts)  # every draft was drawn from q
+            if tree.law.value == "greedy" and len(drafts) > 1:
+                assert drafts[:-1] == top_tokens(row[None], len(drafts) - 1)[0].tolist()
+            if tree.law.value in ("greedy", "wor"):
+                assert len(set(drafts)) == len(drafts)
+
+
+@pytest.mark.parametrize("law,verifier", [("greedy", "greedy"), ("wor", "rrs_wor"), ("iid", "kseq")])
+def test_q_rows_are_distributions_on_the_draft_vocabulary(law, verifier):
+    target = _target()
+    dr = _recorder(target)
+    cfg = GenerationConfig(max_new_tokens=20, sampling=SamplingConfig(1.0), seed=3)
+    tree_generate(target, dr, PROMPT, TreeSpec.topology(EAGLE_DEFAULT_TREE, law), cfg, verifier=verifier)
+    assert len(dr.trees) > 1
+    _check_trees(dr, target)
+    assert all(t.law.value == law for t in dr.trees if t.size > 0)
+
+
+def test_q_rows_chain_and_top_k():
+    target = _target()
+    dr = _recorder(target)
+    cfg = GenerationConfig(max_new_tokens=20, gamma=3, sampling=SamplingConfig(0.8, top_k=3), seed=5)
+    speculative_generate(target, dr, PROMPT, cfg)
+    _check_trees(dr, target)
+    assert all(int((t.q > 0).sum(-1).max()) <= 3 for t in dr.trees if t.q is not None)
+
+
+@torch.no_grad()
+def _target_features(target, seq: list[int], layers) -> torch.Tensor:
+    out = target.model(input_ids=torch.tensor([seq]), output_hidden_states=True)
+    return torch.cat([out.hidden_states[i][0] for i in layers], dim=-1)
+
+
+@pytest.mark.parametrize("tree", [False, True])
+def test_hidden_states_arrive_with_the_right_positions(tree):
+    target = _target()
+    dr = _recorder(target)
+    cfg = GenerationConfig(max_new_tokens=30, gamma=3, sampling=SamplingConfig(1.0), seed=11, stop_at_eos=False)
+    if tree:
+        res = tree_generate(target, dr, PROMPT, TreeSpec.topology(EAGLE_DEFAULT_TREE, "greedy"), cfg, verifier="greedy")
+    else:
+        res = speculative_generate(target, dr, PROMPT, cfg)
+    seq = PROMPT + res.tokens
+    full = _target_features(target, seq, dr.hidden_layers)  # [len(seq), 3H]
+    assert dr.hidden_layers == (1, 2, 2)
+    covered = 0
+    for out in dr.outcomes:
+        h = out.hidden_states
+        assert h is not None and h.shape[1] == 3 * target.model.config.hidden_size
+        assert out.hidden_start == covered  # contiguous: no position skipped or repeated
+        n_valid = out.context_len + len(out.tokens) - 1 - out.hidden_start  # committed, run through the target
+        assert h.shape[0] >= n_valid
+        torch.testing.assert_close(h[:n_valid], full[out.hidden_start: out.hidden_start + n_valid], atol=1e-4, rtol=1e-4)
+        covered = out.hidden_start + n_valid
+    assert covered == len(seq) - 1
+    # the drafter's stored features and committed KV cache equal a teacher-forced pass over the sequence
+    n = dr._fend
+    torch.testing.assert_close(dr._feats, full[:n].to(dr._feats.dtype), atol=1e-4, rtol=1e-4)
+    kend = dr._kend
+    ids = torch.tensor(seq[1:kend])
+    _, h_tf = dr.head.forward_sequence(ids, full[: kend - 1])
+    pk, pv = dr.head.empty_kv()
+    T = len(ids)
+    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    _, _, k, v = dr.head.step(ids, full[: kend - 1], torch.arange(T), pk, pv, mask, fused=True)
+    torch.testing.assert_close(dr._k, k, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(dr._v, v, atol=1e-4, rtol=1e-4)
+
+
+def test_drafts_accepted_with_the_targets_own_features():
+    """A head built to predict the target (a copy of the target's last layer cannot be loaded into
+    EAGLE's layout, so use a self-consistent check instead): the acceptance statistics are those
+    of a real speculative run — some drafts are accepted at T=1 on a small vocabulary."""
+    target = _target(vocab=8)
+    dr = _eagle(target, draft_vocab=[0, 1, 2, 4, 5, 7])
+    cfg = GenerationConfig(max_new_tokens=40, gamma=3, sampling=SamplingConfig(1.0), seed=2, stop_at_eos=False)
+    res = speculative_generate(target, dr, PROMPT, cfg)
+    assert res.stats.accepted > 0
+    assert len(res.tokens) == 40
+
+
+PROMPT6 = [1, 5, 3, 2]
+
+
+def _samples(target, drafter, spec, verifier, n, length, seed=1234):
+    gen = make_generator(seed)
+    cfg = GenerationConfig(max_new_tokens=length, gamma=3, sampling=SamplingConfig(1.0), stop_at_eos=False)
+    out = []
+    for _ in range(n):
+        if spec is None:
+            r = speculative_generate(target, drafter, PROMPT6, cfg, generator=gen)
+        else:
+            r = tree_generate(target, drafter, PROMPT6, spec, cfg, verifier=verifier, generator=gen)
+        out.append(tuple(r.tokens))
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["chain", "greedy", "wor", "iid", "static_iid"])
+def test_sampling_is_lossless_chi_square(kind):
+    """Empirical law of 4-token continuations == the exact autoregressive joint, with a reduced draft
+    vocabulary (4 of 6 tokens): chains, EAGLE-2 dynamic trees under each law, and a static i.i.d.
+    prefix tree (equal draws merge, the merged node drafting for all its slots). The first
+    iteration is a plain target step (no features yet), the second drafts up to 2 deep."""
+    V, L = 6, 4
+    target = _target(vocab=V)
+    dr = _eagle(target, draft_vocab=[0, 1, 3, 4], seed=2, dynamic=not kind.startswith("static"))
+    kind = kind.removeprefix("static_")
+    assert dr.head.draft_vocab_size < V
+    exact = exact_joint(target.model, PROMPT6, L, SamplingConfig(1.0))
+    if kind == "chain":
+        samples = _samples(target, dr, None, None, 2000, L)
+    else:
+        spec = TreeSpec.prefix([3, 2, 2], kind)
+        verifier = {"greedy": "greedy", "wor": "rrs_wor", "iid": "kseq"}[kind]
+        samples = _samples(target, dr, spec, verifier, 2000, L)
+    assert chi_square_pvalue(samples, exact) > ALPHA
+
+
+# ---------------------------------------------------------------------------- checkpoints
+def test_checkpoint_round_trip_in_the_published_layout(tmp_path):
+    target = _target()
+    dr = _eagle(target)
+    dr.head.save_pretrained(tmp_path)
+    from safetensors.torch import load_file
+
+    state = load_file(str(tmp_path / "model.safetensors"))
+    assert set(state) == set(EAGLE3_KEYS)  # the target's embedding is shared, not saved
+    H = target.model.config.hidden_size
+    assert tuple(state["fc.weight"].shape) == (H, 3 * H)
+    assert state["midlayer.self_attn.q_proj.weight"].shape[1] == 2 * H
+    assert tuple(state["lm_head.weight"].shape) == (len(DRAFT_VOCAB), H)
+    assert state["d2t"].dtype == torch.int64 and state["t2d"].dtype == torch.bool
+    assert (torch.arange(len(DRAFT_VOCAB)) + state["d2t"]).tolist() == DRAFT_VOCAB  # target = draft + d2t[draft]
+    assert state["t2d"].nonzero().reshape(-1).tolist() == DRAFT_VOCAB
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    assert cfg["draft_vocab_size"] == len(DRAFT_VOCAB) and cfg["architectures"] == ["LlamaForCausalLMEagle3"]
+    assert cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 2, 2]
+
+    loaded = EagleDrafter.from_pretrained(tmp_path, target)
+    for k, v in dr.head.checkpoint_state().items():
+        assert torch.equal(loaded.head.checkpoint_state()[k], v), k
+    assert loaded.hidden_layers == dr.hidden_layers
+    feats = torch.randn(5, 3 * H)
+    toks = torch.tensor([1, 2, 3, 4, 5])
+    torch.testing.assert_close(loaded.head.forward_sequence(toks, feats)[0], dr.head.forward_sequence(toks, feats)[0])
+
+    cfg_g = GenerationConfig(max_new_tokens=16, gamma=3, sampling=GREEDY)
+    a = speculative_generate(target, dr, PROMPT, cfg_g)
+    b = speculative_generate(target, loaded, PROMPT, cfg_g)
+    assert a.tokens == b.tokens and a.stats.accepted_lengths == b.stats.accepted_lengths
+
+    from specot.api import load_drafter
+
+    via_api = load_drafter(f"eagle:{tmp_path}", target)
+    assert isinstance(via_api, EagleDrafter)
+
+
+def test_checkpoint_with_its_own_embedding_and_bin_weights(tmp_path):
+    """EAGLE's own releases ship ``pytorch_model.bin``; some heads carry ``embed_tokens.weight``."""
+    target = _target()
+    dr = _eagle(target)
+    state = dict(dr.head.checkpoint_state())
+    state["embed_tokens.weight"] = torch.randn(target.vocab_size, target.model.config.hidden_size)
+    cfg = dr.head.config.to_dict()
+    cfg["draft_vocab_size"] = len(DRAFT_VOCAB)
+    (tmp_path / "config.json").write_text(json.dumps(cfg, default=str))
+    torch.save(state, tmp_path / "pytorch_model.bin")
+    loaded = EagleDrafter.from_pretrained(tmp_path, target)
+    assert loaded.head.embed_tokens is not None
+    assert torch.equal(loaded.head.embed_tokens.weight, state["embed_tokens.weight"])
+    out = speculative_generate(target, loaded, PROMPT, GenerationConfig(max_new_tokens=8, gamma=2, sampling=GREEDY))
+    assert out.tokens == autoregressive_generate(target, PROMPT, GenerationConfig(max_new_tokens=8, sampling=GREEDY)).tokens
+
+
+def test_checkpoint_errors(tmp_path):
+    target = _target()
+    dr = _eagle(target)
+    dr.head.save_pretrained(tmp_path / "ok")
+    with pytest.raises(ValueError, match="vocabulary mismatch"):
+        EagleDrafter.from_pretrained(tmp_path / "ok", _target(vocab=20))
+    from safetensors.torch import load_file, save_file
+
+    state = load_file(str(tmp_path / "ok" / "model.safetensors"))
+    del state["midlayer.mlp.up_proj.weight"]
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "config.json").write_text((tmp_path / "ok" / "config.json").read_text())
+    save_file(state, str(tmp_path / "bad" / "model.safetensors"))
+    with pytest.raises(ValueError, match="up_proj"):
+        EagleDrafter.from_pretrained(tmp_path / "bad", target)
+    with pytest.raises(FileNotFoundError):
+        EagleDrafter.from_pretrained(tmp_path / "missing", target)
+    head = Eagle3Head(dr.head.config)
+    with pytest.raises(ValueError, match="distinct"):
+        head.set_draft_vocab([1] * len(DRAFT_VOCAB))
+
+
+# ---------------------------------------------------------------------------- training (a smoke test)
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A head trained for a few steps on text sampled from the tiny target, in two resumed runs."""
+    from specot.distill.eagle import EagleTrainConfig, train_eagle
+
+    target = _target()
+    seqs = []
+    for i in range(8):
+        r = autoregressive_generate(target, [i, (3 * i) % 16], GenerationConfig(
+            max_new_tokens=48, sampling=SamplingConfig(1.0), seed=i, stop_at_eos=False))
+        seqs.append([i, (3 * i) % 16] + r.tokens)
+    out = tmp_path_factory.mktemp("eagle_run")
+    cfg = EagleTrainConfig(draft_vocab_size=12, ttt_steps=2, steps=120, lr=3e-3, warmup=10, save_every=40, max_len=64)
+    train_eagle(target, seqs, out, cfg, progress=False, max_steps=60)
+    first = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    train_eagle(target, seqs, out, cfg, progress=False)  # resumes at step 60
+    logs = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    return target, out, first, logs
+
+
+def test_training_smoke_resumes_and_learns(trained):
+    target, out, first, logs = trained
+    assert len(first) == 60 and [r["step"] for r in logs] == list(range(1, 121))
+    early = sum(r["loss"] for r in logs[:10]) / 10
+    late = sum(r["loss"] for r in logs[-10:]) / 10
+    assert late < 0.5 * early
+    assert {"kl0", "kl1", "acc0", "acc1"} <= set(logs[-1])
+    state = torch.load(out / "ckpt.pt", weights_only=False)
+    assert state["step"] == 120 and len(state["draft_vocab"]) == 12
+    from safetensors.torch import load_file
+
+    assert set(load_file(str(out / "head" / "model.safetensors"))) == set(EAGLE3_KEYS)
+
+
+@pytest.mark.parametrize("kind", ["chain", "dynamic", "static"])
+def test_trained_head_is_accepted_and_greedy_exact(trained, kind):
+    """With a head that predicts the target, drafts are accepted (deep accepted paths exercise the
+    caches) and greedy output still equals autoregressive decoding."""
+    target, out, _, _ = trained
+    dr = EagleDrafter.from_pretrained(out / "head", target, dynamic=kind != "static")
+    cfg = GenerationConfig(max_new_tokens=40, gamma=4, sampling=GREEDY, stop_at_eos=False)
+    prompt = [2, 6]
+    ar = autoregressive_generate(target, prompt, cfg)
+    if kind == "chain":
+        res = speculative_generate(target, dr, prompt, cfg)
+    else:
+        res = tree_generate(target, dr, prompt, TreeSpec.topology(EAGLE_DEFAULT_TREE, "greedy"), cfg, verifier="greedy")
+    assert res.tokens == ar.tokens
+    assert res.stats.accepted >= 0.4 * res.stats.new_tokens
+    rnd = speculative_generate(target, _eagle(target), prompt, cfg)
+    assert res.stats.accepted > rnd.stats.accepted
+
+
+@pytest.mark.slow
+def test_trained_head_tree_is_lossless_chi_square(trained):
+    target, out, _, _ = trained
+    dr = EagleDrafter.from_pretrained(out / "head", target)
+    prompt = [2, 6]
+    exact = exact_joint(target.model, prompt, 3, SamplingConfig(1.0))
+    gen = make_generator(77)
+    cfg = GenerationConfig(max_new_tokens=3, sampling=SamplingConfig(1.0), stop_at_eos=False)
+    spec = TreeSpec.prefix([2, 2], "greedy")
+    samples = [tuple(tree_generate(target, dr, prompt, spec, cfg, verifier="greedy", generator=gen).tokens)
+               for _ in range(1500)]
+    assert chi_square_pvalue(samples, exact) > ALPHA
+
+
+def test_cli_distill_eagle_and_api(tiny_model_dir, tmp_path):
+    """``specot distill eagle`` (a few steps) writes a head that ``specot.generate(draft="eagle:PATH")``
+    uses, chain and tree; greedy output equals the autoregressive baseline."""
+    import specot
+    from specot.cli.main import main
+
+    text = tmp_path / "train.txt"
+    text.write_text("the cat sat on the mat and the dog ran to the park . " * 8)
+    out = tmp_path / "run"
+    rc = main(["distill", "eagle", "--out", str(out), "--target", str(tiny_model_dir), "--text", str(text),
+               "--steps", "4", "--max-len", "32", "--draft-vocab", "12", "--lr", "1e-3"])
+    assert rc == 0 and (out / "head" / "config.json").is_file()
+    for tree_kw in ({}, {"drafts": 3, "draft_len": 3, "verifier": "greedy"}):
+        rep = specot.generate("the cat", target=str(tiny_model_dir), draft=f"eagle:{out / 'head'}", chat=False,
+                              temperature=0.0, max_new_tokens=12, dtype="float32", baseline=True, **tree_kw)
+        assert rep.result.tokens == rep.baseline.tokens
+    with pytest.raises(FileNotFoundError):
+        specot.generate("the cat", target=str(tiny_model_dir), draft=f"eagle:{tmp_path / 'nowhere'}", chat=False)
