@@ -18,6 +18,15 @@ from specot.models import CausalLM
 torch.set_num_threads(1)
 
 
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Every test runs with one intra-op thread (restored afterwards, whatever the test set)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 def tiny_llama(seed: int, vocab: int = 16, dtype: torch.dtype = torch.float64, layers: int = 2,
                hidden: int = 32, max_pos: int = 256, eos: int | None = None):
     """A random LlamaForCausalLM; weights scaled up so its distributions are far from uniform."""

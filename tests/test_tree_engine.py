@@ -37,14 +37,6 @@ CONSTRUCTIONS = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.mark.parametrize("name", list(CONSTRUCTIONS))
 @pytest.mark.parametrize("drafter_kind", ["model", "self"])
 def test_greedy_identical_to_autoregressive(name, drafter_kind):

@@ -75,14 +75,6 @@ PAIRS = _valid_pairs()
 FAST = {("iid K=3 L=2", "kseq"), ("wor K=3 L=2", "rrs_wor"), ("greedy K=3 L=2", "greedy"), ("prefix 2,2", "rrs")}
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.fixture(scope="module")
 def models():
     """A peaked target (3-token joint entropy 3.6 nats, 19 cells above 1%) and a draft made from it

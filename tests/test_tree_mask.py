@@ -16,14 +16,6 @@ TOKENS = [4, 9, 4, 2, 11, 0, 6, 6, 3, 15, 8, 1]
 PARENTS = [-1, -1, -1, 0, 0, 1, 3, 3, 4, 6, 6, 9]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny models: threads only add contention on a shared CPU
-    yield
-    torch.set_num_threads(n)
-
-
 def _path(i: int) -> list[int]:
     out = []
     while i >= 0:

@@ -16,14 +16,6 @@ from specot.verifiers import DraftLaw, available_verifiers, get_verifier
 from conftest import tiny_lm
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def test_constructions_shapes():
     s = TreeSpec.sequences(4, 3)
     assert (s.law, s.depth, s.num_slots, s.num_leaves) == (DraftLaw.IID, 3, 12, 4)

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from ..api import GenerationInterrupted, generate
 
 __all__ = ["register", "run"]
 
@@ -155,8 +156,6 @@ def _speedup_line(report: object) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..api import GenerationInterrupted, generate
-
     prompt = args.prompt if args.prompt is not None else _read_prompt(args.prompt_file)
     params = _verifier_params(args)
     corpus = None if args.ngram_corpus == "none" else args.ngram_corpus

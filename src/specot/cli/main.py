@@ -1,35 +1,36 @@
-"""Entry point of the ``specot`` command: ``specot generate | theory | bench | distill``.
+"""Entry point of the ``specot`` command: ``specot generate | theory`` from the core, and any
+command registered in the ``specot.commands`` entry-point group (the lab's ``bench`` and
+``distill``: the core never imports the lab).
 
-Each sub-command lives in its own module of :mod:`specot.cli` exposing
-``register(subparsers) -> None``; the parser sets ``func`` to the handler, which returns an exit code.
+Each sub-command module exposes ``register(subparsers) -> None``; the parser sets ``func`` to the
+handler, which returns an exit code.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
+import os
 import sys
+from importlib.metadata import entry_points
 
-# sub-command modules, in the order shown by --help; a module that is missing is skipped.
-_COMMANDS = ("generate", "theory", "bench", "distill")
+from . import generate, theory
+
+#: Entry-point group through which other packages (the lab) add sub-commands.
+COMMAND_GROUP = "specot.commands"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The full ``specot`` argument parser."""
+    """The full ``specot`` argument parser: the core's commands, then the registered ones."""
     parser = argparse.ArgumentParser(
         prog="specot",
         description="Exact speculative decoding: verifiers, theory and a decoding engine over Hugging Face models.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for name in _COMMANDS:
-        try:
-            mod = importlib.import_module(f"specot.cli.{name}")
-        except ModuleNotFoundError as exc:  # pragma: no cover - only while a sub-command is unbuilt
-            if exc.name != f"specot.cli.{name}":
-                raise
-            continue
+    for mod in (generate, theory):
         mod.register(sub)
+    for ep in sorted(entry_points(group=COMMAND_GROUP), key=lambda e: e.name):
+        ep.load()(sub)
     return parser
 
 
@@ -52,8 +53,6 @@ def main(argv: list[str] | None = None) -> int:
     ``specot: error: ...`` on stderr), 2 usage errors (argparse), 130 interrupted (Ctrl-C).
 
     Set ``SPECOT_TRACEBACK=1`` to get the full traceback of a reported error."""
-    import os
-
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

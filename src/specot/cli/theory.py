@@ -16,6 +16,9 @@ import json
 from pathlib import Path
 
 import numpy as np
+from ..verifiers import DraftLaw, available_verifiers, get_verifier
+from ..theory import improvement_lower_bound, operations_factor, optimal_acceptance, optimal_gamma, speedup_table
+from ..theory.plots import make_plots
 
 _LAWS = ("iid", "wor", "cps", "greedy", "spechub")
 
@@ -68,7 +71,6 @@ def _verifier_rows(p: np.ndarray, q: np.ndarray, n: int, law: str) -> list[tuple
     """(name, acceptance text) for every registered verifier valid for ``law`` with n drafts."""
     import torch
 
-    from ..verifiers import DraftLaw, available_verifiers, get_verifier
 
     rows: list[tuple[str, str]] = []
     if law not in {v.value for v in DraftLaw}:
@@ -97,8 +99,6 @@ def _verifier_rows(p: np.ndarray, q: np.ndarray, n: int, law: str) -> list[tuple
 
 
 def _cmd_alpha(args: argparse.Namespace) -> int:
-    from ..theory import optimal_acceptance
-
     p = _load_vector(args.target_probs, "--target-probs")
     q = _load_vector(args.draft_probs, "--draft-probs")
     laws = args.law or ["iid", "wor", "cps", "greedy"]
@@ -128,8 +128,6 @@ def _cmd_alpha(args: argparse.Namespace) -> int:
 
 
 def _cmd_speedup(args: argparse.Namespace) -> int:
-    from ..theory import improvement_lower_bound, operations_factor, optimal_gamma, speedup_table
-
     rows = speedup_table(args.alpha, args.c, args.max_gamma)
     opt = optimal_gamma(args.alpha, args.c, max(256, args.max_gamma))
     head = f"{'gamma':>5} {'E[tokens]':>10} {'walltime x':>11}"
@@ -154,8 +152,6 @@ def _cmd_speedup(args: argparse.Namespace) -> int:
 
 
 def _cmd_plots(args: argparse.Namespace) -> int:
-    from ..theory.plots import make_plots
-
     for path in make_plots(args.out):
         print(path)
     return 0

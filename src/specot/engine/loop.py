@@ -145,7 +145,6 @@ def verify_draft_tree(tree: DraftTree, logits: Tensor, sampling, verifier: AnyVe
     Returns:
         :class:`TreeStep`.
     """
-    dev = logits.device
     p = standardize(logits, sampling)  # [1 + N, V]
     if tree.size == 0:  # autoregressive step
         return TreeStep([int(sample_categorical(p[0:1], generator)[0])], [], [])

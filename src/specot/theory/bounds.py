@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from .optimal import _check_n, _to_prob_vector
+from ..verifiers.kseq import kseq_rho
 
 __all__ = [
     "spectr_upper_bound",
@@ -114,8 +115,6 @@ def kseq_lower_bound(p: object, q: object, n: int) -> float:
     ρ* is found by :func:`specot.verifiers.kseq.kseq_rho` (the verifier's own solver, so the bound and
     the verifier agree exactly).
     """
-    from ..verifiers.kseq import kseq_rho
-
     n = _check_n(n)
     pv, qv = _pair(p, q)
     _, beta = kseq_rho(torch.from_numpy(pv)[None], torch.from_numpy(qv)[None], n)

@@ -36,7 +36,6 @@ prefixes exactly; the result is the exact prefix minimum (up to the quadrature's
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -46,6 +45,7 @@ import torch
 
 from .._validation import sum_tolerance
 from .successive import SuccessivePrefixEvaluator
+from .successive import successive_subset_probability
 
 __all__ = [
     "OptimalAcceptance",
@@ -347,8 +347,6 @@ def set_probability(q: object, H: object, n: int, law: str | JointDraftLaw) -> f
         n: drafts.
         law: one of :data:`THEORY_LAWS` or a :class:`JointDraftLaw`.
     """
-    from .successive import successive_subset_probability
-
     name = _law_name(law)
     n = _check_n(n)
     if name == "joint":
@@ -372,8 +370,6 @@ def set_probability(q: object, H: object, n: int, law: str | JointDraftLaw) -> f
 
 def _set_probabilities(q: np.ndarray, masks: np.ndarray, n: int, law: str) -> np.ndarray:
     """``Q(H)`` for each row of ``masks [M, V]`` (exact methods, any subsets) → ``[M]``."""
-    from .successive import successive_subset_probability
-
     c = (masks * q).sum(1)
     if n == 1:
         return c

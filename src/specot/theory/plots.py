@@ -20,6 +20,9 @@ import os
 from pathlib import Path
 
 import numpy as np
+from .bounds import bernoulli_alpha, kseq_lower_bound, rrs_acceptance, uniform_alpha
+from .speedup import optimal_gamma, walltime_improvement
+from .optimal import optimal_acceptance
 
 __all__ = ["make_plots"]
 
@@ -38,8 +41,6 @@ def _bern(x: float) -> np.ndarray:
 
 
 def _fig_bernoulli(path: Path, with_rrs: bool, n_max: int = 10) -> None:
-    from .bounds import bernoulli_alpha, kseq_lower_bound, rrs_acceptance
-
     plt = _plt()
     ns = np.arange(1, n_max + 1)
     bs = [0.05, 0.1, 0.5, 0.75, 0.9]
@@ -66,8 +67,6 @@ def _fig_bernoulli(path: Path, with_rrs: bool, n_max: int = 10) -> None:
 
 
 def _fig_uniform(path: Path, n_max: int = 40) -> None:
-    from .bounds import uniform_alpha
-
     plt = _plt()
     d = 120
     ns = np.arange(1, n_max + 1)
@@ -87,8 +86,6 @@ def _fig_uniform(path: Path, n_max: int = 40) -> None:
 
 
 def _fig_speedup(path: Path, g_max: int = 20) -> None:
-    from .speedup import optimal_gamma, walltime_improvement
-
     plt = _plt()
     gs = np.arange(0, g_max + 1)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), sharey=True)
@@ -111,8 +108,6 @@ def _fig_speedup(path: Path, g_max: int = 20) -> None:
 
 
 def _fig_laws(path: Path, V: int = 2000, n_max: int = 8, seed: int = 0) -> None:
-    from .optimal import optimal_acceptance
-
     plt = _plt()
     rng = np.random.default_rng(seed)
     base = rng.standard_normal(V) * 3

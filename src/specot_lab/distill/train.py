@@ -37,6 +37,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+from .data import iter_shards
+from tqdm import tqdm
 
 __all__ = ["DraftArch", "TrainConfig", "draft_config", "init_draft", "load_sequences", "make_batches",
            "distill_loss", "sampled_distill_loss", "train", "export_draft", "evaluate_loss"]
@@ -81,7 +84,6 @@ class TrainConfig:
 def draft_config(target_config: Any, arch: DraftArch) -> Any:
     """A ``LlamaConfig`` for the draft: ``arch`` sizes, the target's vocabulary, context, RoPE
     parameters and special token ids, tied input/output embeddings."""
-    from transformers import LlamaConfig
 
     tc = target_config
     rope = getattr(tc, "rope_parameters", None) or {"rope_type": "default", "rope_theta": getattr(tc, "rope_theta", 10000.0)}
@@ -97,7 +99,6 @@ def draft_config(target_config: Any, arch: DraftArch) -> Any:
 
 def init_draft(target_model: Any, arch: DraftArch, *, seed: int = 0, pca_init: bool = True) -> Any:
     """A fresh draft ``LlamaForCausalLM`` (float32), embedding initialised from the target's (PCA)."""
-    from transformers import LlamaForCausalLM
 
     torch.manual_seed(seed)
     cfg = draft_config(target_model.config, arch)
@@ -116,7 +117,6 @@ def init_draft(target_model: Any, arch: DraftArch, *, seed: int = 0, pca_init: b
 # ----------------------------------------------------------------------------------- data
 def load_sequences(*dirs: str | os.PathLike[str], max_len: int = 640) -> list[dict[str, Any]]:
     """All stored sequences of the shard directories, each cut to ``max_len`` tokens."""
-    from .data import iter_shards
 
     seqs = []
     for s in iter_shards(*dirs):
@@ -282,7 +282,6 @@ def train(target_model: Any, data_dirs: Sequence[str | os.PathLike[str]], out_di
     """Distil a draft from the shards in ``data_dirs`` into ``out_dir`` (resumable); returns the
     trained draft model (float32). ``target_model`` gives the config and the embedding for the PCA
     initialisation (only at step 0). Metrics go to ``out_dir/log.jsonl``."""
-    from tqdm import tqdm
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -36,7 +36,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..drafting.eagle import Eagle3Head, EagleDrafter, _config_layers, eagle3_config
+from specot.drafting.eagle import Eagle3Head, EagleDrafter, _config_layers, _rotate_half, eagle3_config
+from tqdm import tqdm
 
 __all__ = ["EagleTrainConfig", "frequent_vocab", "target_features", "ttt_loss", "train_eagle", "chunk_token_ids"]
 
@@ -96,7 +97,6 @@ def target_features(target_model: Any, ids: Sequence[int], layers: Sequence[int]
 
 
 def _qkv(head: Eagle3Head, tokens: Tensor, feat: Tensor, cos: Tensor, sin: Tensor):
-    from ..drafting.eagle import _rotate_half
 
     layer = head.midlayer
     att = layer.self_attn
@@ -182,7 +182,6 @@ def train_eagle(target: Any, token_seqs: Sequence[Sequence[int]], out_dir: str |
     """Train (or resume training) an EAGLE-3 head for ``target`` (a
     :class:`~specot.models.CausalLM`) on ``token_seqs``; writes ``out_dir/{ckpt.pt, log.jsonl,
     train_config.json}`` and the head in the published layout to ``out_dir/head``. Returns the drafter."""
-    from tqdm import tqdm
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -8,9 +8,9 @@ import json
 import pytest
 
 from conftest import tiny_lm
-from specot.bench.acceptance import BenchDraft
-from specot.bench.report import results_markdown, speedup_plots, speedup_table, update_readme, START, END
-from specot.bench.speedup import run_speedup_bench
+from specot_lab.bench.acceptance import BenchDraft
+from specot_lab.bench.report import results_markdown, speedup_plots, speedup_table, update_readme, START, END
+from specot_lab.bench.speedup import run_speedup_bench
 
 ROW_KEYS = {"temperature", "method", "family", "K", "L", "verifier", "prompts", "tokens", "time_s", "target_calls",
             "tokens_per_s", "block_efficiency", "speedup", "speedup_vs_hf_ar", "speedup_per_prompt_mean",
@@ -78,7 +78,7 @@ def test_cli_parses():
 
     args = build_parser().parse_args(["bench", "speedup", "--quick", "--trees", "2x4,4x4", "--draft", "none"])
     assert args.func.__name__ == "_speedup"
-    from specot.cli.bench import _trees
+    from specot_lab.cli_bench import _trees
 
     assert _trees("2x4,4X8") == [(2, 4), (4, 8)]
     with pytest.raises(ValueError):

@@ -62,6 +62,15 @@ import numpy as np
 import torch
 
 from .acceptance import BenchDraft, load_avg, load_bench_draft, mean_ci
+from specot.drafting.model import ModelDrafter
+from specot.drafting.tree import TreeSpec, default_law_for
+from specot.engine import GenerationConfig, autoregressive_generate, speculative_generate, tree_generate
+from specot.sampling import SamplingConfig
+from specot.verifiers import get_verifier
+from specot.theory import block_efficiency, expected_tokens
+from tqdm import tqdm
+from specot.api import load_drafter, load_target
+from ..corpus import describe_prompt_set
 
 __all__ = ["run_speedup_bench", "measure_cost_curve", "hf_generate", "Method"]
 
@@ -162,11 +171,6 @@ def hf_generate(model: Any, ids: Sequence[int], temperature: float, max_new_toke
 
 def _build_methods(tgt: Any, ngram: Any, draft: BenchDraft | None, gammas: Sequence[int], trees: Sequence[tuple[int, int]],
                    tree_verifiers: Sequence[str], peers: bool, max_new_tokens: int) -> list[Method]:
-    from ..drafting.model import ModelDrafter
-    from ..drafting.tree import TreeSpec, default_law_for
-    from ..engine import GenerationConfig, autoregressive_generate, speculative_generate, tree_generate
-    from ..sampling import SamplingConfig
-    from ..verifiers import get_verifier
 
     eos = tgt.eos_token_ids
 
@@ -215,7 +219,6 @@ def _build_methods(tgt: Any, ngram: Any, draft: BenchDraft | None, gammas: Seque
 
 def _theory(row: dict[str, Any], stats_list: list[Any], cost: dict[str, Any], draft_ms_per_step: float | None) -> None:
     """Fill the prediction fields of a speculative row (see module docstring)."""
-    from ..theory import block_efficiency, expected_tokens
 
     tried = np.zeros(0)
     acc = np.zeros(0)
@@ -259,10 +262,7 @@ def run_speedup_bench(*, target: Any = None, draft: str | BenchDraft | None = "d
                       max_new_tokens: int = 64, seed: int = 0, dtype: str = "float32", cost_reps: int = 5,
                       progress: bool = True, log: Any = sys.stderr) -> dict[str, Any]:
     """Run the speedup benchmark (module docstring); returns the JSON-ready dict."""
-    from tqdm import tqdm
 
-    from ..api import load_drafter, load_target
-    from .prompts import describe_prompt_set
 
     t_start = time.perf_counter()
     load_start = load_avg()

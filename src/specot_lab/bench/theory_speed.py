@@ -1,6 +1,6 @@
 """Speed of :func:`specot.theory.optimal_acceptance` at a real vocabulary size (issue 4).
 
-``python -m specot.bench.theory_speed [--quick] [--out FILE.json]``
+``python -m specot_lab.bench.theory_speed [--quick] [--out FILE.json]``
 
 For V = 49152 and n ∈ {2, 3, 4, 8}, every law (iid, wor, cps, greedy), on softmax pairs of
 correlated random logits (``l_p = z + 0.5·3·ε_p``, ``l_q = z + 0.5·3·ε_q``, ``z ~ 3·N(0, 1)``) at
@@ -19,7 +19,8 @@ import time
 import numpy as np
 from tqdm import tqdm
 
-from ..theory import optimal_acceptance
+from specot.theory import optimal_acceptance
+from specot.envinfo import environment_info
 
 LAWS = ("iid", "wor", "cps", "greedy")
 NS = (2, 3, 4, 8)
@@ -92,7 +93,6 @@ def main(argv: list[str] | None = None) -> int:
     res = run(V=4096, temperatures=(1.0,), reps=3) if args.quick else run()
     _print_table(res)
     if args.out:
-        from ..envinfo import environment_info
 
         with open(args.out, "w") as f:
             json.dump({**res, "environment": environment_info()} if isinstance(res, dict) else

@@ -1,7 +1,7 @@
 """Held-out evaluation of a draft against its target.
 
 * **α (single draft)** at temperature T ∈ {1, 0}: the target samples a response at temperature T
-  for each held-out prompt (:func:`specot.distill.data.heldout_prompts`, topics never used in
+  for each held-out prompt (:func:`specot_lab.corpus.heldout_prompts`, topics never used in
   training); both models are then run over prompt + response (teacher forcing) and
   ``β_t = Σ_x min(p_t(x), q_t(x))`` is averaged over the response positions, with p and q the
   standardized (temperature-T) distributions — at T = 0 this is P(argmax q = argmax p). This is
@@ -11,7 +11,7 @@
   and in bfloat16. ``c_step`` also counts the draft's sampling of the token (what a draft step
   costs inside the engine).
 * The Leviathan model (:func:`specot.theory.speedup.optimal_gamma`) predicts the best γ and the
-  speedup from α and c; the end-to-end run (:func:`specot.bench.generate_speed.run_generate_bench`,
+  speedup from α and c; the end-to-end run (:func:`specot_lab.bench.generate_speed.run_generate_bench`,
   same prompts, same process, autoregressive baseline) measures block efficiency, acceptance and
   speedup at each γ.
 """
@@ -24,6 +24,15 @@ import time
 from typing import Any, Sequence
 
 import torch
+from tqdm import tqdm
+from specot.sampling import SamplingConfig, sample_categorical, standardize
+from ..corpus import heldout_prompts
+from .data import SampleConfig, sample_batch
+from specot.api import load_target
+from specot.models.embedded import load_embedded_draft
+from specot.models.loading import load_model
+from specot.theory.speedup import optimal_gamma, speedup_table
+from ..bench.generate_speed import run_generate_bench
 
 __all__ = ["held_out_alpha", "cost_coefficient", "evaluate_draft", "format_report"]
 
@@ -32,10 +41,7 @@ __all__ = ["held_out_alpha", "cost_coefficient", "evaluate_draft", "format_repor
 def held_out_alpha(target: Any, draft: Any, prompts: Sequence[str], *, temperature: float, max_new_tokens: int = 96,
                    batch_size: int = 10, seed: int = 0, progress: bool = True) -> dict[str, Any]:
     """α at ``temperature`` on ``prompts`` (see module docstring); both are :class:`CausalLM` s."""
-    from tqdm import tqdm
 
-    from ..sampling import SamplingConfig, standardize
-    from .data import SampleConfig, sample_batch
 
     sc = SamplingConfig(temperature=temperature)
     cfg = SampleConfig(batch_size=batch_size, max_new_tokens=max_new_tokens, temperature=temperature, top_k=1, seed=seed)
@@ -69,7 +75,6 @@ def held_out_alpha(target: Any, draft: Any, prompts: Sequence[str], *, temperatu
 def cost_coefficient(target: Any, draft: Any, *, context_tokens: int = 256, reps: int = 40, seed: int = 0) -> dict[str, float]:
     """Median one-token forward time of ``draft`` and ``target`` after ``context_tokens`` cached
     tokens (interleaved), and ``c`` = draft / target; ``c_step`` adds the draft's sampling step."""
-    from ..sampling import SamplingConfig, sample_categorical, standardize
 
     g = torch.Generator().manual_seed(seed)
     V = min(target.vocab_size, draft.vocab_size)
@@ -109,11 +114,6 @@ def evaluate_draft(draft_path: str, *, n_prompts: int = 20, max_new_tokens: int 
                    progress: bool = True) -> dict[str, Any]:
     """The full held-out evaluation of the draft at ``draft_path`` (or ``"distilled"`` for the shipped
     one) against the embedded target; returns a JSON-ready dict."""
-    from ..api import load_target
-    from ..models.embedded import load_embedded_draft
-    from ..models.loading import load_model
-    from ..theory.speedup import optimal_gamma, speedup_table
-    from .data import heldout_prompts
 
     def load_draft(dtype: str) -> Any:
         return load_embedded_draft(dtype=dtype) if draft_path in ("distilled", "default") else load_model(draft_path, dtype=dtype)
@@ -141,7 +141,6 @@ def evaluate_draft(draft_path: str, *, n_prompts: int = 20, max_new_tokens: int 
                                  "predicted_tokens_per_call": best.expected_tokens,
                                  "table": speedup_table(min(a["alpha"], 1 - 1e-9), c, max_gamma=max(gammas))}
     if run_bench:
-        from ..bench.generate_speed import run_generate_bench
 
         bp = heldout_prompts(bench_prompts or n_prompts)
         result["bench"] = run_generate_bench(target=tgt32, draft=d32,  # type: ignore[arg-type]

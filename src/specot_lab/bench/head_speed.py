@@ -7,7 +7,7 @@ milliseconds, warm-up excluded) and prints JSON::
 
     {"threads": 2, "V": 49152, "d": 576, "rows": [{"M": 1, "f_linear_ms": .., "w_xt_ms": .., "ratio": ..}, ...]}
 
-    python -m specot.bench.head_speed [--vocab 49152] [--hidden 576] [--threads 2] [--out head.json]
+    python -m specot_lab.bench.head_speed [--vocab 49152] [--hidden 576] [--threads 2] [--out head.json]
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from specot.envinfo import environment_info
 
 __all__ = ["measure_head", "main"]
 
@@ -61,7 +62,6 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     res = {"threads": torch.get_num_threads(), "V": args.vocab, "d": args.hidden,
            "rows": measure_head(args.vocab, args.hidden, [int(r) for r in args.rows.split(",")], args.reps)}
-    from ..envinfo import environment_info
 
     res["environment"] = environment_info()
     text = json.dumps(res, indent=1)

@@ -23,12 +23,20 @@ import random
 import sys
 import time
 from pathlib import Path
+import torch
+from .corpus import heldout_prompts, raw_texts, train_prompts, write_jsonl
+from .distill.data import SampleConfig, generate_shards, teacher_force_shards
+from specot.models.embedded import load_embedded_target
+from .distill.train import DraftArch, TrainConfig, export_draft, init_draft, train
+from specot.models.device import resolve_dtype
+from .distill.evaluate import evaluate_draft, format_report
+from specot.api import load_target
+from .distill.eagle import EagleTrainConfig, train_eagle
 
 __all__ = ["register"]
 
 
 def _threads(n: int) -> None:
-    import torch
 
     if n:
         torch.set_num_threads(n)
@@ -61,7 +69,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     pd.add_argument("--dtype", default="float32", help="target dtype (default float32; bf16 is ~3x slower batched on AVX2-only CPUs)")
     pd.add_argument("--threads", type=int, default=0, help="torch threads (0 = default; 1 is faster on a busy CPU)")
     pd.add_argument("--extra-text", action="store_true",
-                    help="text split: add the docstrings of specot.distill.data.TEXT_MODULES (~3.4 M characters)")
+                    help="text split: add the docstrings of specot_lab.corpus.TEXT_MODULES (~3.4 M characters)")
     pd.set_defaults(func=_run_data)
 
     pt = dsub.add_parser("train", help="train the draft on the shards (resumable)")
@@ -128,7 +136,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def _run_prompts(args: argparse.Namespace) -> int:
-    from ..distill.data import heldout_prompts, train_prompts, write_jsonl
 
     prompts = train_prompts(args.seed, max_prompts=args.n) if args.split == "train" else heldout_prompts(args.n or 20)
     write_jsonl(prompts, args.out)
@@ -137,10 +144,6 @@ def _run_prompts(args: argparse.Namespace) -> int:
 
 
 def _run_data(args: argparse.Namespace) -> int:
-    from ..distill.data import (SampleConfig, generate_shards, heldout_prompts, raw_texts, teacher_force_shards,
-                                train_prompts)
-    from ..models.embedded import load_embedded_target
-
     _threads(args.threads)
     t0 = time.perf_counter()
     target = load_embedded_target(dtype=args.dtype)
@@ -160,8 +163,6 @@ def _run_data(args: argparse.Namespace) -> int:
 
 
 def _run_train(args: argparse.Namespace) -> int:
-    from ..distill.train import DraftArch, TrainConfig, export_draft, train
-    from ..models.embedded import load_embedded_target
 
     _threads(args.threads)
     t0 = time.perf_counter()
@@ -182,11 +183,7 @@ def _run_train(args: argparse.Namespace) -> int:
 
 
 def _run_export(args: argparse.Namespace) -> int:
-    import torch
 
-    from ..distill.train import DraftArch, init_draft, export_draft
-    from ..models.embedded import load_embedded_target
-    from ..models.device import resolve_dtype
 
     tc = json.loads((args.run / "train_config.json").read_text())
     target = load_embedded_target(dtype="float32")
@@ -200,7 +197,6 @@ def _run_export(args: argparse.Namespace) -> int:
 
 
 def _run_eval(args: argparse.Namespace) -> int:
-    from ..distill.evaluate import evaluate_draft, format_report
 
     _threads(args.threads)
     res = evaluate_draft(args.draft, n_prompts=args.n_prompts, max_new_tokens=args.max_new_tokens,
@@ -216,8 +212,6 @@ def _run_eval(args: argparse.Namespace) -> int:
 
 
 def _run_eagle(args: argparse.Namespace) -> int:
-    from ..api import load_target
-    from ..distill.eagle import EagleTrainConfig, train_eagle
 
     _threads(args.threads)
     target = load_target(args.target, dtype=args.dtype, device=args.device)
@@ -226,7 +220,6 @@ def _run_eagle(args: argparse.Namespace) -> int:
     if args.text:
         texts = [f.read_text(encoding="utf-8") for f in args.text]
     else:
-        from ..distill.data import raw_texts
 
         texts = raw_texts("train")
     seqs = [target.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]

@@ -1,4 +1,4 @@
-"""Per-call cost of every verifier at V = 49152 (``python -m specot.bench.verifier_speed``).
+"""Per-call cost of every verifier at V = 49152 (``python -m specot_lab.bench.verifier_speed``).
 
 For B ∈ {1, 64} and n ∈ {1, 2, 4, 8} (each verifier's valid n), times ``verify(p, q, drafts,
 generator)`` on synthetic target/draft pairs (``p = softmax(3·z)``, ``q = softmax(3·z + ε)``,
@@ -18,8 +18,9 @@ import time
 import torch
 from tqdm import tqdm
 
-from ..drafting import sample_drafts
-from ..verifiers import DraftLaw, get_verifier
+from specot.drafting import sample_drafts
+from specot.verifiers import DraftLaw, get_verifier
+from specot.envinfo import environment_info
 
 V = 49152
 CONFIGS = [  # name, params, law, valid n
@@ -80,7 +81,6 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{r['verifier']:<12}{r['law']:<9}{r['B']:>4}{r['n']:>3}{r['ms_per_call']:>10.3f}{r['ms_per_position']:>10.4f}")
     meta = {"V": V, "torch": torch.__version__, "threads": torch.get_num_threads(), "machine": platform.machine(),
             "processor": platform.processor() or platform.platform()}
-    from ..envinfo import environment_info
 
     meta["environment"] = environment_info()
     if args.out:

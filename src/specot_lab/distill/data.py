@@ -1,21 +1,5 @@
-"""Training data for a distilled draft: a prompt set built from real text, and the target's own
-samples (with its soft next-token distributions) stored in resumable shards.
-
-Prompt set (all deterministic, from text installed with CPython):
-
-* **pydoc topics** — CPython's ``pydoc_data.topics`` (79 help topics of the language reference).
-  Topics are split into TRAIN and HELD-OUT by their index in sorted key order:
-  ``index % HELDOUT_MOD == HELDOUT_REM`` is held out (10 of 79 topics), the rest train. Topics
-  overlap (a section can reappear inside a longer topic), so every training excerpt sharing an
-  8-word shingle with a held-out topic is dropped. Each train topic is cut into consecutive excerpts of 200–500 characters at word boundaries; each excerpt is
-  wrapped in two of the :data:`TRAIN_TEMPLATES` instructions (chosen by a seeded RNG), and each
-  topic name also gets one direct question (``"Explain the Python `for` statement ..."``).
-* **stdlib docstrings** — docstrings (first 600 characters) of the public functions and classes
-  of :data:`DOC_MODULES`, each wrapped in one of :data:`DOC_TEMPLATES`.
-
-Held-out prompts (:func:`heldout_prompts`) use ONLY the held-out topics, with the three templates
-of :mod:`specot.bench.prompts` over excerpts taken at several offsets, so no held-out topic text
-is ever seen in training.
+"""Training data for a distilled draft: the target's own samples (with its soft next-token
+distributions) for the corpus's prompts (:mod:`specot_lab.corpus`), stored in resumable shards.
 
 Samples (:func:`generate_shards`): every prompt is chat-templated (the target's chat template),
 prompts are grouped into length-sorted batches with LEFT padding and attention masks, and the
@@ -32,245 +16,22 @@ interrupted run resumes where it stopped.
 
 from __future__ import annotations
 
-import inspect
-import importlib
 import json
 import os
-import random
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
+from transformers import DynamicCache
+from tqdm import tqdm
 
-__all__ = [
-    "TRAIN_TEMPLATES", "DOC_TEMPLATES", "DOC_MODULES", "HELDOUT_MOD", "HELDOUT_REM",
-    "topic_split", "train_prompts", "heldout_prompts", "raw_texts", "write_jsonl",
-    "TEXT_MODULES", "module_docstrings", "generate_shards", "teacher_force_shards", "iter_shards", "shard_stats", "SampleConfig", "sample_batch",
-    "label_batch",
-]
-
-HELDOUT_MOD = 8
-HELDOUT_REM = 5
-
-TRAIN_TEMPLATES = (
-    # the three templates of specot.bench.prompts (same wording, other topics)
-    "Explain the following passage from the Python documentation in simple terms:\n\n{excerpt}",
-    "Summarize this part of the Python reference in three sentences:\n\n{excerpt}",
-    "Write a short Python example that illustrates this documentation:\n\n{excerpt}",
-    "What are the key points of this text? Answer as a bulleted list.\n\n{excerpt}",
-    "Rewrite this passage for a beginner programmer:\n\n{excerpt}",
-    "Write two quiz questions, with answers, about this text:\n\n{excerpt}",
-    "Read this documentation and explain when a programmer would use it:\n\n{excerpt}",
-    "Give a one-paragraph summary of the following:\n\n{excerpt}",
-    "{excerpt}\n\nWhat does this mean? Explain it briefly.",
-    "Explain this to a student who knows another programming language but not Python:\n\n{excerpt}",
-    "List common mistakes related to the following documentation and how to avoid them:\n\n{excerpt}",
-    "Translate this technical description into plain English:\n\n{excerpt}",
-)
-
-TOPIC_QUESTIONS = (
-    "Explain the Python `{name}` topic with an example.",
-    "What is `{name}` in Python and how is it used?",
-)
-
-DOC_TEMPLATES = (
-    "Explain what the Python function or class `{name}` does, based on its documentation:\n\n{excerpt}",
-    "Write a short example that uses `{name}`. Its documentation says:\n\n{excerpt}",
-    "Summarize the documentation of `{name}` in two sentences:\n\n{excerpt}",
-)
-
-DOC_MODULES = (
-    "os", "os.path", "sys", "re", "json", "math", "random", "itertools", "functools", "collections",
-    "pathlib", "string", "textwrap", "datetime", "time", "heapq", "bisect", "statistics", "shutil",
-    "csv", "argparse", "logging", "subprocess", "threading", "queue", "copy", "pprint", "enum",
-    "dataclasses", "typing", "contextlib", "operator", "fractions", "decimal", "hashlib", "base64",
-    "glob", "fnmatch", "tempfile", "zipfile", "gzip", "pickle", "struct", "urllib.parse", "html",
-    "difflib", "inspect", "abc", "io", "unittest", "sqlite3", "uuid", "secrets", "socket", "calendar",
-)
+__all__ = ["generate_shards", "teacher_force_shards", "iter_shards", "shard_stats", "SampleConfig", "sample_batch",
+           "label_batch"]
 
 
-#: Further modules whose docstrings are raw text for teacher forcing (``raw_texts(extra=True)``):
-#: more of the standard library, plus numpy and scipy when installed. Disjoint from the benchmarks'
-#: ``specot.bench.prompts.DOCSTRING_MODULES`` (tested), so those prompts stay held out.
-TEXT_MODULES = (
-    "email.utils", "email.parser", "http.server", "http.cookies", "http.cookiejar", "urllib.request",
-    "urllib.robotparser", "xml.etree.ElementTree", "xml.sax", "html.parser", "multiprocessing",
-    "concurrent.futures", "importlib", "importlib.resources", "pkgutil", "ast", "dis", "tokenize",
-    "traceback", "warnings", "signal", "mmap", "select", "ssl", "optparse", "getopt", "cmd", "code",
-    "timeit", "trace", "pstats", "cProfile", "platform", "sysconfig", "lzma", "bz2", "zipapp", "netrc",
-    "plistlib", "hmac", "binascii", "quopri", "shelve", "dbm", "copyreg", "marshal", "reprlib",
-    "unicodedata", "collections.abc", "filecmp", "stat", "linecache", "fileinput", "getpass",
-    "logging.handlers", "logging.config", "socketserver", "xmlrpc.client", "webbrowser",
-    "wsgiref.simple_server", "mailbox", "imaplib", "poplib", "doctest", "unittest.mock", "pdb",
-    "tracemalloc", "gc", "atexit", "faulthandler", "contextvars", "numpy", "numpy.linalg", "numpy.random",
-    "numpy.fft", "numpy.ma", "scipy.optimize", "scipy.linalg", "scipy.signal", "scipy.special", "scipy.stats",
-)
-
-
-def _norm(text: str) -> str:
-    return " ".join(text.split())
-
-
-def topic_split() -> tuple[list[str], list[str]]:
-    """``(train_keys, heldout_keys)`` of ``pydoc_data.topics`` (sorted keys with > 200 characters)."""
-    from pydoc_data.topics import topics
-
-    keys = sorted(k for k, v in topics.items() if len(v) > 200)
-    held = [k for i, k in enumerate(keys) if i % HELDOUT_MOD == HELDOUT_REM]
-    train = [k for i, k in enumerate(keys) if i % HELDOUT_MOD != HELDOUT_REM]
-    return train, held
-
-
-def _excerpts(text: str, rng: random.Random, lo: int = 200, hi: int = 500) -> list[str]:
-    """Consecutive excerpts of ``lo``–``hi`` characters, cut at word boundaries."""
-    words = _norm(text).split(" ")
-    out, cur, size, want = [], [], 0, rng.randint(lo, hi)
-    for w in words:
-        cur.append(w)
-        size += len(w) + 1
-        if size >= want:
-            out.append(" ".join(cur))
-            cur, size, want = [], 0, rng.randint(lo, hi)
-    if size >= lo // 2:
-        out.append(" ".join(cur))
-    return out
-
-
-def module_docstrings(modules: Sequence[str] = DOC_MODULES, min_chars: int = 120) -> list[tuple[str, str]]:
-    """``(qualified name, docstring)`` of public functions/classes of ``modules`` (sorted, deduped)."""
-    seen: set[str] = set()
-    out: list[tuple[str, str]] = []
-    for modname in modules:
-        try:
-            mod = importlib.import_module(modname)
-        except Exception:  # pragma: no cover - optional stdlib modules
-            continue
-        for name in sorted(getattr(mod, "__all__", None) or dir(mod)):
-            if name.startswith("_"):
-                continue
-            obj = getattr(mod, name, None)
-            if not (inspect.isfunction(obj) or inspect.isclass(obj) or inspect.isbuiltin(obj)):
-                continue
-            doc = inspect.getdoc(obj) or ""
-            doc = doc.strip()
-            if len(doc) < min_chars or doc in seen:
-                continue
-            seen.add(doc)
-            out.append((f"{modname}.{name}", doc))
-    return out
-
-
-def _shingles(text: str, n: int = 8) -> set[str]:
-    words = _norm(text).split(" ")
-    return {" ".join(words[i:i + n]) for i in range(max(len(words) - n + 1, 1))}
-
-
-def heldout_shingles() -> set[str]:
-    """8-word shingles of the held-out topics: pydoc topics overlap (a section can appear inside
-    another topic), so any training excerpt sharing one of them is dropped."""
-    from pydoc_data.topics import topics
-
-    _, held = topic_split()
-    out: set[str] = set()
-    for k in held:
-        out |= _shingles(topics[k])
-    return out
-
-
-def train_prompts(seed: int = 0, *, templates_per_excerpt: int = 2, docstrings: bool = True,
-                  max_prompts: int | None = None) -> list[str]:
-    """The training prompt set (see module docstring), shuffled with ``seed``. Excerpts sharing an
-    8-word shingle with a held-out topic are dropped (no held-out text is ever trained on)."""
-    from pydoc_data.topics import topics
-
-    rng = random.Random(seed)
-    train_keys, _ = topic_split()
-    held = heldout_shingles()
-    prompts: list[str] = []
-    for key in train_keys:
-        for ex in _excerpts(topics[key], rng):
-            if _shingles(ex) & held:
-                continue
-            for t in rng.sample(range(len(TRAIN_TEMPLATES)), templates_per_excerpt):
-                prompts.append(TRAIN_TEMPLATES[t].format(excerpt=ex))
-        prompts.append(rng.choice(TOPIC_QUESTIONS).format(name=key))
-    if docstrings:
-        for name, doc in module_docstrings():
-            if _shingles(doc) & held:
-                continue
-            ex = doc[:600]
-            ex = ex[: ex.rfind(" ")] if len(doc) > 600 and " " in ex else ex
-            prompts.append(rng.choice(DOC_TEMPLATES).format(name=name, excerpt=ex))
-    rng.shuffle(prompts)
-    return prompts[:max_prompts] if max_prompts else prompts
-
-
-def heldout_prompts(n: int = 20, *, excerpt_chars: int = 500) -> list[str]:
-    """``n`` held-out prompts: the three benchmark templates of :mod:`specot.bench.prompts` over
-    excerpts of the held-out topics only (topic openings first, then later excerpts)."""
-    from pydoc_data.topics import topics
-
-    from ..bench.prompts import TEMPLATES
-
-    _, held = topic_split()
-    texts = [_norm(topics[k]) for k in held]
-    out: list[str] = []
-    start = 0
-    while len(out) < n:
-        added = False
-        for text in texts:
-            if len(out) >= n:
-                break
-            if start >= len(text) - 100:
-                continue
-            chunk = text[start:start + excerpt_chars]
-            if start and " " in chunk:  # begin at a word boundary
-                chunk = chunk[chunk.find(" ") + 1:]
-            if len(text) > start + excerpt_chars and " " in chunk:
-                chunk = chunk[: chunk.rfind(" ")]
-            out.append(TEMPLATES[len(out) % len(TEMPLATES)].format(excerpt=chunk))
-            added = True
-        if not added:
-            raise ValueError(f"only {len(out)} held-out prompts can be built, asked for {n}")
-        start += 2 * excerpt_chars
-    return out
-
-
-def raw_texts(split: str = "train", chunk_chars: int = 1200, *, extra: bool = False) -> list[str]:
-    """Raw text chunks (for teacher forcing): the ``split`` topics of ``pydoc_data.topics`` in
-    ``chunk_chars`` pieces, plus (train only) the docstrings of :data:`DOC_MODULES` and, with
-    ``extra``, of :data:`TEXT_MODULES` (train: ~0.59 M characters; with ``extra``: see docs/distillation.md)."""
-    from pydoc_data.topics import topics
-
-    train_keys, held = topic_split()
-    keys = train_keys if split == "train" else held
-    out = []
-    held_sh = heldout_shingles() if split == "train" else set()
-    for key in keys:
-        text = topics[key]
-        for i in range(0, len(text), chunk_chars):
-            piece = text[i:i + chunk_chars]
-            if len(piece.strip()) > 100 and not (_shingles(piece) & held_sh):
-                out.append(piece)
-    if split == "train":
-        out.extend(f"{name}\n\n{doc}" for name, doc in module_docstrings())
-        if extra:
-            out.extend(f"{name}\n\n{doc}" for name, doc in module_docstrings(TEXT_MODULES)
-                       if not (_shingles(doc) & held_sh))
-    return out
-
-
-def write_jsonl(prompts: Iterable[str], path: str | os.PathLike[str]) -> None:
-    """Write prompts as JSONL lines ``{"prompt": ...}`` (the format of ``specot.bench`` ``--prompts``)."""
-    with open(path, "w", encoding="utf-8") as fh:
-        for p in prompts:
-            fh.write(json.dumps({"prompt": p}) + "\n")
-
-
-# ----------------------------------------------------------------------------------- sampling
 @dataclass
 class SampleConfig:
     """How :func:`generate_shards` samples the target.
@@ -326,7 +87,6 @@ def sample_batch(target: Any, prompts: Sequence[Sequence[int]], cfg: SampleConfi
         ``topk_ids`` (int32 ``[L − 1, k]``) and ``topk_p`` (float16 ``[L − 1, k]``): row j is the
         target's distribution of token ``j + 1`` given ``ids[: j + 1]``; ``kind = "sample"``.
     """
-    from transformers import DynamicCache
 
     model, pad = _model_and_pad(target)
     if eos_ids is None:
@@ -444,7 +204,6 @@ def generate_shards(target: Any, prompts: Sequence[str], out_dir: str | os.PathL
     Returns:
         :func:`shard_stats` of ``out_dir`` after the run.
     """
-    from tqdm import tqdm
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -489,7 +248,6 @@ def teacher_force_shards(target: Any, texts: Sequence[str], out_dir: str | os.Pa
                          max_tokens: int | None = None) -> dict[str, Any]:
     """Soft labels of the target on raw ``texts`` (cut into ``seq_len``-token pieces) into
     ``out_dir/shard_*.pt`` (resumable; the first ``max_tokens`` tokens of the pieces when given)."""
-    from tqdm import tqdm
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,7 @@ Three measurements (warm-up excluded, JSON output):
    perturbing its output head (no trained SmolLM2 draft exists yet; a random small draft against
    SmolLM2 would accept nothing and measure nothing).
 
-    python -m specot.bench.tree_speed [--quick] [--out tree.json]
+    python -m specot_lab.bench.tree_speed [--quick] [--out tree.json]
 """
 
 from __future__ import annotations
@@ -29,6 +29,13 @@ from typing import Any
 
 import torch
 from tqdm import tqdm
+from specot.models.hf import CausalLM
+from specot.drafting.tree import TreeSpec, parse_tree_spec
+from specot.engine import GenerationConfig, autoregressive_generate, tree_generate
+from specot.sampling import SamplingConfig
+from transformers import LlamaConfig, LlamaForCausalLM
+from specot.models.embedded import load_embedded_target
+from specot.envinfo import environment_info
 
 __all__ = ["measure_tree_cost", "measure_overhead", "measure_grid", "main"]
 
@@ -50,7 +57,6 @@ def _chain_tree(n: int, branches: int = 8) -> tuple[list[int], list[int]]:
 
 def measure_tree_cost(target: Any, ctx: list[int], sizes: list[int], reps: int) -> list[dict[str, Any]]:
     """Median wall time of one target pass over trees of each size, and of a 1-token step."""
-    from ..models.hf import CausalLM
 
     assert isinstance(target, CausalLM)
     target.reset()
@@ -83,10 +89,6 @@ def measure_tree_cost(target: Any, ctx: list[int], sizes: list[int], reps: int) 
 def measure_overhead(target: Any, ids: list[int], constructions: list[tuple[str, str]], max_new_tokens: int,
                      seed: int = 0, progress: bool = True) -> list[dict[str, Any]]:
     """Decode with a same-model draft; report the share of time outside the forward passes."""
-    from ..drafting.tree import parse_tree_spec
-    from ..engine import GenerationConfig, tree_generate
-    from ..models.hf import CausalLM
-    from ..sampling import SamplingConfig
 
     draft = CausalLM(target.model, tokenizer=target.tokenizer, name="same-model draft")
     rows = []
@@ -109,9 +111,7 @@ def measure_overhead(target: Any, ids: list[int], constructions: list[tuple[str,
 def tiny_pair(vocab: int = 64, seed: int = 0, noise: float = 0.5) -> tuple[Any, Any]:
     """A tiny random Llama target (float32, 2 layers, hidden 64) and a draft = the target with its
     output head perturbed by ``noise`` × its standard deviation."""
-    from transformers import LlamaConfig, LlamaForCausalLM
 
-    from ..models.hf import CausalLM
 
     torch.manual_seed(seed)
     cfg = LlamaConfig(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -131,9 +131,6 @@ def tiny_pair(vocab: int = 64, seed: int = 0, noise: float = 0.5) -> tuple[Any, 
 def measure_grid(Ks: list[int], Ls: list[int], laws: list[tuple[str, str]], n_prompts: int, max_new_tokens: int,
                  seed: int = 0, progress: bool = True) -> list[dict[str, Any]]:
     """Block efficiency and tokens/s of each (law/verifier, K, L) on the tiny pair."""
-    from ..drafting.tree import TreeSpec
-    from ..engine import GenerationConfig, autoregressive_generate, tree_generate
-    from ..sampling import SamplingConfig
 
     n_threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny models: extra threads only spin (20x slower on a loaded 2-core CPU)
@@ -145,9 +142,6 @@ def measure_grid(Ks: list[int], Ls: list[int], laws: list[tuple[str, str]], n_pr
 
 def _grid(Ks: list[int], Ls: list[int], laws: list[tuple[str, str]], n_prompts: int, max_new_tokens: int,
           seed: int, progress: bool) -> list[dict[str, Any]]:
-    from ..drafting.tree import TreeSpec
-    from ..engine import GenerationConfig, autoregressive_generate, tree_generate
-    from ..sampling import SamplingConfig
 
     target, draft = tiny_pair()
     g = torch.Generator().manual_seed(seed)
@@ -193,13 +187,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    from ..models.embedded import load_embedded_target
 
     progress = not args.no_progress
     reps = 3 if args.quick else 7
     sizes = [1, 8, 16, 32, 64]
     sections = {s.strip() for s in args.sections.split(",")}
-    from ..envinfo import environment_info
 
     out: dict[str, Any] = {"threads": torch.get_num_threads(), "quick": args.quick, "environment": environment_info()}
     t0 = time.perf_counter()

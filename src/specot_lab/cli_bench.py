@@ -1,7 +1,7 @@
 """``specot bench acceptance | speedup | results``: the papers' tables on the embedded target.
 
 Each benchmark writes ``<out>/<name>.json`` (schema: the module docstrings of
-:mod:`specot.bench.acceptance` / :mod:`specot.bench.speedup`), ``<out>/<name>.md`` (markdown
+:mod:`specot_lab.bench.acceptance` / :mod:`specot_lab.bench.speedup`), ``<out>/<name>.md`` (markdown
 table) and PNG plots; ``--json`` prints the JSON to stdout instead of the table. ``--quick`` is a
 smoke run (2 prompts, short continuations, a reduced grid) that finishes in about a minute.
 ``specot bench results`` (alias ``readme``) rebuilds the generated section of ``docs/results.md``
@@ -15,6 +15,12 @@ import json
 import shlex
 import sys
 from typing import Any
+from .bench.report import acceptance_table, results_markdown, speedup_table, update_results, write_outputs
+import torch
+from .bench.acceptance import run_acceptance_bench
+from .corpus import load_prompts
+from .bench.speedup import run_speedup_bench
+import os
 
 __all__ = ["register"]
 
@@ -48,7 +54,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default=None, help="target model (default: the embedded SmolLM2-135M-Instruct)")
     p.add_argument("--prompts", default="mixed",
                    help="prompt set: mixed (default), pydoc, pydoc:OFFSET, heldout, docstrings, license, zen, or FILE.jsonl "
-                        "with a 'prompt' field (see specot.bench.prompts)")
+                        "with a 'prompt' field (see specot_lab.bench.prompts)")
     p.add_argument("--n-prompts", type=int, default=10)
     p.add_argument("--max-new-tokens", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
@@ -64,7 +70,6 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def _finish(res: dict[str, Any], args: argparse.Namespace, table: str) -> int:
-    from ..bench.report import write_outputs
 
     paths = write_outputs(res, args.out, plots=not args.no_plots)
     if args.json:
@@ -76,16 +81,12 @@ def _finish(res: dict[str, Any], args: argparse.Namespace, table: str) -> int:
 
 
 def _set_threads(args: argparse.Namespace) -> None:
-    import torch
 
     if args.threads and args.threads > 0:
         torch.set_num_threads(args.threads)
 
 
 def _acceptance(args: argparse.Namespace) -> int:
-    from ..bench.acceptance import run_acceptance_bench
-    from ..bench.prompts import load_prompts
-    from ..bench.report import acceptance_table
 
     _set_threads(args)
     quick = args.quick
@@ -103,9 +104,6 @@ def _acceptance(args: argparse.Namespace) -> int:
 
 
 def _speedup(args: argparse.Namespace) -> int:
-    from ..bench.prompts import load_prompts
-    from ..bench.report import speedup_table
-    from ..bench.speedup import run_speedup_bench
 
     _set_threads(args)
     quick = args.quick
@@ -125,9 +123,7 @@ def _speedup(args: argparse.Namespace) -> int:
 
 
 def _readme(args: argparse.Namespace) -> int:
-    import os
 
-    from ..bench.report import results_markdown, update_results
 
     acc = json.loads(open(args.acceptance, encoding="utf-8").read()) if args.acceptance else None
     spd = []

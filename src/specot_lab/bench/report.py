@@ -1,7 +1,7 @@
 """Markdown tables, PNG plots and the results page (``docs/results.md``) for the bench results.
 
 * :func:`acceptance_table` / :func:`speedup_table` — markdown tables of the JSON results of
-  :mod:`specot.bench.acceptance` and :mod:`specot.bench.speedup`.
+  :mod:`specot_lab.bench.acceptance` and :mod:`specot_lab.bench.speedup`.
 * :func:`acceptance_plots` — acceptance vs temperature (at one n) and vs n (at one temperature),
   per draft, each verifier next to its law's α* (dashed), like Hu et al.'s Figures 1–2.
 * :func:`speedup_plots` — speedup per method at each temperature, and measured vs predicted block
@@ -20,6 +20,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Any, Sequence
+import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import json
+from specot.envinfo import environment_info
 
 __all__ = ["acceptance_table", "speedup_table", "acceptance_plots", "speedup_plots", "results_markdown",
            "update_results", "update_readme", "write_outputs", "START", "END", "RESULTS_FILE"]
@@ -94,10 +99,8 @@ def cost_curve_table(res: dict[str, Any]) -> str:
 
 
 def _plt():  # noqa: ANN202
-    import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     return plt
 
@@ -171,7 +174,6 @@ def speedup_plots(res: dict[str, Any], out_dir: str | os.PathLike[str]) -> list[
     """``speedup.png`` (bars: speedup over AR per method, one group per temperature) and
     ``block_efficiency_predicted.png`` (measured vs predicted block efficiency)."""
     plt = _plt()
-    import numpy as np
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -228,9 +230,9 @@ def results_markdown(acceptance: dict[str, Any] | None, speedup: dict[str, Any] 
     results page (``bench`` for ``docs/results.md``)."""
     speedups = [] if speedup is None else ([speedup] if isinstance(speedup, dict) else list(speedup))
     parts: list[str] = [
-        "Regenerated from `specot bench` runs (JSON schema: the docstrings of `specot.bench.acceptance` and "
-        "`specot.bench.speedup`; `--json` prints it, `--quick` is the CI smoke run). Prompt sets are built from "
-        "text installed with Python (`specot.bench.prompts`: held-out pydoc topics, stdlib docstrings outside the "
+        "Regenerated from `specot bench` runs (JSON schema: the docstrings of `specot_lab.bench.acceptance` and "
+        "`specot_lab.bench.speedup`; `--json` prints it, `--quick` is the CI smoke run). Prompt sets are built from "
+        "text installed with Python (`specot_lab.bench.prompts`: held-out pydoc topics, stdlib docstrings outside the "
         "distilled draft's training modules, CPython's LICENSE.txt, the Zen of Python); `--prompts FILE.jsonl` "
         "takes your own (one `{\"prompt\": ...}` per line). This section is rewritten by "
         "`specot bench results --acceptance A.json --speedup S.json --plots-dir DIR`.",
@@ -337,14 +339,12 @@ update_readme = update_results
 
 def write_outputs(res: dict[str, Any], out_dir: str | os.PathLike[str], *, plots: bool = True) -> list[Path]:
     """Write ``<benchmark>.json``, ``<benchmark>.md`` and the plots into ``out_dir``."""
-    import json
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     name = res["benchmark"]
     paths = [out / f"{name}.json", out / f"{name}.md"]
     if "environment" not in res:
-        from ..envinfo import environment_info
 
         res["environment"] = environment_info()  # also seen by the caller (specot bench --json)
     paths[0].write_text(json.dumps(res, indent=2), encoding="utf-8")

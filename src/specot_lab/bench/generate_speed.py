@@ -4,7 +4,7 @@ Runs both methods on the same prompts in the same process (warm-up excluded), at
 temperature, and reports block efficiency, acceptance, tokens/s and the speedup ratio
 (aggregate speculative tokens/s over aggregate autoregressive tokens/s).
 
-    python -m specot.bench.generate_speed --draft ngram --n-prompts 10 --out gen.json
+    python -m specot_lab.bench.generate_speed --draft ngram --n-prompts 10 --out gen.json
 """
 
 from __future__ import annotations
@@ -16,6 +16,11 @@ import sys
 from typing import Any
 
 from tqdm import tqdm
+from specot.api import load_drafter, load_target
+from specot.engine import GenerationConfig, autoregressive_generate, speculative_generate
+from specot.sampling import SamplingConfig
+from ..corpus import load_prompts
+from specot.envinfo import environment_info
 
 __all__ = ["run_generate_bench", "main"]
 
@@ -25,9 +30,6 @@ def run_generate_bench(*, target: Any = None, draft: str = "ngram", prompts: lis
                        ngram_corpus: str | None = "pydoc", progress: bool = True,
                        gamma_schedule: str = "constant") -> dict[str, Any]:
     """Measure AR and speculative decoding on ``prompts``; returns a JSON-ready dict (schema: see the module docstring)."""
-    from ..api import load_drafter, load_target
-    from ..engine import GenerationConfig, autoregressive_generate, speculative_generate
-    from ..sampling import SamplingConfig
 
     tgt = load_target(target, dtype=dtype)
     drafter = load_drafter(draft, tgt, dtype=dtype, ngram_corpus=ngram_corpus)
@@ -86,7 +88,7 @@ def run_generate_bench(*, target: Any = None, draft: str = "ngram", prompts: lis
         "ngram_corpus": ngram_corpus if draft == "ngram" else None,
         "gamma_schedule": gamma_schedule,
         "max_new_tokens": max_new_tokens,
-        "prompt_set": "pydoc_data.topics (specot.bench.prompts.pydoc_prompts)",
+        "prompt_set": "pydoc_data.topics (specot_lab.bench.prompts.pydoc_prompts)",
         "rows": rows,
     }
 
@@ -115,7 +117,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="2 prompts, 16 tokens: a smoke run")
     ap.add_argument("--out", default=None, help="write the JSON result here")
     args = ap.parse_args(argv)
-    from .prompts import load_prompts
 
     n = 2 if args.quick else args.n_prompts
     result = run_generate_bench(
@@ -124,10 +125,9 @@ def main(argv: list[str] | None = None) -> int:
         max_new_tokens=16 if args.quick else args.max_new_tokens, seed=args.seed, dtype=args.dtype,
         ngram_corpus=None if args.ngram_corpus == "none" else args.ngram_corpus, gamma_schedule=args.gamma_schedule,
     )
-    result["command"] = "python -m specot.bench.generate_speed " + " ".join(argv if argv is not None else sys.argv[1:])
+    result["command"] = "python -m specot_lab.bench.generate_speed " + " ".join(argv if argv is not None else sys.argv[1:])
     print(_table(result))
     if args.out:
-        from ..envinfo import environment_info
 
         result.setdefault("environment", environment_info())
         with open(args.out, "w", encoding="utf-8") as fh:

@@ -1,4 +1,4 @@
-"""specot.distill on tiny models: prompt sets, batched sampling with soft labels, resumable shards,
+"""specot_lab.distill on tiny models: prompt sets, batched sampling with soft labels, resumable shards,
 the distillation loss, training/resume/export and the held-out evaluation (seconds, no real model)."""
 
 from __future__ import annotations
@@ -8,9 +8,10 @@ import json
 import pytest
 import torch
 
-from specot.distill import data as D
-from specot.distill import train as T
-from specot.distill.evaluate import cost_coefficient, held_out_alpha
+from specot_lab import corpus as C
+from specot_lab.distill import data as D
+from specot_lab.distill import train as T
+from specot_lab.distill.evaluate import cost_coefficient, held_out_alpha
 from specot.models import CausalLM, load_model
 
 from conftest import tiny_llama
@@ -20,13 +21,13 @@ from conftest import tiny_llama
 def test_prompt_sets_are_disjoint_and_deterministic():
     from pydoc_data.topics import topics
 
-    train_keys, held = D.topic_split()
+    train_keys, held = C.topic_split()
     assert held and train_keys and not set(held) & set(train_keys)
-    tr = D.train_prompts(0)
-    assert tr == D.train_prompts(0) and tr != D.train_prompts(1)
+    tr = C.train_prompts(0)
+    assert tr == C.train_prompts(0) and tr != C.train_prompts(1)
     assert len(tr) > 1000
-    ho = D.heldout_prompts(12)
-    assert len(ho) == 12 and ho == D.heldout_prompts(12)
+    ho = C.heldout_prompts(12)
+    assert len(ho) == 12 and ho == C.heldout_prompts(12)
     joined = "\n".join(tr)
     for key in held:  # no held-out topic text leaks into the training prompts
         words = " ".join(topics[key].split()).split(" ")
@@ -35,9 +36,9 @@ def test_prompt_sets_are_disjoint_and_deterministic():
 
 
 def test_write_jsonl_roundtrip(tmp_path):
-    from specot.bench.prompts import load_prompts
+    from specot_lab.corpus import load_prompts
 
-    D.write_jsonl(["a b", "c\nd"], tmp_path / "p.jsonl")
+    C.write_jsonl(["a b", "c\nd"], tmp_path / "p.jsonl")
     assert load_prompts(str(tmp_path / "p.jsonl"), 5) == ["a b", "c\nd"]
 
 
@@ -112,10 +113,10 @@ def test_teacher_force_shards(tmp_path, tiny_text_target):
 
 
 def test_extra_raw_text_keeps_heldout_topics_out():
-    base, extra = D.raw_texts("train"), D.raw_texts("train", extra=True)
+    base, extra = C.raw_texts("train"), C.raw_texts("train", extra=True)
     assert len(extra) > len(base) and extra[:len(base)] == base
-    held = D.heldout_shingles()
-    assert not any(D._shingles(t) & held for t in extra[len(base):][:200])
+    held = C.heldout_shingles()
+    assert not any(C._shingles(t) & held for t in extra[len(base):][:200])
 
 
 # ----------------------------------------------------------------------------- loss and training

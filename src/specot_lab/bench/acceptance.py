@@ -50,7 +50,6 @@ JSON result (``schema_version`` 1)::
 
 from __future__ import annotations
 
-import argparse
 import functools
 import math
 import os
@@ -62,7 +61,19 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from ..laws import sample_drafts
+from specot.laws import sample_drafts
+from collections import Counter, defaultdict
+from specot.api import load_drafter, load_target, pydoc_texts
+import copy
+from specot.models.hf import CausalLM
+from specot.models.loading import load_model
+from specot.models import embedded
+from specot.sampling import SamplingConfig, standardize
+from specot.theory import optimal_acceptance
+from specot.verifiers import get_verifier
+from tqdm import tqdm
+from specot.engine import GenerationConfig, autoregressive_generate
+from ..corpus import describe_prompt_set
 
 __all__ = [
     "LAW_VERIFIERS",
@@ -110,7 +121,6 @@ class NGramLM:
 
     def __init__(self, sequences: Sequence[Sequence[int]], vocab_size: int, cache_weight: float = 3.0,
                  unigram_top: int = 2000) -> None:
-        from collections import Counter, defaultdict
 
         self.V = int(vocab_size)
         self.cache_weight = float(cache_weight)
@@ -149,7 +159,6 @@ class NGramLM:
 
     def logits(self, ids: Sequence[int], start: int) -> torch.Tensor:
         """``log q [len(ids) − start, V]``: row i predicts ``ids[start + i]`` from ``ids[:start + i]``."""
-        from collections import Counter, defaultdict
 
         ids = [int(t) for t in ids]
         cache_bi: dict[tuple[int, ...], Counter[int]] = defaultdict(Counter)
@@ -172,7 +181,6 @@ class NGramLM:
 
 @functools.lru_cache(maxsize=2)
 def _pydoc_ngram_lm(tokenizer_key: int, vocab_size: int, tokenizer: Any) -> NGramLM:
-    from ..api import pydoc_texts
 
     seqs = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in pydoc_texts()]
     return NGramLM(seqs, vocab_size)
@@ -182,9 +190,7 @@ def early_exit_draft(target: Any, layers: int) -> Any:
     """An untrained early-exit draft: a copy of the target's first ``layers`` decoder layers, its
     final norm and head (a :class:`CausalLM` with its own KV cache; HF's ``assistant_early_exit``
     drafts the same way inside the target)."""
-    import copy
 
-    from ..models.hf import CausalLM
 
     hf = target.model
     n_layers = len(hf.model.layers)
@@ -221,9 +227,6 @@ class BenchDraft:
 def load_bench_draft(spec: str, target: Any, *, dtype: str = "float32") -> BenchDraft:
     """Resolve a draft name (see module docstring). A missing distilled draft gives
     ``available=False`` with the reason, instead of raising."""
-    from ..api import load_drafter
-    from ..models.hf import CausalLM
-    from ..models.loading import load_model
 
     if spec == "ngram":
         corpus = "pydoc" if target.tokenizer is not None else None
@@ -236,7 +239,6 @@ def load_bench_draft(spec: str, target: Any, *, dtype: str = "float32") -> Bench
         k = int(spec.partition(":")[2] or 4)
         return BenchDraft(spec, "model", early_exit_draft(target, k))
     if spec == "distilled":
-        from ..models import embedded
 
         loader = getattr(embedded, "load_embedded_draft", None)
         try:
@@ -263,7 +265,6 @@ def _draft_logits(draft: BenchDraft, ids: list[int], n_prompt: int) -> tuple[tor
         return m.logits_after(ids[:n_prompt], ids[n_prompt:-1]).float(), None
     if draft.kind == "ngram-lm":
         return draft.obj.logits(ids, n_prompt), None
-    from ..sampling import SamplingConfig
 
     toks = []
     for t in range(n_prompt, len(ids)):
@@ -308,7 +309,6 @@ def reduce_vocab(p: torch.Tensor, q: torch.Tensor, eps: float = 1e-4, min_keep: 
 
 @np.errstate(divide="ignore", invalid="ignore")
 def _alpha_star(p: torch.Tensor, q: torch.Tensor, n_eff: torch.Tensor, law: str) -> np.ndarray:
-    from ..theory import optimal_acceptance
 
     p64, q64 = p.double().numpy(), q.double().numpy()
     out = np.empty(p.shape[0])
@@ -324,7 +324,6 @@ def _alpha_star(p: torch.Tensor, q: torch.Tensor, n_eff: torch.Tensor, law: str)
 def _verifier_acceptance(name: str, law: str, p: torch.Tensor, q: torch.Tensor, n_eff: torch.Tensor,
                          mc_samples: int, gen: torch.Generator) -> tuple[np.ndarray, np.ndarray, str]:
     """Per-position acceptance (exact or Rao–Blackwell MC) and one sampled accept flag each."""
-    from ..verifiers import get_verifier
 
     ver = get_verifier(name)
     exact = np.empty(p.shape[0])
@@ -368,12 +367,7 @@ def run_acceptance_bench(*, target: Any = None, drafts: Sequence[str | BenchDraf
     ``target``: a :class:`CausalLM` or a name for :func:`specot.load_target`; ``drafts``: names or
     ready :class:`BenchDraft` s.
     """
-    from tqdm import tqdm
 
-    from ..api import load_target
-    from ..engine import GenerationConfig, autoregressive_generate
-    from ..sampling import SamplingConfig, standardize
-    from .prompts import describe_prompt_set
 
     t0 = time.perf_counter()
     load_start = load_avg()

@@ -1,1 +1,0 @@
-"""Benchmarks: scripts with JSON output (``python -m specot.bench.<name>``) and ``specot bench``."""
