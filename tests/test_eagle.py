@@ -307,7 +307,7 @@ def test_checkpoint_errors(tmp_path):
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """A head trained for a few steps on text sampled from the tiny target, in two resumed runs."""
-    from specot.distill.eagle import EagleTrainConfig, train_eagle
+    from specot_lab.distill.eagle import EagleTrainConfig, train_eagle
 
     target = _target()
     seqs = []

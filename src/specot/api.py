@@ -39,7 +39,7 @@ from .drafting.base import Drafter
 from .drafting.eagle import EagleDrafter
 from .drafting.model import ModelDrafter, check_vocab_compatible
 from .drafting.ngram import NGramDrafter, NGramTable
-from .drafting.suffix import SuffixDrafter
+from .drafting.suffix import NGramCounts, SuffixDrafter
 from .drafting.tree import TreeSpec, default_law_for, parse_tree_spec
 from .engine.generate import autoregressive_generate, speculative_generate, tree_generate
 from .engine.types import GenerationConfig, GenerationResult
@@ -52,6 +52,7 @@ from .models.hf import CausalLM
 from .models.loading import check_model_source, load_model
 from .sampling import SamplingConfig
 from .verifiers.base import available_verifiers, get_verifier
+from .verifiers.otm import MAX_OTM_SETS
 
 __all__ = ["GenerateReport", "GenerationInterrupted", "generate", "load_target", "load_drafter", "pydoc_ngram_table",
            "pydoc_texts", "resolve_tree_spec", "build_verifier", "verifier_info"]
@@ -226,6 +227,11 @@ def _pydoc_table(tokenizer_key: int, n: int, tokenizer: Any) -> NGramTable:
     return NGramTable.from_text(pydoc_texts(), tokenizer, n=n)
 
 
+@functools.lru_cache(maxsize=4)
+def _pydoc_counts(tokenizer_key: int, n: int, tokenizer: Any) -> NGramCounts:
+    return NGramCounts.from_text(pydoc_texts(), tokenizer, n=n)
+
+
 def pydoc_ngram_table(tokenizer: Any, n: int = 3) -> NGramTable:
     """An :class:`NGramTable` over ``pydoc_data.topics`` tokenized with ``tokenizer`` (cached)."""
     return _pydoc_table(id(tokenizer), n, tokenizer)
@@ -267,8 +273,8 @@ def load_drafter(spec: str | Drafter | CausalLM, target: CausalLM, *, dtype: str
     if isinstance(spec, str) and spec == "suffix":  # suffix decoding: draft trees, corpus gated by score
         corpus = None
         if ngram_corpus and target.tokenizer is not None:
-            corpus = pydoc_ngram_table(target.tokenizer, ngram_n) if ngram_corpus == "pydoc" else \
-                NGramTable.from_text([Path(ngram_corpus).read_text(encoding="utf-8")], target.tokenizer, n=ngram_n)
+            corpus = _pydoc_counts(id(target.tokenizer), ngram_n, target.tokenizer) if ngram_corpus == "pydoc" else \
+                NGramCounts.from_text([Path(ngram_corpus).read_text(encoding="utf-8")], target.tokenizer, n=ngram_n)
         return SuffixDrafter(vocab_size=target.vocab_size, corpus=corpus)
     if isinstance(spec, str) and spec.startswith("eagle:"):  # an EAGLE-3 head on the target's features
         return EagleDrafter.from_pretrained(spec[len("eagle:"):], target)
@@ -596,7 +602,6 @@ def _check_otm_size(ver: Any, vocab: int | None, sampling: SamplingConfig) -> No
     """Refuse the OTM verifier where its exact LP cannot be built (non-tiny vocabularies)."""
     if getattr(ver, "name", "") != "otm" or not vocab:
         return
-    from .verifiers.otm import MAX_OTM_SETS
 
     support = 1 if sampling.greedy else min(vocab, sampling.top_k or vocab)
     if support > MAX_OTM_SETS:

@@ -1,8 +1,10 @@
-"""Drafting: the one drafter protocol, draft-tree shapes, draft models and the n-gram drafter."""
+"""Drafting: the one drafter protocol, draft-tree shapes, draft models, the n-gram and suffix drafters."""
 
 from .base import DraftOutcome, DraftSchedule, DraftTree, Drafter
+from .eagle import Eagle3Head, EagleDrafter
 from .model import ModelDrafter, check_vocab_compatible, draft_tree_from_model
 from .ngram import NGramDrafter, NGramTable
+from .suffix import NGramCounts, SuffixDrafter, SuffixIndex
 from .tree import EAGLE_DEFAULT_TREE, TreeSpec, default_law_for, load_topology, parse_tree_spec
 
 __all__ = [
@@ -11,10 +13,15 @@ __all__ = [
     "DraftOutcome",
     "DraftSchedule",
     "ModelDrafter",
+    "EagleDrafter",
+    "Eagle3Head",
     "check_vocab_compatible",
     "draft_tree_from_model",
     "NGramDrafter",
     "NGramTable",
+    "SuffixDrafter",
+    "NGramCounts",
+    "SuffixIndex",
     "TreeSpec",
     "EAGLE_DEFAULT_TREE",
     "parse_tree_spec",

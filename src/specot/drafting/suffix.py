@@ -1,0 +1,529 @@
+"""Suffix decoding: model-free draft TREES from every earlier occurrence of the current suffix.
+
+SuffixDecoding (Oliaro et al. 2024, arXiv:2411.04975; served in vLLM / ArcticInference as "suffix
+decoding") generalises prompt lookup (one most recent match → one chain) to a tree: every earlier
+occurrence of the context's current suffix — in the prompt and in the text generated so far —
+proposes the tokens that followed it; continuations that share a prefix merge into one tree; each
+node is scored by the frequency of its continuation; the tree is grown best-first by score under a
+node budget.
+
+**Data structure** (:class:`SuffixIndex`). A depth-bounded suffix trie of the *reversed* sequence:
+walking from its root along ``x_i, x_{i−1}, .., x_{i−m+1}`` reaches the node of the m-gram that
+ends at position i, and every node stores the end positions of its m-gram (ascending). Appending
+one token walks ``max_n`` nodes and appends one position to each: **O(max_n) per new token**
+(:meth:`SuffixIndex.extend`, called from :meth:`SuffixDrafter.update` with the committed tokens).
+Matching the current suffix walks the same path from the last token backwards: O(max_n) to find
+the longest match, then the most recent occurrences of each match length are read off the nodes.
+
+**Trees.** Occurrences are taken longest match first (``max_n`` down to ``min_n``; each end position
+once, at its longest match length m, weighted ``match_weight ** m`` — times ``recency ** r`` for the
+r-th most recent of that length, off by default), at most ``max_occurrences``.
+Their continuations (up to the depth γ, stopped after an EOS) are merged into a weighted trie. A
+child's conditional frequency is ``W(child)/W(node) · n(child)/(n(child) + κ)`` (weights W, raw
+counts n; κ discounts continuations seen only a few times), a node's score the product of the
+conditional frequencies on its path (≤ its parent's, so best-first expansion is a top-N by score
+and always a connected tree). The tree keeps at most ``max_nodes`` nodes with score ≥
+``min_score``, at most ``max_children`` children per node.
+
+**Adaptive budget.** With calibrated scores ŝ_i = min(1, a·s_i) (s in best-first order) the
+expected number of accepted drafts of the first N nodes is Σ_{i≤N} ŝ_i (a node is accepted iff its
+whole path is; the expected accepted length is the sum over nodes of that probability). The cost of
+a pass with N draft tokens is modelled as ``t(N)/t(0) = 1 + c·N``; the drafter keeps the N ≤
+``max_nodes`` maximising ``(1 + Σ_{i≤N} ŝ_i) / (1 + c·N)`` (tokens per unit of target time). The
+calibration ``a = (accepted + 2) / (predicted + 2)`` (exponentially decayed sums over past
+iterations) grows when drafts are accepted more often than predicted — the budget grows — and
+shrinks when less — the budget shrinks (at T = 1 most trees become small). ``c`` defaults to 0.01
+(``docs/bench/tree_cost.json``, SmolLM2-135M float32 on 2 CPU threads: a pass of 2..17 tokens costs
+about the same, 65 tokens about 2× a 2-token pass); ``adaptive=False`` (or c = 0) keeps every node
+scored ≥ ``min_score`` up to ``max_nodes`` — the largest block efficiency, at a larger pass.
+
+**Corpus** (optional :class:`NGramCounts` — the top continuations of every corpus m-gram, m ≤ 3,
+with their frequencies; ``specot.api.load_drafter("suffix")`` builds it from ``pydoc_data.topics``
+— or an :class:`~specot.drafting.ngram.NGramTable`). At every node the corpus continuations of the
+node's path (through a corpus match of ≥ ``corpus_min_n`` tokens: the match-length gate) join the
+context's, each scored ``g · frequency`` given its parent, where the gate g = (accepted + 0.3) /
+(frequency + 1) is measured over the corpus nodes verified so far (decayed): when corpus drafts are
+rarely accepted (as at T = 1) g falls, their scores fall below ``min_score`` or out of the budget,
+and the corpus is no longer drafted (the score gate).
+
+**Verification (lossless at any temperature).** The children of a node are distinct tokens chosen
+deterministically from the past. They are handed to the engine as the GREEDY draft law
+(:data:`DraftLaw.GREEDY`: drafts 1..n−1 = top-(n−1) of q, draft n drawn from q without them) with a
+q supported on the children only, ∝ their scores and strictly decreasing in draft order — so the
+top-(n−1) of q are drafts 1..n−1 in order and the last child is the only token left: the drawn
+draft is deterministic too, and the drafts ARE a draw of the GREEDY law from q. Hu et al.'s greedy
+verifier (``greedy``) then accepts the last child with probability p(x_n) (q without the top is
+δ_{x_n}) and otherwise draws y from p without x_n, accepting y if it is another child: acceptance
+p(children) — the most any rule can accept with these drafts, since the emitted token follows p
+and is a draft only when it is in the children — and the emitted token follows p exactly (tests:
+exact enumeration). A single child is a one-hot q (speculative sampling). q (float64, so its rows
+sum to 1 within every dtype's tolerance) lives on the CPU — the drafter has no device; the engine
+moves the rows it needs to p's device and dtype (``.to``).
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+
+from ..laws import DraftLaw
+from ..sampling import SamplingConfig
+from .base import DraftOutcome, DraftTree, Drafter
+from .ngram import NGramTable
+
+__all__ = ["SuffixIndex", "SuffixDrafter", "NGramCounts"]
+
+
+class _RNode:
+    __slots__ = ("pos", "kids")
+
+    def __init__(self) -> None:
+        self.pos: list[int] = []
+        self.kids: dict[int, _RNode] = {}
+
+
+class SuffixIndex:
+    """End positions of every m-gram (``1 <= m <= max_n``) of a growing token sequence.
+
+    A suffix trie of the reversed sequence, cut at depth ``max_n``: the node reached from the root
+    along ``x_i, x_{i−1}, .., x_{i−m+1}`` lists (ascending) every end position j with
+    ``x_{j−m+1..j} == x_{i−m+1..i}``. :meth:`extend` costs O(``max_n``) per appended token.
+
+    Raises:
+        ValueError: ``max_n < 1``.
+    """
+
+    def __init__(self, max_n: int = 8, tokens: Sequence[int] = ()) -> None:
+        if isinstance(max_n, bool) or not isinstance(max_n, int) or max_n < 1:
+            raise ValueError(f"max_n must be an integer >= 1, got {max_n!r}")
+        self.max_n = max_n
+        self.tokens: list[int] = []
+        self._root = _RNode()
+        self.extend(tokens)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def extend(self, tokens: Sequence[int]) -> None:
+        """Append ``tokens``; every new end position is filed under its ``max_n`` m-grams."""
+        seq = self.tokens
+        for t in tokens:
+            seq.append(int(t))
+            i = len(seq) - 1
+            node = self._root
+            for j in range(i, max(-1, i - self.max_n), -1):
+                nxt = node.kids.get(seq[j])
+                if nxt is None:
+                    nxt = node.kids[seq[j]] = _RNode()
+                nxt.pos.append(i)
+                node = nxt
+
+    def match_nodes(self, end: int | None = None) -> list[list[int]]:
+        """Position lists of the suffixes of ``tokens[: end + 1]`` (default: the whole sequence):
+        entry ``m − 1`` lists the end positions of the m-gram ending at ``end``, for m = 1 up to the
+        longest m-gram stored (at most ``max_n``)."""
+        seq = self.tokens
+        end = len(seq) - 1 if end is None else end
+        out: list[list[int]] = []
+        node = self._root
+        for j in range(end, max(-1, end - self.max_n), -1):
+            node = node.kids.get(seq[j])  # type: ignore[assignment]
+            if node is None:
+                break
+            out.append(node.pos)
+        return out
+
+    def occurrences(self, m: int, end: int | None = None) -> list[int]:
+        """End positions of the m-gram ending at ``end`` (default: the last token), ascending;
+        ``[]`` when ``m > max_n`` or the sequence is shorter than m."""
+        nodes = self.match_nodes(end)
+        return list(nodes[m - 1]) if 1 <= m <= len(nodes) else []
+
+    def longest_match(self, min_count: int = 2) -> int:
+        """Length of the longest suffix of the sequence (≤ ``max_n``) occurring at least ``min_count``
+        times (itself included); 0 when none."""
+        best = 0
+        for m, pos in enumerate(self.match_nodes(), start=1):
+            if len(pos) >= min_count:
+                best = m
+        return best
+
+
+@dataclass
+class _TNode:
+    token: int
+    weight: float = 0.0
+    count: int = 0
+    kids: dict[int, "_TNode"] = field(default_factory=dict)
+    score: float = 1.0
+    cond: float = 1.0  # conditional frequency given the parent
+    origin: str = "context"  # "context" or "corpus"
+    freq: float = 0.0  # corpus frequency (before the gate), for a corpus node
+    tail: tuple[int, ...] = ()  # the last corpus.n tokens of the path (corpus lookups)
+    parent: "_TNode | None" = field(default=None, repr=False)
+
+
+class NGramCounts:
+    """The ``top`` most frequent continuations of every token m-gram (``1 <= m <= n``) of a corpus,
+    with their relative frequencies — a multi-candidate corpus for :class:`SuffixDrafter`.
+
+    Attributes:
+        n: the longest context stored.
+        table: context tuple → ``[(token, frequency), ..]`` (decreasing frequency, ties: lower id).
+    """
+
+    def __init__(self, n: int, table: dict[tuple[int, ...], list[tuple[int, float]]]) -> None:
+        self.n, self.table = n, table
+
+    @classmethod
+    def from_token_sequences(cls, sequences, n: int = 3, top: int = 4) -> "NGramCounts":
+        """Count every (m-gram → next token) pair of ``sequences`` and keep the ``top`` most frequent.
+
+        Raises:
+            ValueError: ``n < 1`` or ``top < 1``.
+        """
+        from collections import Counter, defaultdict
+
+        if n < 1 or top < 1:
+            raise ValueError(f"need n >= 1 and top >= 1, got n={n}, top={top}")
+        counts: dict[tuple[int, ...], Counter[int]] = defaultdict(Counter)
+        for seq in sequences:
+            s = [int(t) for t in seq]
+            for i in range(1, len(s)):
+                for m in range(1, min(n, i) + 1):
+                    counts[tuple(s[i - m:i])][s[i]] += 1
+        table = {}
+        for ctx, c in counts.items():
+            total = sum(c.values())
+            best = sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
+            table[ctx] = [(tok, k / total) for tok, k in best]
+        return cls(n, table)
+
+    @classmethod
+    def from_text(cls, texts, tokenizer, n: int = 3, top: int = 4) -> "NGramCounts":
+        """Build from raw texts tokenized with ``tokenizer`` (a Hugging Face tokenizer)."""
+        seqs = (tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts)
+        return cls.from_token_sequences(seqs, n=n, top=top)
+
+    def continuations(self, context: Sequence[int], min_n: int = 1) -> list[tuple[int, float]]:
+        """Continuations of the longest stored suffix of ``context`` (length >= ``min_n``), or ``[]``."""
+        L = len(context)
+        for m in range(min(self.n, L), min_n - 1, -1):
+            got = self.table.get(tuple(context[L - m:]))
+            if got is not None:
+                return got
+        return []
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+
+class SuffixDrafter(Drafter):
+    """Suffix-decoding drafter: draft trees from earlier occurrences of the current suffix.
+
+    See the module docstring for the data structure, scoring, budget and verification.
+
+    Args:
+        vocab_size: the target's vocabulary size (q rows are ``[V]``); ``None`` proposes only the
+            best chain with ``q = None`` (verified as one-hot q by any single-draft verifier).
+        max_n: longest suffix matched (the index depth), default 8.
+        min_n: shortest suffix matched, default 1.
+        max_nodes: node budget (hard cap on the tree size), default 24.
+        max_children: children per node at most (also cut to the tree spec's widest node).
+        max_occurrences: occurrences read per proposal (most recent first, longest match first).
+        match_weight: an occurrence matching m tokens weighs ``match_weight ** m`` (default 2).
+        recency: the r-th most recent occurrence of one match length weighs ``recency ** r`` more
+            (default 1: frequency only).
+        kappa: count discount κ of the conditional frequencies (default 0.5).
+        min_score: nodes scored below this are never drafted (default 0.01).
+        cost_per_token: c of the cost model ``t(N)/t(0) = 1 + c·N`` (default 0.01); ``0`` keeps
+            every node up to ``max_nodes`` (fixed budget).
+        adaptive: adapt the budget through the calibrated cost model (default True); ``False``
+            keeps every node scored ≥ ``min_score`` up to ``max_nodes``.
+        corpus: optional corpus — :class:`NGramCounts` (several continuations with frequencies)
+            or :class:`NGramTable` (the most frequent one) — whose continuations of every path
+            join the tree, scored ``corpus_gate × frequency``.
+        corpus_min_n: shortest corpus context (match length) accepted for a corpus draft (default 1).
+
+    Raises:
+        ValueError: invalid parameters.
+    """
+
+    name = "suffix"
+
+    def __init__(self, vocab_size: int | None = None, *, max_n: int = 8, min_n: int = 1, max_nodes: int = 24,
+                 max_children: int = 4, max_occurrences: int = 32, match_weight: float = 2.0, recency: float = 1.0,
+                 kappa: float = 0.5,
+                 min_score: float = 0.01, cost_per_token: float = 0.01, adaptive: bool = True,
+                 corpus: "NGramCounts | NGramTable | None" = None, corpus_min_n: int = 1) -> None:
+        super().__init__()
+        for what, v, lo in (("max_n", max_n, 1), ("min_n", min_n, 1), ("max_nodes", max_nodes, 1),
+                            ("max_children", max_children, 1), ("max_occurrences", max_occurrences, 1),
+                            ("corpus_min_n", corpus_min_n, 1)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+                raise ValueError(f"{what} must be an integer >= {lo}, got {v!r}")
+        if min_n > max_n:
+            raise ValueError(f"need min_n <= max_n, got min_n={min_n}, max_n={max_n}")
+        if vocab_size is not None and (isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1):
+            raise ValueError(f"vocab_size must be a positive integer or None, got {vocab_size!r}")
+        if not 0.0 < recency <= 1.0:
+            raise ValueError(f"recency must be in (0, 1], got {recency!r}")
+        if not match_weight >= 1.0 or not kappa >= 0.0 or not 0.0 <= min_score < 1.0 or not cost_per_token >= 0.0:
+            raise ValueError("need match_weight >= 1, kappa >= 0, 0 <= min_score < 1 and cost_per_token >= 0")
+        self._vocab = vocab_size
+        self.max_n, self.min_n, self.max_nodes, self.max_children = max_n, min_n, max_nodes, max_children
+        self.max_occurrences, self.match_weight, self.kappa = max_occurrences, float(match_weight), float(kappa)
+        self.recency = float(recency)
+        self.min_score, self.cost_per_token, self.adaptive = float(min_score), float(cost_per_token), adaptive
+        self.corpus, self.corpus_min_n = corpus, corpus_min_n
+        self.index = SuffixIndex(max_n)
+        self.reset()
+
+    # ------------------------------------------------------------------ protocol
+    @property
+    def vocab_size(self) -> int | None:
+        return self._vocab
+
+    def reset(self) -> None:
+        self.index = SuffixIndex(self.max_n)
+        # calibration of context scores (decayed sums of predicted / observed accepted drafts)
+        self._pred, self._obs = 0.0, 0.0
+        # acceptance of corpus nodes vs their corpus frequency (decayed sums over tested nodes)
+        self._corpus_acc, self._corpus_freq = 0.0, 0.0
+        self._last_pred = 0.0
+        self._last_corpus: list[tuple[int, int, float]] = []  # (node, parent, frequency) of corpus nodes
+        self.budgets: list[int] = []  # tree size chosen at each proposal (for reports)
+
+    @property
+    def calibration(self) -> float:
+        """a = (observed + 2)/(predicted + 2): how much more often drafts are accepted than scored."""
+        return (self._obs + 2.0) / (self._pred + 2.0)
+
+    @property
+    def corpus_gate(self) -> float:
+        """g = (accepted + 0.3)/(frequency + 1) over the corpus nodes verified so far (decayed): a
+        corpus continuation of frequency f is scored g·f given its parent (prior g = 0.3)."""
+        return (self._corpus_acc + 0.3) / (self._corpus_freq + 1.0)
+
+    def _sync(self, ctx: Sequence[int]) -> None:
+        n = len(self.index)
+        tail = min(n, 8)
+        if n <= len(ctx) and [int(t) for t in ctx[n - tail:n]] == self.index.tokens[n - tail:]:
+            if len(ctx) > n:
+                self.index.extend(ctx[n:])
+        else:  # used out of protocol: rebuild
+            self.index = SuffixIndex(self.max_n, ctx)
+
+    def start(self, prompt_ids, spec, schedule=None, stop_tokens=frozenset()) -> None:  # type: ignore[override]
+        super().start(prompt_ids, spec, schedule, stop_tokens)
+        self.index.extend(prompt_ids)
+
+    def update(self, outcome: DraftOutcome) -> None:
+        """Advance the schedule, learn the acceptance, and index the committed tokens (O(max_n) each)."""
+        super().update(outcome)
+        decay = 0.9
+        if outcome.tree.size:
+            self._pred = decay * self._pred + self._last_pred
+            self._obs = decay * self._obs + outcome.accepted
+        if self._last_corpus:
+            reached = {0, *outcome.path}
+            tested = [(node, f) for node, parent, f in self._last_corpus if parent in reached]
+            if tested:
+                self._corpus_acc = decay * self._corpus_acc + sum(1 for node, _ in tested if node in reached)
+                self._corpus_freq = decay * self._corpus_freq + sum(f for _, f in tested)
+        self._last_pred, self._last_corpus = 0.0, []
+        if len(self.index) == outcome.context_len:
+            self.index.extend(outcome.tokens)
+
+    # ------------------------------------------------------------------ drafting
+    def _width(self) -> int:
+        if self.spec is None:
+            return self.max_children
+        return max(1, min(self.max_children, self.spec.max_drafts_per_node()))
+
+    def _context_trie(self, depth: int) -> _TNode:
+        """The weighted trie of the continuations of the current suffix's earlier occurrences."""
+        seq = self.index.tokens
+        L = len(seq)
+        root = _TNode(seq[-1])
+        nodes = self.index.match_nodes()
+        seen: set[int] = set()
+        taken = 0
+        for m in range(len(nodes), self.min_n - 1, -1):
+            pos = nodes[m - 1]
+            rank = 0
+            for k in range(len(pos) - 1, -1, -1):  # most recent first
+                e = pos[k]
+                if e >= L - 1 or e in seen:  # the current suffix itself has no continuation
+                    continue
+                seen.add(e)
+                w = self.match_weight ** m * self.recency ** rank
+                rank += 1
+                node = root
+                root.weight += w
+                root.count += 1
+                for t in seq[e + 1:e + 1 + depth]:
+                    nxt = node.kids.get(t)
+                    if nxt is None:
+                        nxt = node.kids[t] = _TNode(t)
+                    nxt.weight += w
+                    nxt.count += 1
+                    node = nxt
+                    if t in self.stop_tokens:
+                        break
+                taken += 1
+                if taken >= self.max_occurrences:
+                    return root
+        return root
+
+    def _corpus_children(self, tail: tuple[int, ...]) -> list[tuple[int, float]]:
+        """(token, frequency) continuations of ``tail`` in the corpus, through a match of at least
+        ``corpus_min_n`` tokens (the match-length gate); ``[]`` without a corpus."""
+        if self.corpus is None:
+            return []
+        n = self.corpus.n
+        min_n = min(self.corpus_min_n, n)
+        if isinstance(self.corpus, NGramTable):
+            tok = self.corpus.lookup(tail, min_n=min_n)
+            return [] if tok is None else [(tok, 1.0)]
+        return self.corpus.continuations(tail, min_n=min_n)
+
+    def _select(self, root: _TNode) -> list[_TNode]:
+        """Best-first top-N nodes by score (parents first), within the width, score floor and node
+        budget. Children of a node: its context continuations and — when a corpus is given — the
+        corpus continuations of its path, at ``corpus_gate × frequency`` (the score gate)."""
+        width = self._width()
+        gate = self.corpus_gate if self.corpus is not None else 0.0
+        n_tail = self.corpus.n if self.corpus is not None else 0
+        out: list[_TNode] = []
+        heap: list[tuple[float, int, _TNode]] = []
+        tick = 0
+
+        def push_children(node: _TNode) -> None:
+            nonlocal tick
+            cand: dict[int, _TNode] = {}
+            for c in node.kids.values():
+                c.cond = (c.weight / node.weight) * (c.count / (c.count + self.kappa))
+                c.origin, c.freq = "context", 0.0
+                cand[c.token] = c
+            if gate > 0.0:
+                for tok, f in self._corpus_children(node.tail):
+                    cond = min(1.0, gate * f)
+                    c = cand.get(tok)
+                    if c is None:
+                        c = cand[tok] = _TNode(tok, origin="corpus", cond=cond, freq=f)
+                    elif cond > c.cond:
+                        c.cond = cond
+            for c in sorted(cand.values(), key=lambda c: (-c.cond, c.token))[:width]:
+                c.score = node.score * c.cond
+                c.parent = node
+                if c.score >= self.min_score:
+                    if n_tail:
+                        c.tail = (node.tail + (c.token,))[-n_tail:]
+                    tick += 1
+                    heapq.heappush(heap, (-c.score, tick, c))
+
+        root.score = 1.0
+        push_children(root)
+        while heap and len(out) < self.max_nodes:
+            _, _, node = heapq.heappop(heap)
+            out.append(node)
+            if node.token not in self.stop_tokens:
+                push_children(node)
+        return out
+
+    def _budget(self, scores: list[float], calibration: float) -> int:
+        """N maximising (1 + Σ_{i≤N} min(1, a·s_i)) / (1 + c·N)."""
+        if not self.adaptive or self.cost_per_token == 0.0:
+            return len(scores)
+        best_n, best, gain = 0, 1.0, 1.0
+        for i, s in enumerate(scores, start=1):
+            gain += min(1.0, calibration * s)
+            val = gain / (1.0 + self.cost_per_token * i)
+            if val > best:
+                best_n, best = i, val
+        return best_n
+
+    def propose(self, context: Sequence[int], max_depth: int, sampling: SamplingConfig,
+                generator: torch.Generator | None = None) -> DraftTree:
+        """A draft tree after ``context`` (see the module docstring); the empty tree when nothing
+        matches (a plain target step). Deterministic given the context and past outcomes."""
+        t0 = time.perf_counter()
+        self._sync(context)
+        depth = self.depth_limit(max_depth)
+        root_tok = int(context[-1])
+        self._last_pred, self._last_corpus = 0.0, []
+        selected: list[_TNode] = []
+        root = None
+        if depth > 0 and int(context[-1]) not in self.stop_tokens:
+            root = self._context_trie(depth)
+            if self.corpus is not None:
+                root.tail = tuple(self.index.tokens[-self.corpus.n:])
+            selected = self._select(root)
+            selected = selected[:self._budget([c.score for c in selected], self.calibration)]
+            self._last_pred = sum(c.score for c in selected)  # uncalibrated: a = observed / this
+        tree = self._build(root_tok, root if selected else None, selected)
+        tree.draft_calls = 1
+        self.budgets.append(tree.size)
+        self.calls += 1
+        self.draft_time_s += time.perf_counter() - t0
+        return tree
+
+    def _build(self, root_tok: int, root: _TNode | None, selected: list[_TNode]) -> DraftTree:
+        tree = DraftTree.root(root_tok)
+        if root is None or not selected:
+            return tree
+        children: dict[int, list[_TNode]] = {}
+        for c in selected:
+            children.setdefault(id(c.parent), []).append(c)
+        if self._vocab is None:  # no q possible: the best chain only (one-hot q via q = None)
+            node, chain = root, []
+            while True:
+                kids = children.get(id(node), [])
+                if not kids:
+                    break
+                node = max(kids, key=lambda c: (c.score, -c.token))
+                chain.append(node.token)
+            return DraftTree.chain(root_tok, chain)
+        rows: list[tuple[int, list[float]]] = []
+        frontier = [(root, 0)]
+        tree.law = DraftLaw.GREEDY
+        while frontier:  # breadth-first: parents precede children, depth by depth
+            nxt = []
+            for node, tnode in frontier:
+                kids = sorted(children.get(id(node), []), key=lambda c: (-c.score, c.token))
+                if not kids:
+                    continue
+                ids = tree.add_children(tnode, [c.token for c in kids])
+                tree.q_row[tnode] = len(rows)
+                rows.append((tnode, [c.score for c in kids]))
+                nxt += list(zip(kids, ids))
+                self._last_corpus += [(cid, tnode, c.freq) for c, cid in zip(kids, ids) if c.origin == "corpus"]
+            frontier = nxt
+        tree.q = greedy_q(tree, rows, self._vocab)
+        return tree
+
+
+def strict_weights(scores: Sequence[float], ratio: float = 0.97) -> list[float]:
+    """Normalised weights ∝ ``scores`` (given in decreasing order), made strictly decreasing: each is
+    at most ``ratio`` times the previous one (a gap that survives bf16 rounding)."""
+    w = [max(float(s), 1e-12) for s in scores]
+    for j in range(1, len(w)):
+        w[j] = min(w[j], w[j - 1] * ratio)
+    z = sum(w)
+    return [x / z for x in w]
+
+
+def greedy_q(tree: DraftTree, rows: list[tuple[int, list[float]]], vocab_size: int) -> torch.Tensor:
+    """q ``[M, V]`` (float64, CPU, so that rows sum to 1 within every dtype's tolerance): row r over the children of its node, ∝ their scores and strictly
+    decreasing in draft order, so the children are a GREEDY-law draw from q (drafts 1..n−1 = top-(n−1)
+    of q; the last child is the only token left)."""
+    q = torch.zeros(len(rows), vocab_size, dtype=torch.float64)
+    for r, (node, scores) in enumerate(rows):
+        toks = torch.tensor(tree.drafts[node], dtype=torch.int64)
+        q[r].index_put_((toks,), torch.tensor(strict_weights(scores), dtype=torch.float64))
+    return q
