@@ -55,7 +55,7 @@ from .verifiers.base import available_verifiers, get_verifier
 from .verifiers.otm import MAX_OTM_SETS
 
 __all__ = ["GenerateReport", "GenerationInterrupted", "generate", "load_target", "load_drafter", "pydoc_ngram_table",
-           "pydoc_texts", "resolve_tree_spec", "build_verifier", "verifier_info"]
+           "pydoc_texts", "resolve_tree_spec", "build_verifier", "verifier_info", "decoding_plan"]
 
 #: The exactness contract, in one line (README, ``specot generate --help``, the report's "exactness").
 EXACTNESS = ("lossless in distribution given the target's logits; greedy = autoregressive in float32; "
@@ -423,29 +423,8 @@ def generate(
     target_src = _check_target_source(target)
     draft = _resolve_draft_name(draft, target)
     _check_draft_source(draft, ngram_n=ngram_n, ngram_corpus=ngram_corpus)
-    spec: TreeSpec | None = None
-    if isinstance(draft, str) and draft == "suffix" or isinstance(draft, SuffixDrafter):
-        # model-free draft TREES: deterministic distinct children = the GREEDY law (q over the children)
-        if tree is not None:
-            raise ValueError("the suffix drafter builds its own draft trees; use drafts=K (children per node) and "
-                             "draft_len=L, not tree=")
-        if verifier == "speculative" and not verifier_params:
-            ver = build_verifier("greedy")  # optimal for the GREEDY law: accepts with probability p(children)
-        width = drafts if drafts is not None else (draft.max_children if isinstance(draft, SuffixDrafter) else 4)
-        spec = TreeSpec.sequences(width, draft_len if draft_len is not None else gamma, DraftLaw.GREEDY)
-        spec.check_verifier(ver)
-    elif drafts is not None or tree is not None:
-        if isinstance(draft, str) and draft == "ngram" or isinstance(draft, Drafter) and not isinstance(draft, ModelDrafter) \
-                and not isinstance(draft, EagleDrafter):
-            raise ValueError("multi-draft tree decoding (drafts / tree) needs a draft MODEL (a directory, 'distilled' "
-                             "or a CausalLM), not an n-gram drafter")
-        spec = resolve_tree_spec(tree, drafts=drafts, draft_len=draft_len, verifier=ver, tree_law=tree_law,
-                                 default_len=gamma)
-        if verifier == "otm" and "law" not in (verifier_params or {}):
-            ver = get_verifier("otm", law=spec.law)  # the exact OT plan for the tree's own law
-        spec.check_verifier(ver)
-    else:
-        ver.check_construction(DraftLaw.IID, 1)
+    spec, ver = decoding_plan(draft, ver, verifier=verifier, verifier_params=verifier_params, gamma=gamma,
+                              drafts=drafts, draft_len=draft_len, tree=tree, tree_law=tree_law)
     vocab, context = _peek_vocab_and_context(target_src)
     if context and max_new_tokens >= context:
         raise ValueError(f"max_new_tokens {max_new_tokens} does not fit the target's context of {context} positions "
@@ -529,6 +508,51 @@ def generate(
         report.timing = {"tokens": base_cfg.max_new_tokens, "repeats": repeats, "load_average": load,
                          "cpu_count": cores, "busy": bool(load and cores and load[0] > cores)}
     return report
+
+
+def decoding_plan(draft: Any, ver: Any, *, verifier: str = "speculative", verifier_params: dict[str, Any] | None = None,
+                  gamma: int = 4, drafts: int | None = None, draft_len: int | None = None,
+                  tree: str | TreeSpec | None = None, tree_law: str | None = None) -> tuple[TreeSpec | None, Any]:
+    """The draft-tree shape and the verifier for a draft (a name or a drafter) and the tree options —
+    the one place where :func:`generate` and the benchmarks decide how a drafter decodes.
+
+    * ``"suffix"`` (or a :class:`SuffixDrafter`): model-free draft trees whose children are
+      deterministic distinct tokens, i.e. the GREEDY law with q on the children; ``greedy`` (which
+      then accepts with probability p(children), the optimum) replaces the default verifier.
+    * ``drafts`` / ``tree``: a draft tree from a draft model or an EAGLE head
+      (:func:`resolve_tree_spec`); ``otm`` gets the tree's own law.
+    * otherwise one draft chain of γ tokens (``spec`` is ``None``).
+
+    Returns:
+        ``(spec or None, verifier)``, the verifier checked valid for the construction.
+
+    Raises:
+        ValueError: a tree option the draft cannot take, or a verifier not valid for the construction.
+    """
+    spec: TreeSpec | None = None
+    if isinstance(draft, str) and draft == "suffix" or isinstance(draft, SuffixDrafter):
+        # model-free draft TREES: deterministic distinct children = the GREEDY law (q over the children)
+        if tree is not None:
+            raise ValueError("the suffix drafter builds its own draft trees; use drafts=K (children per node) and "
+                             "draft_len=L, not tree=")
+        if verifier == "speculative" and not verifier_params:
+            ver = build_verifier("greedy")  # optimal for the GREEDY law: accepts with probability p(children)
+        width = drafts if drafts is not None else (draft.max_children if isinstance(draft, SuffixDrafter) else 4)
+        spec = TreeSpec.sequences(width, draft_len if draft_len is not None else gamma, DraftLaw.GREEDY)
+        spec.check_verifier(ver)
+    elif drafts is not None or tree is not None:
+        if isinstance(draft, str) and draft == "ngram" or isinstance(draft, Drafter) and not isinstance(draft, ModelDrafter) \
+                and not isinstance(draft, EagleDrafter):
+            raise ValueError("multi-draft tree decoding (drafts / tree) needs a draft MODEL (a directory, 'distilled' "
+                             "or a CausalLM), not an n-gram drafter")
+        spec = resolve_tree_spec(tree, drafts=drafts, draft_len=draft_len, verifier=ver, tree_law=tree_law,
+                                 default_len=gamma)
+        if verifier == "otm" and "law" not in (verifier_params or {}):
+            ver = get_verifier("otm", law=spec.law)  # the exact OT plan for the tree's own law
+        spec.check_verifier(ver)
+    else:
+        ver.check_construction(DraftLaw.IID, 1)
+    return spec, ver
 
 
 def _check_target_source(target: Any) -> Any:

@@ -116,7 +116,8 @@ def _speedup(args: argparse.Namespace) -> int:
         target=args.target, draft=draft, prompts=load_prompts(args.prompts, 2 if quick else args.n_prompts),
         prompt_set=args.prompts, temperatures=temps, gammas=gammas, trees=trees, tree_verifiers=vers,
         peers=not args.no_peers, max_new_tokens=args.max_new_tokens or (12 if quick else 64), seed=args.seed,
-        dtype=args.dtype, cost_reps=2 if quick else 5, progress=not args.no_progress)
+        dtype=args.dtype, cost_reps=2 if quick else 5, progress=not args.no_progress,
+        extra_drafts=[d for d in args.extra_drafts.split(",") if d])
     res["command"] = _command(None)
     res["quick"] = quick
     return _finish(res, args, speedup_table(res))
@@ -175,6 +176,8 @@ def register(subparsers: Any) -> None:
     s.add_argument("--trees", default=None, help="multi-draft KxL grid, default 2x4,4x4 (quick: 2x3)")
     s.add_argument("--tree-verifiers", default=None, help="default kseq,rrs_wor,greedy (quick: kseq)")
     s.add_argument("--no-peers", action="store_true", help="skip the Hugging Face generate() peers")
+    s.add_argument("--extra-drafts", default="", help="more drafters, comma-separated, as specot generate names them: "
+                   "suffix, eagle:PATH (rows per --gammas; EAGLE also per --trees with greedy children)")
     s.set_defaults(func=_speedup)
 
     r = sub.add_parser("results", aliases=["readme"],

@@ -130,3 +130,22 @@ def monte_carlo_acceptance(verifier: Verifier, p: Tensor, q: Tensor, n: int, law
             drafts = sample_drafts(qe, n, law, generator)
             acc[b, s0 : s0 + m] = verifier.accept_probability(pe, qe, drafts).to(torch.float64)  # type: ignore[attr-defined]
     return Acceptance(value=acc.mean(-1), stderr=acc.std(-1) / math.sqrt(samples), exact=False, samples=samples)
+
+
+def exact_or_monte_carlo_acceptance(verifier: Verifier, p: Tensor, q: Tensor, n: int, law: DraftLaw,
+                                    kwargs: dict[str, object]) -> Acceptance:
+    """Acceptance ``[B]`` of ``verifier`` with ``n`` drafts under ``law``: exact by enumeration when
+    the draft law has at most :data:`EXACT_ENUMERATION_LIMIT` tuples (or ``method="exact"``), else a
+    Monte-Carlo estimate (``method="mc"``, ``samples`` draft samples, ``generator``).
+
+    Raises:
+        ValueError: an unknown ``method``.
+    """
+    method = kwargs.get("method", "auto")
+    if method not in ("auto", "exact", "mc"):
+        raise ValueError(f"method must be 'auto', 'exact' or 'mc', got {method!r}")
+    if method == "exact" or (method == "auto" and enumeration_size(q, n, law) <= EXACT_ENUMERATION_LIMIT):
+        val = enumerated_acceptance(verifier, p, q, n, law)
+        return Acceptance(value=val, stderr=torch.zeros_like(val), exact=True)
+    return monte_carlo_acceptance(verifier, p, q, n, law, kwargs.get("samples", 4096),  # type: ignore[arg-type]
+                                  kwargs.get("generator"))  # type: ignore[arg-type]

@@ -47,13 +47,10 @@ from torch import Tensor
 
 from ..sampling import draw_uniforms, sample_categorical
 from ._common import (
-    EXACT_ENUMERATION_LIMIT,
     check_draft_probs,
-    enumerated_acceptance,
-    enumeration_size,
+    exact_or_monte_carlo_acceptance,
     first_match,
     gather1,
-    monte_carlo_acceptance,
 )
 from .base import Acceptance, DraftLaw, Verifier, VerifyOutput, prepare_inputs, register_verifier
 
@@ -236,13 +233,5 @@ class ImportanceVerifier(Verifier):
         """
         self.check_construction(DraftLaw.IID, n)
         p, q, _ = prepare_inputs(p, q)
-        method = kwargs.get("method", "auto")
-        if method not in ("auto", "exact", "mc"):
-            raise ValueError(f"method must be 'auto', 'exact' or 'mc', got {method!r}")
-        if method == "exact" or (method == "auto" and enumeration_size(q, n, DraftLaw.IID) <= EXACT_ENUMERATION_LIMIT):
-            val = enumerated_acceptance(self, p, q, n, DraftLaw.IID)
-            return Acceptance(value=val, stderr=torch.zeros_like(val), exact=True)
-        samples = kwargs.get("samples", 4096)
-        gen = kwargs.get("generator")
-        return monte_carlo_acceptance(self, p, q, n, DraftLaw.IID, samples, gen)  # type: ignore[arg-type]
+        return exact_or_monte_carlo_acceptance(self, p, q, n, DraftLaw.IID, kwargs)
 

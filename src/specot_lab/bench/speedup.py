@@ -69,7 +69,7 @@ from specot.sampling import SamplingConfig
 from specot.verifiers import get_verifier
 from specot.theory import block_efficiency, expected_tokens
 from tqdm import tqdm
-from specot.api import load_drafter, load_target
+from specot.api import decoding_plan, load_drafter, load_target
 from ..corpus import describe_prompt_set
 
 __all__ = ["run_speedup_bench", "measure_cost_curve", "hf_generate", "Method"]
@@ -170,7 +170,8 @@ def hf_generate(model: Any, ids: Sequence[int], temperature: float, max_new_toke
 
 
 def _build_methods(tgt: Any, ngram: Any, draft: BenchDraft | None, gammas: Sequence[int], trees: Sequence[tuple[int, int]],
-                   tree_verifiers: Sequence[str], peers: bool, max_new_tokens: int) -> list[Method]:
+                   tree_verifiers: Sequence[str], peers: bool, max_new_tokens: int,
+                   extra_drafts: Sequence[str] = ()) -> list[Method]:
 
     eos = tgt.eos_token_ids
 
@@ -192,6 +193,25 @@ def _build_methods(tgt: Any, ngram: Any, draft: BenchDraft | None, gammas: Seque
             ms.append(Method(f"hf-prompt-lookup L={L}", "hf-prompt-lookup",
                              lambda ids, t, s, L=L: hf_generate(tgt.model, ids, t, max_new_tokens, s, eos=eos, prompt_lookup=L),
                              1, L))
+    for name in extra_drafts:  # drafters named as specot.api names them: suffix, eagle:PATH
+        ed = load_drafter(name, tgt)
+        label = "eagle" if name.startswith("eagle:") else name
+        for L in gammas:
+            spec, ver = decoding_plan(ed, get_verifier("speculative"), gamma=L)
+            if spec is None:  # a chain
+                ms.append(Method(f"{label} L={L}", label,
+                                 lambda ids, t, s, L=L, ed=ed: wrap(speculative_generate(tgt, ed, ids, cfg(t, s, L))),
+                                 1, L, "speculative"))
+            else:
+                ms.append(Method(f"{label} tree L={L}", label,
+                                 lambda ids, t, s, L=L, ed=ed, spec=spec, v=ver: wrap(
+                                     tree_generate(tgt, ed, ids, spec, cfg(t, s, L), verifier=v)), spec.max_drafts_per_node(), L, ver.name))
+        if name.startswith("eagle:"):
+            for K, L in trees:
+                spec, ver = decoding_plan(ed, get_verifier("greedy"), verifier="greedy", drafts=K, draft_len=L, tree="greedy")
+                ms.append(Method(f"eagle tree K={K} L={L} greedy", "eagle",
+                                 lambda ids, t, s, L=L, ed=ed, spec=spec, v=ver: wrap(
+                                     tree_generate(tgt, ed, ids, spec, cfg(t, s, L), verifier=v)), K, L, "greedy"))
     if draft is not None and draft.available:
         dm = draft.obj
         md = ModelDrafter(dm)
@@ -260,7 +280,7 @@ def run_speedup_bench(*, target: Any = None, draft: str | BenchDraft | None = "d
                       gammas: Sequence[int] = (2, 4), trees: Sequence[tuple[int, int]] = ((2, 4), (4, 4)),
                       tree_verifiers: Sequence[str] = ("kseq", "rrs_wor", "greedy"), peers: bool = True,
                       max_new_tokens: int = 64, seed: int = 0, dtype: str = "float32", cost_reps: int = 5,
-                      progress: bool = True, log: Any = sys.stderr) -> dict[str, Any]:
+                      progress: bool = True, log: Any = sys.stderr, extra_drafts: Sequence[str] = ()) -> dict[str, Any]:
     """Run the speedup benchmark (module docstring); returns the JSON-ready dict."""
 
 
@@ -275,7 +295,7 @@ def run_speedup_bench(*, target: Any = None, draft: str | BenchDraft | None = "d
     ngram = load_drafter("ngram", tgt, ngram_corpus="pydoc") if tgt.tokenizer is not None else load_drafter("ngram", tgt, ngram_corpus=None)
     encoded = [tgt.encode_prompt(p) if isinstance(p, str) and tgt.tokenizer is not None else list(p) for p in prompts]
     peers = bool(peers and hasattr(tgt.model, "generate"))
-    methods = _build_methods(tgt, ngram, bd, gammas, trees, tree_verifiers, peers, max_new_tokens)
+    methods = _build_methods(tgt, ngram, bd, gammas, trees, tree_verifiers, peers, max_new_tokens, extra_drafts)
 
     # cost curve (target passes of T tokens, draft passes of width w) after the first prompt
     dm = bd.obj if bd is not None and bd.available else None
