@@ -1,4 +1,4 @@
-"""Theory toolkit: optimal acceptance α*, SpecTr bounds and the speedup model (issue 4).
+"""Theory toolkit: optimal acceptance α*, SpecTr bounds and the speedup model.
 
 * :func:`optimal_acceptance` — α* = 1 + min_H [p(H) − Q(H)] (Hu et al. 2025) for the ``iid``,
   ``wor`` (successive sampling, exact), ``cps`` (conditional Poisson), ``greedy``, ``spechub`` and

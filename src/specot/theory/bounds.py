@@ -1,6 +1,6 @@
 """SpecTr's bounds and closed forms for the optimal i.i.d. multi-draft acceptance α_n (OTM-n).
 
-Source: Sun et al. 2023 (SpecTr), Lemma 1, Lemma 3 and Appendix B (DIGEST §2). SpecTr writes p for
+Source: Sun et al. 2023 (SpecTr), Lemma 1, Lemma 3 and Appendix B. SpecTr writes p for
 the *draft* and q for the *target*; here, as everywhere in specot, **p is the target and q the
 draft**. α_n(p, q) is the optimum of the OTM-n transport problem for n i.i.d. drafts from q, equal
 to :func:`specot.theory.optimal_acceptance` with ``law="iid"``.

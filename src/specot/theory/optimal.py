@@ -1,4 +1,4 @@
-"""Optimal multi-draft acceptance α* by subset selection (Hu et al. 2025; DIGEST §3).
+"""Optimal multi-draft acceptance α* by subset selection (Hu et al. 2025).
 
 For any joint law of the ``n`` drafts, LP duality and total unimodularity give
 

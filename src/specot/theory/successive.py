@@ -2,7 +2,7 @@
 
 Successive sampling draws ``n`` distinct tokens from ``q [V]``: draft j is drawn from q
 renormalised after removing drafts ``1..j−1``. This is the law of Gumbel top-k drafting and of
-sequential sampling (Hu et al. 2025 §3 *define* it; DIGEST §3). We need
+sequential sampling (Hu et al. 2025 §3 *define* it). We need
 
     Q(H) = P(all n drafts lie in H),   H ⊆ V,
 
@@ -11,7 +11,7 @@ for the subset-selection formula ``α* = 1 + min_H [p(H) − Q(H)]``.
 **Not** ``e_n(q_H)/e_n(q_V)``: that ratio (Hu et al.'s formula) is the law of *conditional Poisson
 sampling* (:mod:`specot.theory.optimal`, law ``"cps"``), a different law.
 
-Exponential race (DIGEST §3)
+Exponential race
 ----------------------------
 Token i arrives at ``T_i ~ Exp(q_i)``, independently; the first n arrivals, in order, are a
 successive sample. With ``a = q(V∖H)``, ``c = q(H)`` and ``N_H(t)`` the number of arrivals of H by

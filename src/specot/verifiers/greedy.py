@@ -1,4 +1,4 @@
-"""Greedy multi-draft verification (Hu et al. 2025, §5 and App. D; Theorem 7). DIGEST §3.
+"""Greedy multi-draft verification (Hu et al. 2025, §5 and App. D; Theorem 7).
 
 Draft law :data:`DraftLaw.GREEDY`: drafts ``x_1..x_{n−1}`` are the top-(n−1) tokens ``T`` of q
 (deterministic), draft ``x_n`` is drawn from ``q¬T = norm(q·1{x ∉ T})``. Verification is

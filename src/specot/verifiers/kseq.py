@@ -1,4 +1,4 @@
-"""k-Seq: SpecTr's multi-draft verifier for i.i.d. drafts (Sun et al. 2023, Algorithm 2). DIGEST §2.
+"""k-Seq: SpecTr's multi-draft verifier for i.i.d. drafts (Sun et al. 2023, Algorithm 2).
 
 (SpecTr writes p for the draft and q for the target; here p is the target, q the draft.)
 

@@ -1,4 +1,4 @@
-"""Mentored decoding: KL-bounded lossy single-draft verification (Tran-Thien 2023). DIGEST §4.
+"""Mentored decoding: KL-bounded lossy single-draft verification (Tran-Thien 2023).
 
 (The paper writes p for the draft and q for the target; here p is the target, q the draft.)
 

@@ -1,6 +1,6 @@
 """Optimal transport multi-draft verification (OTM), solved exactly as a linear program.
 
-Source: Sun et al. 2023 (SpecTr) §3, the OTM-n problem; Hu et al. 2025 §3 (LP duality). DIGEST §2.
+Source: Sun et al. 2023 (SpecTr) §3, the OTM-n problem; Hu et al. 2025 §3 (LP duality).
 
 A valid selection rule is a coupling of the draft law and the target p whose cost is
 ``1{Y ∉ S(X)}``, S(X) the set of distinct drafts. The cost depends on X only through S(X), so the

@@ -1,6 +1,6 @@
 """Recursive rejection sampling with replacement (SpecInfer's multi-round verification).
 
-Source: Hu et al. 2025, App. A (π^{RRS,w}); Yang et al. 2024 / Jeon et al. 2024 (SpecInfer). DIGEST §3.
+Source: Hu et al. 2025, App. A (π^{RRS,w}); Yang et al. 2024 / Jeon et al. 2024 (SpecInfer).
 
 Drafts ``x_1..x_n`` i.i.d. from q. Round j accepts ``x_j`` with probability
 ``a_j = min(1, p_j(x_j)/q(x_j))`` where ``p_1 = p`` and ``p_{j+1} = norm((p_j − q)_+)``; if every

@@ -1,6 +1,6 @@
 """Recursive rejection sampling without replacement.
 
-Source: Hu et al. 2025, App. A (π^{RRS,wo}); Jeon et al. 2024. DIGEST §3.
+Source: Hu et al. 2025, App. A (π^{RRS,wo}); Jeon et al. 2024.
 
 Drafts by successive sampling without replacement from q (:data:`DraftLaw.WOR`). Round j uses
 ``q_j`` = q with drafts ``x_1..x_{j−1}`` removed and renormalised (the law of ``x_j`` given the

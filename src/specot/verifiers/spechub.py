@@ -1,4 +1,4 @@
-"""Verification for SpecHub's n = 2 draft construction. DIGEST §3; Hu et al. 2025 §5.3.
+"""Verification for SpecHub's n = 2 draft construction. Hu et al. 2025 §5.3.
 
 Draft law :data:`DraftLaw.SPECHUB`: ``x_1 ~ q``; ``x_2 = t`` (the top-1 token of q, first maximal
 id) when ``x_1 ≠ t``, otherwise ``x_2 ~ q¬t`` (without replacement). The draft SET is always

@@ -1,6 +1,6 @@
 """Single-draft speculative sampling and its lenient variant.
 
-Source: Leviathan et al. 2023, Algorithm 1 and App. A.5 (lenience); Chen et al. 2023. DIGEST §1.
+Source: Leviathan et al. 2023, Algorithm 1 and App. A.5 (lenience); Chen et al. 2023.
 
 One draft ``x ~ q``. Accept with probability ``min(1, p(x) / (l·q(x)))``; on rejection emit
 ``y ~ norm((p − l·q)_+)`` (the residual distribution). With ``l = 1`` this is the maximal coupling

@@ -5,7 +5,7 @@ Protocol (per temperature T):
 1. For each prompt, the target samples a continuation at temperature T (plain autoregressive
    decoding, seeded). The target and every draft are then run over prompt + continuation (teacher
    forcing), giving at each continuation position the target's next-token distribution ``p`` and
-   the draft's ``q``, both standardized at T (the same transform, DIGEST §1). These (p, q) pairs are
+   the draft's ``q``, both standardized at T (the same transform). These (p, q) pairs are
    the positions the draft would face when the target generates.
 2. For every number of drafts n, draft law (``iid``, ``wor``, ``greedy``; n = 1 is one draw, law
    ``single``) and lossless verifier valid for that law (``speculative`` at n = 1; ``kseq``,

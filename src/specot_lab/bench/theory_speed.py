@@ -1,4 +1,4 @@
-"""Speed of :func:`specot.theory.optimal_acceptance` at a real vocabulary size (issue 4).
+"""Speed of :func:`specot.theory.optimal_acceptance` at a real vocabulary size.
 
 ``python -m specot_lab.bench.theory_speed [--quick] [--out FILE.json]``
 
