@@ -28,13 +28,17 @@ and always a connected tree). The tree keeps at most ``max_nodes`` nodes with sc
 **Adaptive budget.** With calibrated scores ŝ_i = min(1, a·s_i) (s in best-first order) the
 expected number of accepted drafts of the first N nodes is Σ_{i≤N} ŝ_i (a node is accepted iff its
 whole path is; the expected accepted length is the sum over nodes of that probability). The cost of
-a pass with N draft tokens is modelled as ``t(N)/t(0) = 1 + c·N``; the drafter keeps the N ≤
-``max_nodes`` maximising ``(1 + Σ_{i≤N} ŝ_i) / (1 + c·N)`` (tokens per unit of target time). The
+a pass with N ≥ 1 draft tokens is modelled as ``t(N)/t(0) = 1 + f + c·N`` — f the fixed cost of
+verifying any draft at all (the tree walk, the residual and bonus draws), c the cost per scored
+token — and the drafter keeps the N ≤ ``max_nodes`` maximising ``(1 + Σ_{i≤N} ŝ_i) / (1 + f + c·N)``
+(tokens per unit of target time), or N = 0 (no draft: a plain target step) when no N beats 1. The
 calibration ``a = (accepted + 2) / (predicted + 2)`` (exponentially decayed sums over past
 iterations) grows when drafts are accepted more often than predicted — the budget grows — and
-shrinks when less — the budget shrinks (at T = 1 most trees become small). ``c`` defaults to 0.01
-(``docs/bench/tree_cost.json``, SmolLM2-135M float32 on 2 CPU threads: a pass of 2..17 tokens costs
-about the same, 65 tokens about 2× a 2-token pass); ``adaptive=False`` (or c = 0) keeps every node
+shrinks when less — the budget shrinks, down to no draft (at T = 1 on prose most steps draft
+little). Defaults f = 0.05 and c = 0.03: SmolLM2-135M in bf16 on a 2-core CPU with native bf16,
+``specot bench speedup`` cost curve t(5)/t(1) = 1.12, t(7)/t(1) = 1.25, and the time outside the
+forward passes of a drafted step about 4 points above an autoregressive step's
+(``docs/bench/speedup_code``); ``adaptive=False`` (or f = c = 0) keeps every node
 scored ≥ ``min_score`` up to ``max_nodes`` — the largest block efficiency, at a larger pass.
 
 **Corpus** (optional :class:`NGramCounts` — the top continuations of every corpus m-gram, m ≤ 3,
@@ -240,8 +244,9 @@ class SuffixDrafter(Drafter):
             (default 1: frequency only).
         kappa: count discount κ of the conditional frequencies (default 0.5).
         min_score: nodes scored below this are never drafted (default 0.01).
-        cost_per_token: c of the cost model ``t(N)/t(0) = 1 + c·N`` (default 0.01); ``0`` keeps
-            every node up to ``max_nodes`` (fixed budget).
+        cost_per_token: c of the cost model ``t(N)/t(0) = 1 + f + c·N`` (default 0.03).
+        cost_fixed: f of that model, the cost of verifying any draft at all (default 0.05);
+            ``cost_per_token = cost_fixed = 0`` keeps every node up to ``max_nodes``.
         adaptive: adapt the budget through the calibrated cost model (default True); ``False``
             keeps every node scored ≥ ``min_score`` up to ``max_nodes``.
         corpus: optional corpus — :class:`NGramCounts` (several continuations with frequencies)
@@ -258,7 +263,7 @@ class SuffixDrafter(Drafter):
     def __init__(self, vocab_size: int | None = None, *, max_n: int = 8, min_n: int = 1, max_nodes: int = 24,
                  max_children: int = 4, max_occurrences: int = 32, match_weight: float = 2.0, recency: float = 1.0,
                  kappa: float = 0.5,
-                 min_score: float = 0.01, cost_per_token: float = 0.01, adaptive: bool = True,
+                 min_score: float = 0.01, cost_per_token: float = 0.03, cost_fixed: float = 0.05, adaptive: bool = True,
                  corpus: "NGramCounts | NGramTable | None" = None, corpus_min_n: int = 1) -> None:
         super().__init__()
         for what, v, lo in (("max_n", max_n, 1), ("min_n", min_n, 1), ("max_nodes", max_nodes, 1),
@@ -272,13 +277,16 @@ class SuffixDrafter(Drafter):
             raise ValueError(f"vocab_size must be a positive integer or None, got {vocab_size!r}")
         if not 0.0 < recency <= 1.0:
             raise ValueError(f"recency must be in (0, 1], got {recency!r}")
-        if not match_weight >= 1.0 or not kappa >= 0.0 or not 0.0 <= min_score < 1.0 or not cost_per_token >= 0.0:
-            raise ValueError("need match_weight >= 1, kappa >= 0, 0 <= min_score < 1 and cost_per_token >= 0")
+        if not match_weight >= 1.0 or not kappa >= 0.0 or not 0.0 <= min_score < 1.0 or not cost_per_token >= 0.0 \
+                or not cost_fixed >= 0.0:
+            raise ValueError("need match_weight >= 1, kappa >= 0, 0 <= min_score < 1, cost_per_token >= 0 and "
+                             "cost_fixed >= 0")
         self._vocab = vocab_size
         self.max_n, self.min_n, self.max_nodes, self.max_children = max_n, min_n, max_nodes, max_children
         self.max_occurrences, self.match_weight, self.kappa = max_occurrences, float(match_weight), float(kappa)
         self.recency = float(recency)
         self.min_score, self.cost_per_token, self.adaptive = float(min_score), float(cost_per_token), adaptive
+        self.cost_fixed = float(cost_fixed)
         self.corpus, self.corpus_min_n = corpus, corpus_min_n
         self.index = SuffixIndex(max_n)
         self.reset()
@@ -437,13 +445,14 @@ class SuffixDrafter(Drafter):
         return out
 
     def _budget(self, scores: list[float], calibration: float) -> int:
-        """N maximising (1 + Σ_{i≤N} min(1, a·s_i)) / (1 + c·N)."""
-        if not self.adaptive or self.cost_per_token == 0.0:
+        """N maximising (1 + Σ_{i≤N} min(1, a·s_i)) / (1 + f + c·N) for N ≥ 1, against 1 for N = 0
+        (no draft: a plain target step) — f is the fixed cost of verifying any draft at all."""
+        if not self.adaptive or (self.cost_per_token == 0.0 and self.cost_fixed == 0.0):
             return len(scores)
         best_n, best, gain = 0, 1.0, 1.0
         for i, s in enumerate(scores, start=1):
             gain += min(1.0, calibration * s)
-            val = gain / (1.0 + self.cost_per_token * i)
+            val = gain / (1.0 + self.cost_fixed + self.cost_per_token * i)
             if val > best:
                 best_n, best = i, val
         return best_n
