@@ -259,8 +259,7 @@ def load_drafter(spec: str | Drafter | CausalLM, target: CausalLM, *, dtype: str
     """
     if isinstance(spec, Drafter):
         return spec
-    if isinstance(spec, str) and spec == "auto":
-        spec = EMBEDDED_DRAFT if is_embedded_target(target) and (embedded_draft_dir() / "config.json").exists() else "ngram"
+    spec = _resolve_draft_name(spec, target)  # "auto": one rule, shared with generate()
     if isinstance(spec, str) and spec == "ngram":
         table = None
         if ngram_corpus and target.tokenizer is not None:

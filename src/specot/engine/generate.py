@@ -137,8 +137,6 @@ def tree_generate(
     """
     cfg = config or GenerationConfig()
     if isinstance(draft, CausalLM):
-        if draft is target:
-            raise ValueError("the draft wrapper must not be the target's own CausalLM (they would share a KV cache)")
         check_vocab_compatible(target, draft)
         drafter: Drafter = ModelDrafter(draft)
     elif isinstance(draft, Drafter):

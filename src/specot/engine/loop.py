@@ -48,7 +48,7 @@ from torch import Tensor
 from ..drafting.base import DraftOutcome, DraftSchedule, DraftTree, Drafter
 from ..drafting.tree import TreeSpec
 from ..models.hf import CausalLM
-from .._validation import check_prob_values, trusted_inputs
+from .._validation import check_generator, check_prob_values, trusted_inputs
 from ..sampling import sample_categorical, standardize
 from ..verifiers.base import AnyVerifier, SequenceVerifier
 from .types import GenerationConfig, GenerationResult, GenerationStats
@@ -182,21 +182,20 @@ def _verify(tree: DraftTree, p: Tensor, verifier: AnyVerifier, generator: torch.
     # a tree: every expanded node verified in one call per number of drafts, bonus tokens at leaves
     expanded = sorted(tree.drafts)
     leaves = [n for n in range(len(tree.tokens)) if n not in tree.drafts]
-    order: list[int] = []
+    groups: dict[int, list[int]] = {}  # number of drafts → expanded nodes with that many, in node order
+    for n in expanded:
+        groups.setdefault(len(tree.drafts[n]), []).append(n)
     parts: list[Tensor] = []
-    for n_drafts in dict.fromkeys(len(tree.drafts[n]) for n in expanded):
-        nodes = [n for n in expanded if len(tree.drafts[n]) == n_drafts]
+    for nodes in groups.values():
         drafts = torch.tensor([tree.drafts[n] for n in nodes], dtype=torch.int64).to(dev, non_blocking=True)
         res = verifier.verify(p[nodes], _draft_q(tree, nodes, p), drafts, generator)  # drafts [G, n]
-        order += nodes
         parts += [res.tokens, res.accepted_index]
     bonus = sample_categorical(p[leaves], generator)  # [L]
     flat = torch.cat(parts + [bonus]).tolist()  # the one host read
     out_tok: dict[int, int] = {}
     out_ok: dict[int, bool] = {}
     pos = 0
-    for n_drafts in dict.fromkeys(len(tree.drafts[n]) for n in expanded):
-        nodes = [n for n in expanded if len(tree.drafts[n]) == n_drafts]
+    for nodes in groups.values():
         g = len(nodes)
         for j, node in enumerate(nodes):
             out_tok[node] = flat[pos + j]
@@ -292,8 +291,7 @@ def decode(
     check_prompt_fits(target, prompt_ids, cfg.max_new_tokens)
     dev = target.device
     gen = generator if generator is not None else make_generator(cfg.seed, dev)
-    if not isinstance(gen, torch.Generator):
-        raise TypeError(f"generator must be a torch.Generator (or None to use the seed), got {type(gen).__name__}")
+    check_generator(gen)
     if gen.device.type != dev.type:
         raise ValueError(f"the generator is on {gen.device} but the target model is on {dev}; build it with "
                          f"specot.make_generator(seed, device={str(dev)!r}) or pass seed= instead")

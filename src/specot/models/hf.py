@@ -281,6 +281,21 @@ class CausalLM:
                 crop_cache(self._cache, cached)
         return self.model(input_ids=ids, **kwargs)
 
+    def _reuse_prefix(self, context: Sequence[int]) -> int:
+        """Roll the cache back to the longest common prefix of the cached ids and ``context[:-1]``
+        (never into a tree region: tree nodes are not a sequence, so the region is dropped) and
+        return its length, also kept as :attr:`last_start`."""
+        limit = min(len(self._cached_ids), len(context) - 1)
+        if self._tree_base is not None:
+            limit = min(limit, self._tree_base)
+        cached = self._cached_ids
+        common = 0
+        while common < limit and cached[common] == context[common]:
+            common += 1
+        self.rollback(common)  # common <= the tree base: the tree region is cleared too
+        self.last_start = common
+        return common
+
     def logits_after(self, context: Sequence[int], extra: Sequence[int] = (), *,
                      hidden_layers: Sequence[int] | None = None) -> Tensor:
         """Logits for the next token after ``context``, and after each prefix of ``extra``.
@@ -302,15 +317,7 @@ class CausalLM:
         total = len(context) + len(extra)
         if total > self.max_context:
             raise ValueError(f"{self.name}: {total} positions exceed the model's context of {self.max_context}")
-        common = 0
-        limit = min(len(self._cached_ids), len(context) - 1)
-        if self._tree_base is not None:  # tree nodes are not a sequence: never reuse them as a prefix
-            limit = min(limit, self._tree_base)
-        cached = self._cached_ids
-        while common < limit and cached[common] == context[common]:
-            common += 1
-        self.rollback(common)
-        self.last_start = common
+        common = self._reuse_prefix(context)
         new = list(context[common:]) + list(extra)
         return self.forward(new, last=1 + len(extra), hidden_layers=hidden_layers)  # [1 + len(extra), V]
 
@@ -406,16 +413,7 @@ class CausalLM:
             raise ValueError("context must hold at least one token")
         if len(tokens) != len(parents):
             raise ValueError("tokens and parents must have the same length")
-        common = 0
-        limit = min(len(self._cached_ids), len(context) - 1)
-        if self._tree_base is not None:
-            limit = min(limit, self._tree_base)
-        cached = self._cached_ids
-        while common < limit and cached[common] == context[common]:
-            common += 1
-        self.rollback(common)
-        if self._tree_base is not None:  # rollback kept part of a tree region: drop it too
-            self.rollback(self._tree_base)
+        common = self._reuse_prefix(context)
         new_ctx = [int(t) for t in context[common:]]
         n0 = len(new_ctx)
         L = len(context)
@@ -425,7 +423,6 @@ class CausalLM:
             if not -1 <= par < i:
                 raise ValueError(f"parent {par} of tree node {i} must be -1 (root) or an earlier node index")
             abs_par.append(L - 1 if par < 0 else L + par)
-        self.last_start = common
         logits = self.forward_tree(new_ctx + [int(t) for t in tokens], abs_par, hidden_layers=hidden_layers)
         return logits[n0 - 1:]
 
