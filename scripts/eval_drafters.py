@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         drafter = load_drafter(dname, tgt)
         if tree:
             K, L = (int(x) for x in tree.lower().split("x"))
-            spec, ver = decoding_plan(drafter, get_verifier("greedy"), verifier="greedy", drafts=K, draft_len=L,
+            spec, ver = decoding_plan(drafter, get_verifier("greedy"), verifier="greedy", drafts=K, gamma=L,
                                       tree="greedy")
         else:
             spec, ver = decoding_plan(drafter, get_verifier("speculative"), gamma=args.gamma)

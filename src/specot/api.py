@@ -286,15 +286,16 @@ def load_drafter(spec: str | Drafter | CausalLM, target: CausalLM, *, dtype: str
     return ModelDrafter(draft)
 
 
-def resolve_tree_spec(tree: str | TreeSpec | None, *, drafts: int | None, draft_len: int | None,
+def resolve_tree_spec(tree: str | TreeSpec | None, *, drafts: int | None, gamma: int | None,
                       verifier: Any, tree_law: str | None = None, default_len: int = 4) -> TreeSpec:
     """The :class:`TreeSpec` for the tree options of :func:`generate` / ``specot generate``.
 
     ``tree`` is a :class:`TreeSpec` or a CLI form (see :func:`specot.drafting.tree.parse_tree_spec`);
-    ``None`` means K = ``drafts`` sequences of length ``draft_len``. Where the form does not name
+    ``None`` means K = ``drafts`` sequences of draft length γ = ``gamma``. Where the form does not name
     the law (``None``, ``topology:FILE`` without one, ``eagle``), it is ``tree_law`` or else the
     verifier's own (:func:`default_law_for`: kseq/rrs → iid, rrs_wor → wor, greedy → greedy, ...).
-    Forms without expansion factors take L = ``draft_len``, else ``default_len``.
+    Forms without expansion factors take γ = ``gamma``, else ``default_len``; forms with factors
+    take γ from them (a ``gamma`` that differs is refused).
     """
     if isinstance(tree, TreeSpec):
         return tree
@@ -302,9 +303,9 @@ def resolve_tree_spec(tree: str | TreeSpec | None, *, drafts: int | None, draft_
     names_law = kind not in ("", "topology", "eagle")
     law = tree_law if (tree_law or names_law) else default_law_for(verifier).value
     has_factors = ":" in (tree or "") and kind != "topology"
-    if draft_len is None and not has_factors:
-        draft_len = default_len
-    return parse_tree_spec(tree, drafts=drafts, draft_len=draft_len, law=law)
+    if gamma is None and not has_factors:
+        gamma = default_len
+    return parse_tree_spec(tree, drafts=drafts, gamma=gamma, law=law)
 
 
 def generate(
@@ -312,7 +313,7 @@ def generate(
     *,
     target: str | CausalLM | None = None,
     draft: str | Drafter | CausalLM = "auto",
-    gamma: int = 4,
+    gamma: int | None = None,
     gamma_schedule: str = "constant",
     temperature: float = 1.0,
     top_k: int | None = None,
@@ -327,7 +328,6 @@ def generate(
     device: str = "cpu",
     on_text: Callable[[str], None] | None = None,
     drafts: int | None = None,
-    draft_len: int | None = None,
     tree: str | TreeSpec | None = None,
     tree_law: str | None = None,
     ngram_n: int = 3,
@@ -343,10 +343,11 @@ def generate(
         target: ``None``/``"smollm2"`` (embedded default), a path, a hub id or a :class:`CausalLM`.
         draft: ``"auto"`` (default: the distilled draft for the embedded target, else ``"ngram"``),
             ``"distilled"``, ``"ngram"``, ``"suffix"`` (model-free draft trees, decoded by
-            :func:`tree_generate` under the GREEDY law with the ``greedy`` verifier, depth ``gamma``
-            or ``draft_len``, ``drafts`` children per node at most, default 4), a path / hub id of a
+            :func:`tree_generate` under the GREEDY law with the ``greedy`` verifier, depth ``gamma``,
+            ``drafts`` children per node at most, default 4), a path / hub id of a
             draft model, a :class:`CausalLM` or a :class:`Drafter`.
-        gamma: draft length γ >= 1.
+        gamma: draft length γ >= 1 (default 4): the chain length, or the depth of a draft tree; a
+            tree given by expansion factors (``prefix:2,2,1``) takes γ from them.
         gamma_schedule: ``"constant"`` or ``"heuristic"`` (adaptive γ; see :class:`GenerationConfig`).
         temperature, top_k, top_p: the standardized-sampling transform (temperature 0 = greedy).
         max_new_tokens: exact cap on new tokens.
@@ -363,8 +364,8 @@ def generate(
             ratio and ``report.speedups`` holds each.
         generator: a ``torch.Generator`` behind every random decision (overrides ``seed``).
         on_text: called with each newly decoded piece of text, for streaming.
-        drafts, draft_len, tree, tree_law: multi-draft tree decoding (``specot generate --drafts K
-            --draft-len L --tree ...``): K drafts, draft length L (default ``gamma``), the
+        drafts, tree, tree_law: multi-draft tree decoding (``specot generate --drafts K --gamma L
+            --tree ...``): K drafts of draft length ``gamma``, the
             construction (``iid | wor | greedy | spechub | prefix:k1,..,kL | topology:FILE | eagle``
             or a :class:`TreeSpec`; default K sequences under the verifier's law) and the law of a
             topology. The draft must be a model. When ``drafts`` and ``tree`` are both ``None`` the
@@ -399,7 +400,8 @@ def generate(
     if isinstance(seed, bool) or not (seed is None or isinstance(seed, int)):
         raise TypeError(f"seed must be an int or None, got {type(seed).__name__}; pass a torch.Generator to "
                         "specot.speculative_generate(generator=...) instead")
-    cfg = GenerationConfig(max_new_tokens=max_new_tokens, gamma=gamma, seed=seed, gamma_schedule=gamma_schedule,
+    cfg = GenerationConfig(max_new_tokens=max_new_tokens, gamma=4 if gamma is None else gamma, seed=seed,
+                           gamma_schedule=gamma_schedule,
                            sampling=SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p))
     if not isinstance(prompt, str):
         try:
@@ -423,7 +425,7 @@ def generate(
     draft = _resolve_draft_name(draft, target)
     _check_draft_source(draft, ngram_n=ngram_n, ngram_corpus=ngram_corpus)
     spec, ver = decoding_plan(draft, ver, verifier=verifier, verifier_params=verifier_params, gamma=gamma,
-                              drafts=drafts, draft_len=draft_len, tree=tree, tree_law=tree_law)
+                              drafts=drafts, tree=tree, tree_law=tree_law)
     vocab, context = _peek_vocab_and_context(target_src)
     if context and max_new_tokens >= context:
         raise ValueError(f"max_new_tokens {max_new_tokens} does not fit the target's context of {context} positions "
@@ -441,7 +443,7 @@ def generate(
         raise ValueError("the prompt is empty after tokenization: pass some text (or use the chat template)")
     if cuda_graphs if cuda_graphs is not None else tgt.device.type == "cuda":
         # room for the prompt, the output and one draft tree (a chain may grow to 2γ)
-        span = len(ids) + max_new_tokens + (spec.num_slots if spec is not None else 2 * gamma) + 8
+        span = len(ids) + max_new_tokens + (spec.num_slots if spec is not None else 2 * cfg.gamma) + 8
         models = [tgt, drafter.model] if isinstance(drafter, ModelDrafter) else [tgt]
         for m in models:
             if m.static_cache_len is None or m.static_cache_len < min(span, m.max_context):
@@ -510,7 +512,7 @@ def generate(
 
 
 def decoding_plan(draft: Any, ver: Any, *, verifier: str = "speculative", verifier_params: dict[str, Any] | None = None,
-                  gamma: int = 4, drafts: int | None = None, draft_len: int | None = None,
+                  gamma: int | None = None, drafts: int | None = None,
                   tree: str | TreeSpec | None = None, tree_law: str | None = None) -> tuple[TreeSpec | None, Any]:
     """The draft-tree shape and the verifier for a draft (a name or a drafter) and the tree options —
     the one place where :func:`generate` and the benchmarks decide how a drafter decodes.
@@ -533,19 +535,18 @@ def decoding_plan(draft: Any, ver: Any, *, verifier: str = "speculative", verifi
         # model-free draft TREES: deterministic distinct children = the GREEDY law (q over the children)
         if tree is not None:
             raise ValueError("the suffix drafter builds its own draft trees; use drafts=K (children per node) and "
-                             "draft_len=L, not tree=")
+                             "gamma (depth), not tree=")
         if verifier == "speculative" and not verifier_params:
             ver = build_verifier("greedy")  # optimal for the GREEDY law: accepts with probability p(children)
         width = drafts if drafts is not None else (draft.max_children if isinstance(draft, SuffixDrafter) else 4)
-        spec = TreeSpec.sequences(width, draft_len if draft_len is not None else gamma, DraftLaw.GREEDY)
+        spec = TreeSpec.sequences(width, 4 if gamma is None else gamma, DraftLaw.GREEDY)
         spec.check_verifier(ver)
     elif drafts is not None or tree is not None:
         if isinstance(draft, str) and draft == "ngram" or isinstance(draft, Drafter) and not isinstance(draft, ModelDrafter) \
                 and not isinstance(draft, EagleDrafter):
             raise ValueError("multi-draft tree decoding (drafts / tree) needs a draft MODEL (a directory, 'distilled' "
                              "or a CausalLM), not an n-gram drafter")
-        spec = resolve_tree_spec(tree, drafts=drafts, draft_len=draft_len, verifier=ver, tree_law=tree_law,
-                                 default_len=gamma)
+        spec = resolve_tree_spec(tree, drafts=drafts, gamma=gamma, verifier=ver, tree_law=tree_law)
         if verifier == "otm" and "law" not in (verifier_params or {}):
             ver = get_verifier("otm", law=spec.law)  # the exact OT plan for the tree's own law
         spec.check_verifier(ver)

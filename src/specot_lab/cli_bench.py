@@ -6,6 +6,10 @@ table) and PNG plots; ``--json`` prints the JSON to stdout instead of the table.
 smoke run (2 prompts, short continuations, a reduced grid) that finishes in about a minute.
 ``specot bench results`` (alias ``readme``) rebuilds the generated section of ``docs/results.md``
 from the JSON files.
+
+``specot bench theory-speed | verifier-speed | head-speed | generate-speed | tree-speed`` are the
+component timings (:mod:`specot_lab.bench.theory_speed` and its siblings; each module's
+``add_arguments`` / ``run``), with their own options and JSON output.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import json
 import shlex
 import sys
 from typing import Any
+from .bench import generate_speed, head_speed, theory_speed, tree_speed, verifier_speed
 from .bench.report import acceptance_table, results_markdown, speedup_table, update_results, write_outputs
 import torch
 from .bench.acceptance import run_acceptance_bench
@@ -151,7 +156,7 @@ def _readme(args: argparse.Namespace) -> int:
 
 def register(subparsers: Any) -> None:
     """Add ``specot bench`` to the CLI."""
-    p = subparsers.add_parser("bench", help="benchmarks that reproduce the papers' tables (acceptance, speedup)",
+    p = subparsers.add_parser("bench", help="benchmarks: the papers' tables (acceptance, speedup) and component timings",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="bench_command", metavar="BENCH")
     sub.required = True
@@ -163,7 +168,7 @@ def register(subparsers: Any) -> None:
                         "(default distilled,ngram-lm,ngram; a missing distilled draft is skipped)")
     a.add_argument("--temperatures", default=None, help="default 0.1,0.3,0.5,0.7,1.0 (quick: 0.7)")
     a.add_argument("--ns", default=None, help="numbers of drafts, default 1,2,3,4,8 (quick: 1,2,4)")
-    a.add_argument("--mc-samples", type=int, default=4, help="Monte-Carlo draft tuples per position for rrs_wor")
+    a.add_argument("--mc-samples", type=int, default=4, help="Monte-Carlo draft tuples per position for rrs_wor and importance")
     a.add_argument("--vocab-eps", type=float, default=1e-4, help="q tail mass dropped before the exact computations")
     a.set_defaults(func=_acceptance)
 
@@ -191,4 +196,20 @@ def register(subparsers: Any) -> None:
                    help="directory of the PNGs, relative to the results page (e.g. bench for docs/results.md)")
     r.add_argument("--notes", default=None, help="markdown file appended to the section (e.g. findings)")
     r.set_defaults(func=_readme)
+
+    for name, mod, help_ in _SPEED_BENCHES:
+        sp = sub.add_parser(name, help=help_, description=mod.__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+        mod.add_arguments(sp)
+        sp.set_defaults(func=mod.run)
+
+
+#: ``specot bench`` sub-commands from modules that expose ``add_arguments(parser)`` and ``run(args)``.
+_SPEED_BENCHES: list[tuple[str, Any, str]] = [
+    ("theory-speed", theory_speed, "time alpha* (specot.theory.optimal_acceptance) per law and n at V = 49152"),
+    ("verifier-speed", verifier_speed, "per-call cost of every verifier at V = 49152"),
+    ("head-speed", head_speed, "output-head cost by GEMM layout: F.linear vs W @ x^T, for 1-33 rows"),
+    ("generate-speed", generate_speed, "end-to-end speculative vs autoregressive decoding on the embedded target"),
+    ("tree-speed", tree_speed, "multi-draft tree decoding: tree-pass cost, overhead share, K x L grid"),
+]
 

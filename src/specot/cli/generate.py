@@ -33,7 +33,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--ngram-n", type=int, default=3, help="longest n-gram matched by the n-gram drafter (default 3)")
     p.add_argument("--ngram-corpus", default="pydoc",
                    help="text for the n-gram drafter's table: 'pydoc' (default, pydoc_data.topics), a file, or 'none'")
-    p.add_argument("--gamma", type=int, default=4, help="draft length γ (default 4)")
+    p.add_argument("--gamma", type=int, default=None,
+                   help="draft length γ (default 4): the chain length, or the depth of a draft tree "
+                        "(a --tree with expansion factors sets it)")
     p.add_argument("--gamma-schedule", choices=("constant", "heuristic"), default="constant",
                    help="constant γ, or heuristic: +2 after a fully accepted block, -1 otherwise, within [1, 2γ]")
     p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature; 0 = greedy (default 1)")
@@ -54,7 +56,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="another parameter of the chosen verifier (repeatable), e.g. --verifier mentored "
                         "--verifier-param D=0.1; parameters the verifier does not take are refused")
     p.add_argument("--drafts", type=int, default=None, help="multi-draft: K draft sequences per step (tree decoding)")
-    p.add_argument("--draft-len", type=int, default=None, help="multi-draft: draft length L (default --gamma)")
     p.add_argument("--tree", default=None,
                    help="draft tree construction: iid | wor | greedy | spechub | prefix:2,2,1 | LAW:k1,..,kL | "
                         "topology:FILE.json | eagle (default: K sequences under the verifier's draft law)")
@@ -165,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
         temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
         seed=args.seed, verifier=args.verifier, verifier_params=params, baseline=args.baseline,
         chat=False if args.raw else None, dtype=args.dtype, device=args.device, cuda_graphs=args.cuda_graphs, on_text=stream, drafts=args.drafts,
-        draft_len=args.draft_len, tree=args.tree, tree_law=args.tree_law, ngram_n=args.ngram_n, ngram_corpus=corpus,
+        tree=args.tree, tree_law=args.tree_law, ngram_n=args.ngram_n, ngram_corpus=corpus,
         repeats=args.repeats,
     )
     try:

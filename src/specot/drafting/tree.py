@@ -87,7 +87,7 @@ class TreeSpec:
         law: how the children of one node are drawn from q (:class:`DraftLaw`).
         paths: slot index paths, every proper prefix present, children of a slot numbered
             ``0..c−1``; stored sorted by (depth, path).
-        name: a label, e.g. ``"iid K=4 L=3"``.
+        name: a label, e.g. ``"iid K=4 γ=3"``.
 
     Raises:
         ValueError: an empty topology, a missing prefix, non-contiguous child indices, negative
@@ -126,13 +126,13 @@ class TreeSpec:
 
     # ---------------------------------------------------------------- constructors
     @classmethod
-    def sequences(cls, drafts: int, draft_len: int, law: DraftLaw | str = DraftLaw.IID) -> "TreeSpec":
-        """K = ``drafts`` sequences of length L = ``draft_len`` sharing the root (factors (K, 1, .., 1)):
+    def sequences(cls, drafts: int, gamma: int, law: DraftLaw | str = DraftLaw.IID) -> "TreeSpec":
+        """K = ``drafts`` sequences of draft length γ = ``gamma`` sharing the root (factors (K, 1, .., 1)):
         SpecTr's i.i.d. draft set (Eq. 7) under IID; distinct first tokens under WOR / GREEDY."""
         _check_pos_int(drafts, "drafts (K)")
-        _check_pos_int(draft_len, "draft_len (L)")
+        _check_pos_int(gamma, "gamma (draft length)")
         law = _as_law(law)
-        return cls(law, _factor_paths([drafts] + [1] * (draft_len - 1)), f"{law.value} K={drafts} L={draft_len}")
+        return cls(law, _factor_paths([drafts] + [1] * (gamma - 1)), f"{law.value} K={drafts} γ={gamma}")
 
     @classmethod
     def prefix(cls, factors: Sequence[int], law: DraftLaw | str = DraftLaw.IID) -> "TreeSpec":
@@ -237,22 +237,22 @@ def default_law_for(verifier: AnyVerifier) -> DraftLaw:
     return DraftLaw.IID
 
 
-def parse_tree_spec(text: str | None, *, drafts: int | None = None, draft_len: int | None = None,
+def parse_tree_spec(text: str | None, *, drafts: int | None = None, gamma: int | None = None,
                     law: DraftLaw | str | None = None) -> TreeSpec:
     """Parse a construction as written on the command line.
 
     Forms: ``iid`` | ``wor`` | ``greedy`` | ``spechub`` (K = ``drafts`` sequences of length
-    L = ``draft_len``; also ``LAW:k_1,..,k_L`` for expansion factors), ``prefix:k_1,..,k_L`` (IID,
+    γ = ``gamma``; also ``LAW:k_1,..,k_L`` for expansion factors), ``prefix:k_1,..,k_L`` (IID,
     SpecTr Alg. 4), ``topology:FILE`` (JSON index paths; law from the file, else ``law``, else IID),
     ``eagle`` (EAGLE's default tree, Hu et al. App. D; law ``law`` or IID). ``None`` means ``law``
-    (default IID) with ``drafts`` × ``draft_len``.
+    (default IID) with ``drafts`` × ``gamma``.
 
     Raises:
-        ValueError: unknown form, bad factors, or ``drafts`` / ``draft_len`` that contradict the
-            factors (K must equal Π k_i, L the number of factors).
+        ValueError: unknown form, bad factors, or ``drafts`` / ``gamma`` that contradict the
+            factors (K must equal Π k_i, γ the number of factors).
     """
     K = 1 if drafts is None else drafts
-    L = 4 if draft_len is None else draft_len
+    L = 4 if gamma is None else gamma
     if text is None or text == "":
         return TreeSpec.sequences(K, L, law or DraftLaw.IID)
     kind, _, arg = text.partition(":")
@@ -280,8 +280,8 @@ def parse_tree_spec(text: str | None, *, drafts: int | None = None, draft_len: i
         spec = TreeSpec.prefix(factors, tree_law)
         if drafts is not None and drafts != math.prod(factors):
             raise ValueError(f"--drafts {drafts} contradicts the expansion factors {factors} (K = product = {math.prod(factors)})")
-        if draft_len is not None and draft_len != len(factors):
-            raise ValueError(f"--draft-len {draft_len} contradicts the expansion factors {factors} (L = {len(factors)})")
+        if gamma is not None and gamma != len(factors):
+            raise ValueError(f"--gamma {gamma} contradicts the expansion factors {factors} (draft length = {len(factors)})")
         return spec
     raise ValueError(f"unknown tree construction {text!r}; use iid, wor, greedy, spechub, prefix:k1,..,kL, "
                      "topology:FILE or eagle")

@@ -51,7 +51,7 @@ class SmallBatchHead(torch.nn.Linear):
     """A bias-free output head computing ``W @ xᵀ`` when x has 2–8 rows (2–32 with ≥ 2 threads; CPU).
 
     On x86 CPUs PyTorch's ``F.linear`` over a [49152, 576] head costs 2.5x more for 2–5 rows than
-    for 1 (20–23 vs 9 ms on this project's 2-core AVX2 machine; ``python -m specot.bench.head_speed``,
+    for 1 (20–23 vs 9 ms on this project's 2-core AVX2 machine; ``specot bench head-speed``,
     results in ``docs/bench/head_speed*.json``). With one thread ``W @ xᵀ`` loses from ~17 rows on;
     with two it wins up to 33 rows (1.4–1.5x) and ties at 65, while ``W @ xᵀ`` costs 6–11 ms: a speculative verification pass
     scores γ + 1 rows, exactly this regime. Same product, another GEMM layout. It shares the original

@@ -29,7 +29,7 @@ def check_draft_probs(q: Tensor, drafts: Tensor, name: str) -> Tensor:
         b, j = (qx <= 0).nonzero()[0].tolist()
         raise ValueError(
             f"{name}: draft {j} at position {b} (token {int(drafts[b, j])}) has draft probability q(x) = 0; "
-            "drafts must be sampled from q under the verifier's draft law (see specot.drafting.sample_drafts)"
+            "drafts must be sampled from q under the verifier's draft law (see specot.laws.sample_drafts)"
         )
     return qx
 

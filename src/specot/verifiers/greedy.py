@@ -131,7 +131,7 @@ class GreedyVerifier(Verifier):
                 b = int((qt.min(-1).values < rest_max).nonzero()[0])
                 raise ValueError(
                     f"{self.name}: drafts[:, :n-1] at position {b} are not the top-{n - 1} tokens of q; greedy drafts "
-                    "must come from specot.drafting.sample_drafts(q, n, 'greedy')"
+                    "must come from specot.laws.sample_drafts(q, n, 'greedy')"
                 )
         return p, q, top, last
 

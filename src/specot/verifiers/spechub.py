@@ -58,7 +58,7 @@ class SpecHubVerifier(Verifier):
             b = int(bad.nonzero()[0])
             raise ValueError(
                 f"{self.name}: drafts {d[b].tolist()} at position {b} are not of the SpecHub form (top-1 token of q "
-                f"is {int(t[b])}); draw them with specot.drafting.sample_drafts(q, 2, 'spechub')"
+                f"is {int(t[b])}); draw them with specot.laws.sample_drafts(q, 2, 'spechub')"
             )
         last = torch.where(first_is_top, d[:, 1], d[:, 0])
         last_pos = torch.where(first_is_top, 1, 0).to(torch.int64)

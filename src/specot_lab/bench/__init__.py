@@ -1,1 +1,1 @@
-"""Benchmarks: scripts with JSON output (``python -m specot_lab.bench.<name>``) and ``specot bench``."""
+"""Benchmarks with JSON output, run as ``specot bench <name>`` (:mod:`specot_lab.cli_bench`)."""

@@ -4,13 +4,14 @@ Runs both methods on the same prompts in the same process (warm-up excluded), at
 temperature, and reports block efficiency, acceptance, tokens/s and the speedup ratio
 (aggregate speculative tokens/s over aggregate autoregressive tokens/s).
 
-    python -m specot_lab.bench.generate_speed --draft ngram --n-prompts 10 --out gen.json
+    specot bench generate-speed --draft ngram --n-prompts 10 --out gen.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import statistics
 import sys
 from typing import Any
@@ -22,7 +23,7 @@ from specot.sampling import SamplingConfig
 from ..corpus import load_prompts
 from specot.envinfo import environment_info
 
-__all__ = ["run_generate_bench", "main"]
+__all__ = ["run_generate_bench", "add_arguments", "run"]
 
 
 def run_generate_bench(*, target: Any = None, draft: str = "ngram", prompts: list[str], gammas: list[int],
@@ -101,8 +102,8 @@ def _table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """The options of ``specot bench generate-speed``."""
     ap.add_argument("--target", default=None)
     ap.add_argument("--draft", default="ngram")
     ap.add_argument("--ngram-corpus", default="pydoc")
@@ -116,8 +117,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="2 prompts, 16 tokens: a smoke run")
     ap.add_argument("--out", default=None, help="write the JSON result here")
-    args = ap.parse_args(argv)
 
+
+def _command(args: argparse.Namespace) -> str:
+    """The ``specot bench generate-speed`` command line of ``args``: the options that differ from their defaults."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_arguments(parser)
+    parts = ["specot", "bench", "generate-speed"]
+    for dest, default in vars(parser.parse_args([])).items():
+        value = getattr(args, dest, default)
+        if value == default:
+            continue
+        flag = "--" + dest.replace("_", "-")
+        parts += [flag] if isinstance(value, bool) else [flag, str(value)]
+    return " ".join(shlex.quote(p) for p in parts)
+
+
+def run(args: argparse.Namespace) -> int:
+    """``specot bench generate-speed``: AR vs speculative decoding; print the table, write JSON with ``--out``."""
     n = 2 if args.quick else args.n_prompts
     result = run_generate_bench(
         target=args.target, draft=args.draft, prompts=load_prompts(args.prompts, n),
@@ -125,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         max_new_tokens=16 if args.quick else args.max_new_tokens, seed=args.seed, dtype=args.dtype,
         ngram_corpus=None if args.ngram_corpus == "none" else args.ngram_corpus, gamma_schedule=args.gamma_schedule,
     )
-    result["command"] = "python -m specot_lab.bench.generate_speed " + " ".join(argv if argv is not None else sys.argv[1:])
+    result["command"] = _command(args)
     print(_table(result))
     if args.out:
 
@@ -133,7 +150,3 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.out, "w", encoding="utf-8") as fh:
             json.dump(result, fh, indent=2)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

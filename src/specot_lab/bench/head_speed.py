@@ -7,7 +7,7 @@ milliseconds, warm-up excluded) and prints JSON::
 
     {"threads": 2, "V": 49152, "d": 576, "rows": [{"M": 1, "f_linear_ms": .., "w_xt_ms": .., "ratio": ..}, ...]}
 
-    python -m specot_lab.bench.head_speed [--vocab 49152] [--hidden 576] [--threads 2] [--out head.json]
+    specot bench head-speed [--vocab 49152] [--hidden 576] [--threads 2] [--out head.json]
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from specot.envinfo import environment_info
 
-__all__ = ["measure_head", "main"]
+__all__ = ["measure_head", "add_arguments", "run"]
 
 
 def _median_ms(fn: Any, reps: int) -> float:
@@ -49,15 +49,18 @@ def measure_head(vocab: int, hidden: int, rows: list[int], reps: int, dtype: tor
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """The options of ``specot bench head-speed``."""
     ap.add_argument("--vocab", type=int, default=49152)
     ap.add_argument("--hidden", type=int, default=576)
     ap.add_argument("--rows", default="1,2,3,5,9,17,33")
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--out", default=None)
-    args = ap.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    """``specot bench head-speed``: time both head layouts; print the JSON, write it with ``--out``."""
     if args.threads:
         torch.set_num_threads(args.threads)
     res = {"threads": torch.get_num_threads(), "V": args.vocab, "d": args.hidden,
@@ -70,7 +73,3 @@ def main(argv: list[str] | None = None) -> int:
             f.write(text + "\n")
     print(text)
     return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())

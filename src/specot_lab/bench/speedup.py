@@ -208,7 +208,7 @@ def _build_methods(tgt: Any, ngram: Any, draft: BenchDraft | None, gammas: Seque
                                      tree_generate(tgt, ed, ids, spec, cfg(t, s, L), verifier=v)), spec.max_drafts_per_node(), L, ver.name))
         if name.startswith("eagle:"):
             for K, L in trees:
-                spec, ver = decoding_plan(ed, get_verifier("greedy"), verifier="greedy", drafts=K, draft_len=L, tree="greedy")
+                spec, ver = decoding_plan(ed, get_verifier("greedy"), verifier="greedy", drafts=K, gamma=L, tree="greedy")
                 ms.append(Method(f"eagle tree K={K} L={L} greedy", "eagle",
                                  lambda ids, t, s, L=L, ed=ed, spec=spec, v=ver: wrap(
                                      tree_generate(tgt, ed, ids, spec, cfg(t, s, L), verifier=v)), K, L, "greedy"))

@@ -1,6 +1,6 @@
 """Speed of :func:`specot.theory.optimal_acceptance` at a real vocabulary size.
 
-``python -m specot_lab.bench.theory_speed [--quick] [--out FILE.json]``
+``specot bench theory-speed [--quick] [--out FILE.json]``
 
 For V = 49152 and n ∈ {2, 3, 4, 8}, every law (iid, wor, cps, greedy), on softmax pairs of
 correlated random logits (``l_p = z + 0.5·3·ε_p``, ``l_q = z + 0.5·3·ε_q``, ``z ~ 3·N(0, 1)``) at
@@ -35,7 +35,7 @@ def _pair(rng: np.random.Generator, V: int, temperature: float) -> tuple[np.ndar
     return p / p.sum(), q / q.sum()
 
 
-def run(V: int = 49152, temperatures: tuple[float, ...] = (0.5, 0.7, 1.0), reps: int = 7, seed: int = 0) -> dict:
+def measure(V: int = 49152, temperatures: tuple[float, ...] = (0.5, 0.7, 1.0), reps: int = 7, seed: int = 0) -> dict:
     rng = np.random.default_rng(seed)
     pairs = {t: _pair(rng, V, t) for t in temperatures}
     rows = []
@@ -85,12 +85,15 @@ def _print_table(res: dict) -> None:
     print(f"worst median: {worst:.1f} ms -> {'OK' if worst <= 50 else 'ABOVE'} the 50 ms requirement; load average {res['load_average']}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """The options of ``specot bench theory-speed``."""
     ap.add_argument("--quick", action="store_true", help="V = 4096, one temperature, 3 reps (smoke test)")
     ap.add_argument("--out", help="write the results as JSON to this file")
-    args = ap.parse_args(argv)
-    res = run(V=4096, temperatures=(1.0,), reps=3) if args.quick else run()
+
+
+def run(args: argparse.Namespace) -> int:
+    """``specot bench theory-speed``: time α* per law, n and temperature; print the table."""
+    res = measure(V=4096, temperatures=(1.0,), reps=3) if args.quick else measure()
     _print_table(res)
     if args.out:
 
@@ -98,7 +101,3 @@ def main(argv: list[str] | None = None) -> int:
             json.dump({**res, "environment": environment_info()} if isinstance(res, dict) else
                       {"results": res, "environment": environment_info()}, f, indent=2)
     return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())

@@ -14,7 +14,7 @@ Three measurements (warm-up excluded, JSON output):
    perturbing its output head (no trained SmolLM2 draft exists yet; a random small draft against
    SmolLM2 would accept nothing and measure nothing).
 
-    python -m specot_lab.bench.tree_speed [--quick] [--out tree.json]
+    specot bench tree-speed [--quick] [--out tree.json]
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from specot.models.embedded import load_embedded_target
 from specot.envinfo import environment_info
 
-__all__ = ["measure_tree_cost", "measure_overhead", "measure_grid", "main"]
+__all__ = ["measure_tree_cost", "measure_overhead", "measure_grid", "add_arguments", "run"]
 
 PROMPT = ("Explain what a Python generator is, how the yield statement works, and when a generator is a "
           "better choice than building a list. Give a short example.")
@@ -93,10 +93,10 @@ def measure_overhead(target: Any, ids: list[int], constructions: list[tuple[str,
     draft = CausalLM(target.model, tokenizer=target.tokenizer, name="same-model draft")
     rows = []
     warm = GenerationConfig(max_new_tokens=4, sampling=SamplingConfig(1.0), seed=seed)
-    tree_generate(target, draft, ids, parse_tree_spec("iid", drafts=2, draft_len=2), warm, verifier="kseq")
+    tree_generate(target, draft, ids, parse_tree_spec("iid", drafts=2, gamma=2), warm, verifier="kseq")
     for text, ver in tqdm(constructions, desc="overhead", disable=not progress, file=sys.stderr):
         spec = parse_tree_spec(text.split()[0], drafts=int(text.split("K=")[1].split()[0]),
-                               draft_len=int(text.split("L=")[1])) if "K=" in text else parse_tree_spec(text)
+                               gamma=int(text.split("L=")[1])) if "K=" in text else parse_tree_spec(text)
         cfg = GenerationConfig(max_new_tokens=max_new_tokens, sampling=SamplingConfig(1.0), seed=seed)
         st = tree_generate(target, draft, ids, spec, cfg, verifier=ver).stats
         rows.append({"construction": text, "verifier": ver, "new_tokens": st.new_tokens,
@@ -175,8 +175,8 @@ def _grid(Ks: list[int], Ls: list[int], laws: list[tuple[str, str]], n_prompts: 
     return rows
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """The options of ``specot bench tree-speed``."""
     ap.add_argument("--quick", action="store_true", help="fewer repetitions and tokens (a smoke run)")
     ap.add_argument("--out", default=None, help="write the JSON result here (default: stdout)")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
@@ -184,7 +184,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-progress", action="store_true")
     ap.add_argument("--sections", default="cost,overhead,grid",
                     help="comma list of cost, overhead, grid (default: all)")
-    args = ap.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    """``specot bench tree-speed``: the selected sections; JSON to ``--out`` (after each section) or stdout."""
     if args.threads:
         torch.set_num_threads(args.threads)
 
@@ -230,7 +233,3 @@ def main(argv: list[str] | None = None) -> int:
     if not args.out:
         print(json.dumps(out, indent=2))
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,4 +1,4 @@
-"""Per-call cost of every verifier at V = 49152 (``python -m specot_lab.bench.verifier_speed``).
+"""Per-call cost of every verifier at V = 49152 (``specot bench verifier-speed``).
 
 For B ∈ {1, 64} and n ∈ {1, 2, 4, 8} (each verifier's valid n), times ``verify(p, q, drafts,
 generator)`` on synthetic target/draft pairs (``p = softmax(3·z)``, ``q = softmax(3·z + ε)``,
@@ -18,7 +18,7 @@ import time
 import torch
 from tqdm import tqdm
 
-from specot.drafting import sample_drafts
+from specot.laws import sample_drafts
 from specot.verifiers import DraftLaw, get_verifier
 from specot.envinfo import environment_info
 
@@ -43,7 +43,7 @@ def _inputs(B: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     return p, q
 
 
-def run(quick: bool = False) -> list[dict]:
+def measure(quick: bool = False) -> list[dict]:
     batches = (1, 64)
     repeats = 5 if quick else 30
     warmup = 2 if quick else 5
@@ -67,15 +67,18 @@ def run(quick: bool = False) -> list[dict]:
     return rows
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """The options of ``specot bench verifier-speed``."""
     ap.add_argument("--quick", action="store_true", help="fewer repeats")
     ap.add_argument("--out", default=None, help="write results as JSON to this file")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch intra-op threads (default 1: per-position latency, stable on a shared CPU)")
-    args = ap.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    """``specot bench verifier-speed``: time every verifier; print the table, write JSON with ``--out``."""
     torch.set_num_threads(args.threads)
-    rows = run(args.quick)
+    rows = measure(args.quick)
     print(f"{'verifier':<12}{'law':<9}{'B':>4}{'n':>3}{'ms/call':>10}{'ms/pos':>10}")
     for r in rows:
         print(f"{r['verifier']:<12}{r['law']:<9}{r['B']:>4}{r['n']:>3}{r['ms_per_call']:>10.3f}{r['ms_per_position']:>10.4f}")
@@ -86,7 +89,4 @@ def main(argv: list[str] | None = None) -> None:
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"meta": meta, "results": rows}, f, indent=2)
-
-
-if __name__ == "__main__":
-    main()
+    return 0

@@ -28,9 +28,7 @@ from tqdm import tqdm
 from specot.sampling import SamplingConfig, sample_categorical, standardize
 from ..corpus import heldout_prompts
 from .data import SampleConfig, sample_batch
-from specot.api import load_target
-from specot.models.embedded import load_embedded_draft
-from specot.models.loading import load_model
+from specot.api import load_drafter, load_target
 from specot.theory.speedup import optimal_gamma, speedup_table
 from ..bench.generate_speed import run_generate_bench
 
@@ -115,13 +113,14 @@ def evaluate_draft(draft_path: str, *, n_prompts: int = 20, max_new_tokens: int 
     """The full held-out evaluation of the draft at ``draft_path`` (or ``"distilled"`` for the shipped
     one) against the embedded target; returns a JSON-ready dict."""
 
-    def load_draft(dtype: str) -> Any:
-        return load_embedded_draft(dtype=dtype) if draft_path in ("distilled", "default") else load_model(draft_path, dtype=dtype)
+    tgt32 = load_target(None, dtype="float32")
+
+    def load_draft(dtype: str) -> Any:  # names resolved by the one draft registry, specot.api.load_drafter
+        return load_drafter("distilled" if draft_path == "default" else draft_path, tgt32, dtype=dtype).model
 
     prompts = heldout_prompts(n_prompts)
     result: dict[str, Any] = {"draft": draft_path, "held_out_prompts": len(prompts), "max_new_tokens": max_new_tokens,
                               "threads": torch.get_num_threads()}
-    tgt32 = load_target(None, dtype="float32")
     d32 = load_draft("float32")
     result["draft_params"] = sum(p.numel() for p in d32.model.parameters())
     result["alpha"] = {f"{t:g}": held_out_alpha(tgt32, d32, prompts, temperature=t, max_new_tokens=max_new_tokens,

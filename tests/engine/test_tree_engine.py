@@ -137,7 +137,7 @@ def test_default_verifier_by_law():
 
 
 def test_api_and_cli_tree_options(tiny_model_dir, tmp_path, capsys):
-    rep = generate("the cat sat", target=str(tiny_model_dir), draft=str(tiny_model_dir), drafts=3, draft_len=2,
+    rep = generate("the cat sat", target=str(tiny_model_dir), draft=str(tiny_model_dir), drafts=3, gamma=2,
                    tree="wor", verifier="rrs_wor", max_new_tokens=8, chat=False, seed=1)
     assert rep.result.method == "tree" and len(rep.result.tokens) <= 8
     greedy = generate("the cat sat", target=str(tiny_model_dir), draft=str(tiny_model_dir), drafts=4,
@@ -159,7 +159,7 @@ def test_api_and_cli_tree_options(tiny_model_dir, tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["speculative"]["method"] == "tree" and "tree_sizes" in out["speculative"]["stats"]
     rc = cli_main(["generate", "--prompt", "the dog", "--target", str(tiny_model_dir), "--draft", str(tiny_model_dir),
-                   "--drafts", "2", "--draft-len", "3", "--tree", "prefix:2,1,1", "--verifier", "kseq",
+                   "--drafts", "2", "--gamma", "3", "--tree", "prefix:2,1,1", "--verifier", "kseq",
                    "--max-new-tokens", "5", "--raw"])
     assert rc == 0 and "[tree] mean tree size" in capsys.readouterr().out
     rc = cli_main(["generate", "--prompt", "the", "--target", str(tiny_model_dir), "--draft", str(tiny_model_dir),

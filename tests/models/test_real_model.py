@@ -14,7 +14,7 @@ pytestmark = [pytest.mark.real_model, pytest.mark.slow]
 @pytest.fixture(scope="module")
 def smollm2():
     # float32: greedy speculative = greedy autoregressive is guaranteed in float32 only; in bf16 a
-    # multi-token and a one-token pass round differently and may flip near-ties (issue 15).
+    # multi-token and a one-token pass round differently and may flip near-ties.
     return specot.load_embedded_target(dtype="float32")
 
 

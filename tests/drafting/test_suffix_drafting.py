@@ -1,4 +1,4 @@
-"""Suffix decoding (issue 14): the suffix index, draft trees, their exact verification under the
+"""Suffix decoding: the suffix index, draft trees, their exact verification under the
 GREEDY law, and the decoding loop with the suffix drafter on tiny random Llama models."""
 
 from __future__ import annotations

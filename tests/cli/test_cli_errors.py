@@ -1,6 +1,6 @@
 """Bad inputs give one line ``specot: error: ...`` (exit 1), never a traceback; lossy runs say so;
 everything that does not need the model is checked before loading it; Ctrl-C exits 130 with what
-was generated (issue 15)."""
+was generated."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Adversarial tests of exactness (issue 15): each one fails on a plausible bug.
+"""Adversarial tests of exactness: each one fails on a plausible bug.
 
 * one shared random stream for drafting and verification must not bias the output law;
 * the q handed to the verifier is the law the draft was sampled from, after top-k / top-p;
