@@ -18,7 +18,7 @@ import sys
 import torch
 
 from specot.api import load_target
-from specot_lab.corpus import train_prompts
+from specot_lab.corpus import raw_texts, train_prompts
 from specot_lab.distill.data import SampleConfig, generate_shards, iter_shards
 from specot_lab.distill.eagle import EagleTrainConfig, train_eagle
 
@@ -36,6 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-len", type=int, default=256)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--skip-data", action="store_true")
+    ap.add_argument("--with-text", action="store_true", help="also train on the raw distill train texts")
+    ap.add_argument("--init-from-target", action="store_true",
+                    help="start the output layer and final norm from the target's (attempt 3)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     tgt = load_target(None, dtype="float32")
@@ -43,8 +46,11 @@ def main(argv: list[str] | None = None) -> int:
         cfg = SampleConfig(batch_size=16, max_new_tokens=128, temperature=args.temperature, top_k=1)
         print(generate_shards(tgt, train_prompts(0), args.data, cfg, max_tokens=args.max_tokens), file=sys.stderr)
     seqs = [s["ids"].tolist() for s in iter_shards(args.data)]
+    if args.with_text:
+        seqs += [tgt.tokenizer(t, add_special_tokens=False)["input_ids"] for t in raw_texts("train")]
     print(f"{len(seqs)} sequences, {sum(map(len, seqs))} tokens", file=sys.stderr)
-    tc = EagleTrainConfig(draft_vocab_size=args.draft_vocab, steps=args.steps, lr=args.lr, max_len=args.max_len)
+    tc = EagleTrainConfig(draft_vocab_size=args.draft_vocab, steps=args.steps, lr=args.lr, max_len=args.max_len,
+                          init_from_target=args.init_from_target)
     train_eagle(tgt, seqs, args.out, tc, max_steps=args.max_steps)
     return 0
 

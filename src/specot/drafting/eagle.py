@@ -79,7 +79,11 @@ from typing import Any, Sequence
 
 import torch
 import torch.nn.functional as F
+from huggingface_hub import snapshot_download
+from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
+from transformers import LlamaConfig
+from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding
 
 from ..laws import DraftLaw, sample_drafts
 from ..sampling import SamplingConfig, standardize
@@ -118,8 +122,6 @@ def default_eagle_layers(num_layers: int) -> tuple[int, ...]:
 
 
 def _llama_config(obj: dict[str, Any]):
-    from transformers import LlamaConfig
-
     return LlamaConfig(**obj)
 
 
@@ -196,8 +198,6 @@ class _Eagle3Layer(nn.Module):
 
     def __init__(self, cfg: Any) -> None:
         super().__init__()
-        from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm
-
         eps = getattr(cfg, "rms_norm_eps", 1e-6)
         self.norm_before_residual = bool(getattr(cfg, "norm_before_residual", False))
         self.self_attn = _Eagle3Attention(cfg)
@@ -230,8 +230,6 @@ class Eagle3Head(nn.Module):
 
     def __init__(self, config: Any, num_features: int = 3, own_embedding: bool = False) -> None:
         super().__init__()
-        from transformers.models.llama.modeling_llama import LlamaRMSNorm, LlamaRotaryEmbedding
-
         self.config = config
         H = config.hidden_size
         V = config.vocab_size
@@ -326,8 +324,6 @@ class Eagle3Head(nn.Module):
 
     def save_pretrained(self, path: str | os.PathLike[str]) -> None:
         """Write ``config.json`` and ``model.safetensors`` in the published EAGLE-3 layout."""
-        from safetensors.torch import save_file
-
         d = Path(path)
         d.mkdir(parents=True, exist_ok=True)
         cfg = self.config.to_dict()
@@ -343,8 +339,6 @@ def _read_state(d: Path) -> dict[str, Tensor]:
     index), or ``pytorch_model.bin`` (EAGLE's own releases)."""
     files = sorted(d.glob("*.safetensors"))
     if files:
-        from safetensors.torch import load_file
-
         state: dict[str, Tensor] = {}
         for f in files:
             state.update(load_file(str(f)))
@@ -363,8 +357,6 @@ def _resolve_dir(path: str | os.PathLike[str]) -> Path:
     if d.is_dir():
         return d
     if str(path).count("/") == 1 and not d.exists():  # a hub id: the cached / downloaded snapshot
-        from huggingface_hub import snapshot_download
-
         return Path(snapshot_download(str(path), allow_patterns=["*.json", "*.safetensors", "*.bin"]))
     raise FileNotFoundError(f"EAGLE checkpoint {str(path)!r} is not a directory")
 

@@ -69,6 +69,7 @@ from __future__ import annotations
 
 import heapq
 import time
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -190,8 +191,6 @@ class NGramCounts:
         Raises:
             ValueError: ``n < 1`` or ``top < 1``.
         """
-        from collections import Counter, defaultdict
-
         if n < 1 or top < 1:
             raise ValueError(f"need n >= 1 and top >= 1, got n={n}, top={top}")
         counts: dict[tuple[int, ...], Counter[int]] = defaultdict(Counter)

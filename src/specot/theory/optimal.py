@@ -297,7 +297,6 @@ def _wor_scan(P: np.ndarray, q_sorted: np.ndarray, n: int) -> tuple[int, float, 
     for j in range(n):
         Qlo *= np.clip((c - S[j]) / (1.0 - S[j]), 0.0, 1.0)
     lb_pt = P - Qhi
-    ub_pt = P - Qlo
     Ek = np.array([0, V], dtype=np.int64)
     EQ = np.array([0.0, 1.0])
     best_k, best_f = 0, 0.0

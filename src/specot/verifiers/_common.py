@@ -78,6 +78,25 @@ def sequential_output_law(a: Tensor, residual: Tensor, drafts: Tensor) -> Tensor
     return out
 
 
+class SequentialRoundsVerifier(Verifier):
+    """A verifier that tries its drafts in order (RRS, RRS without replacement): subclasses define
+    ``_rounds(p, q, drafts) -> (a [B, n] float64, residual [B, V], drafts [B, n])``, the acceptance
+    probability of each round and the residual left after the last; the output law and the
+    acceptance given the drafts follow from them alone."""
+
+    def _rounds(self, p: Tensor, q: Tensor, drafts: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        raise NotImplementedError
+
+    def output_distribution(self, p: Tensor, q: Tensor, drafts: Tensor) -> Tensor:
+        a, res, d = self._rounds(p, q, drafts)
+        return sequential_output_law(a, res, d).to(res.dtype)
+
+    def accept_probability(self, p: Tensor, q: Tensor, drafts: Tensor) -> Tensor:
+        """``1 − Π_j (1 − a_j)`` ``[B]`` given the drafts."""
+        a = self._rounds(p, q, drafts)[0]
+        return 1.0 - (1.0 - a).prod(-1)
+
+
 def safe_normalise(w: Tensor, fallback: Tensor) -> Tensor:
     """``w / Σ w`` per row; rows with zero mass become ``fallback`` normalised (no NaN)."""
     mass = w.sum(-1, keepdim=True)

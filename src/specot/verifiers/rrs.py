@@ -21,8 +21,8 @@ import torch
 from torch import Tensor
 
 from ..sampling import sample_categorical
-from ._common import check_draft_probs, gather1, get_uniforms, sequential_output_law
-from .base import Acceptance, DraftLaw, Verifier, VerifyOutput, prepare_inputs, register_verifier
+from ._common import SequentialRoundsVerifier, check_draft_probs, gather1, get_uniforms
+from .base import Acceptance, DraftLaw, VerifyOutput, prepare_inputs, register_verifier
 from .speculative import residual_distribution
 
 __all__ = ["RRSVerifier"]
@@ -43,7 +43,7 @@ def _next_residual(w: Tensor, z: Tensor, qd: Tensor) -> tuple[Tensor, Tensor]:
 
 
 @register_verifier("rrs")
-class RRSVerifier(Verifier):
+class RRSVerifier(SequentialRoundsVerifier):
     """Multi-round recursive rejection sampling for i.i.d. drafts (lossless).
 
     Shapes: ``p, q: [B, V]``, ``drafts: [B, n]`` → tokens ``[B]``, accepted index ``[B]``.
@@ -92,15 +92,6 @@ class RRSVerifier(Verifier):
             a.append((gather1(pj, d[:, j]).to(torch.float64) / qx[:, j]).clamp_max(1.0))
             pj = residual_distribution(pj, q)
         return torch.stack(a, -1), pj, d
-
-    def output_distribution(self, p: Tensor, q: Tensor, drafts: Tensor) -> Tensor:
-        a, res, d = self._rounds(p, q, drafts)
-        return sequential_output_law(a, res, d).to(res.dtype)
-
-    def accept_probability(self, p: Tensor, q: Tensor, drafts: Tensor) -> Tensor:
-        """``1 − Π_j (1 − a_j)`` ``[B]`` given the drafts."""
-        a = self._rounds(p, q, drafts)[0]
-        return 1.0 - (1.0 - a).prod(-1)
 
     def acceptance(self, p: Tensor, q: Tensor, n: int, **kwargs: object) -> Acceptance:
         """Exact acceptance ``1 − Π_{j=1..n} (1 − Σ_x min(p_j(x), q(x)))`` per position ``[B]``."""

@@ -23,13 +23,13 @@ from torch import Tensor
 
 from ..sampling import sample_categorical
 from ._common import (
+    SequentialRoundsVerifier,
     check_draft_probs,
     exact_or_monte_carlo_acceptance,
     gather1,
     get_uniforms,
-    sequential_output_law,
 )
-from .base import Acceptance, DraftLaw, Verifier, VerifyOutput, prepare_inputs, register_verifier
+from .base import Acceptance, DraftLaw, VerifyOutput, prepare_inputs, register_verifier
 from .speculative import residual_distribution
 
 __all__ = ["RRSWORVerifier"]
@@ -47,7 +47,7 @@ def _check_distinct(d: Tensor, name: str) -> None:
 
 
 @register_verifier("rrs_wor")
-class RRSWORVerifier(Verifier):
+class RRSWORVerifier(SequentialRoundsVerifier):
     """Recursive rejection sampling for drafts drawn without replacement (lossless).
 
     Shapes: ``p, q: [B, V]`` (q the ORIGINAL draft distribution), ``drafts: [B, n]`` distinct, in
@@ -112,15 +112,6 @@ class RRSWORVerifier(Verifier):
             qm = qj.scatter(-1, x.unsqueeze(-1), 0.0)
             qj = qm / qm.sum(-1, keepdim=True).clamp_min(torch.finfo(qm.dtype).tiny)
         return torch.stack(a, -1), pj, d
-
-    def output_distribution(self, p: Tensor, q: Tensor, drafts: Tensor) -> Tensor:
-        a, res, d = self._rounds(p, q, drafts)
-        return sequential_output_law(a, res, d).to(res.dtype)
-
-    def accept_probability(self, p: Tensor, q: Tensor, drafts: Tensor) -> Tensor:
-        """``1 − Π_j (1 − a_j)`` ``[B]`` given the drafts."""
-        a = self._rounds(p, q, drafts)[0]
-        return 1.0 - (1.0 - a).prod(-1)
 
     def acceptance(self, p: Tensor, q: Tensor, n: int, **kwargs: object) -> Acceptance:
         """Acceptance ``[B]``: exact by enumeration on small supports, else Monte-Carlo.

@@ -343,7 +343,7 @@ class TraversalVerifier(SequenceVerifier):
                 ``q(x) = 0``.
         """
         who = f"verifier {self.name!r}"
-        n1 = _check_tree_shapes(p, q, tokens, parents, who, generator)
+        _check_tree_shapes(p, q, tokens, parents, who, generator)
         plist = parents.tolist()
         children, _ = tree_structure(plist)
         kids, base, order, draw_tok = expand_tree(children, drafts)

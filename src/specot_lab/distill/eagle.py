@@ -57,6 +57,10 @@ class EagleTrainConfig:
     max_len: int = 512
     seed: int = 0
     save_every: int = 200
+    # Start the head's output layer and final norm from the target's rows of the draft vocabulary
+    # (the head begins as "the target's head over a predicted feature"). Off by default: tried in
+    # attempt 3 (docs/distillation.md), it did not converge faster than a random output layer.
+    init_from_target: bool = False
 
 
 def chunk_token_ids(seqs: Iterable[Sequence[int]], max_len: int) -> list[list[int]]:
@@ -206,6 +210,12 @@ def train_eagle(target: Any, token_seqs: Sequence[Sequence[int]], out_dir: str |
     head.to(target.device, torch.float32)
     params = [p for p in head.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    if resume is None and cfg.init_from_target:
+        with torch.no_grad():
+            head.lm_head.weight.copy_(tm.get_output_embeddings().weight.index_select(0, head.target_ids()).float())
+            final_norm = getattr(getattr(tm, "model", tm), "norm", None)
+            if final_norm is not None and getattr(final_norm, "weight", None) is not None:
+                head.norm.weight.copy_(final_norm.weight.float())
     step = 0
     if resume is not None:
         head.load_state_dict(resume["head"], strict=False)
