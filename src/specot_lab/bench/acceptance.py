@@ -9,10 +9,16 @@ Protocol (per temperature T):
    the positions the draft would face when the target generates.
 2. For every number of drafts n, draft law (``iid``, ``wor``, ``greedy``; n = 1 is one draw, law
    ``single``) and lossless verifier valid for that law (``speculative`` at n = 1; ``kseq``,
-   ``rrs`` for iid; ``rrs_wor`` for wor; ``greedy`` for greedy), the acceptance per position is
-   computed **exactly** where a closed form exists (speculative, kseq, rrs, greedy) and otherwise
-   (``rrs_wor``) as a Rao–Blackwellised Monte-Carlo average of ``P(accept | drafts)`` over
-   ``mc_samples`` draft tuples per position. All of it runs on q's most probable tokens (the
+   ``rrs`` and ``importance`` for iid; ``rrs_wor`` for wor; ``greedy`` for greedy), the acceptance
+   per position is computed **exactly** where a closed form exists (speculative, kseq, rrs, greedy)
+   and otherwise (``rrs_wor``, ``importance``: :data:`MC_VERIFIERS`) as a Rao–Blackwellised
+   Monte-Carlo average of ``P(accept | drafts)`` over ``mc_samples`` draft tuples per position
+   (``acceptance_method`` says which). ``importance`` (Khisti et al., ICLR 2025: importance-weighted
+   selection of one draft, then speculative sampling against the selection's exact marginal) is
+   valid for i.i.d. drafts only; its closed-form selected-draft acceptance ``Σ min(p, q_IS)`` — a
+   lower bound, since a correction can also land on an unselected draft — is reported beside it as
+   ``acceptance_lower_bound`` (``null`` for the other verifiers). All of it runs on q's most
+   probable tokens (the
    dropped tail holds at most ``vocab_eps`` = 1e-4 of the mass q has outside its top n−1 tokens;
    renormalised), with p's mass on every other token lumped into one token that q never drafts —
    exact for the truncated q, within n·vocab_eps of the full one, see :func:`reduce_vocab`. The optimal acceptance ``α*`` for the law
@@ -42,7 +48,7 @@ JSON result (``schema_version`` 1)::
      "drafts": [{"name", "kind", "available", "reason"}],
      "positions": {draft: {T: count}},
      "rows": [{"draft", "temperature", "n", "law", "verifier", "positions", "n_effective_mean",
-               "acceptance", "acceptance_ci95": [lo, hi], "acceptance_method",
+               "acceptance", "acceptance_ci95": [lo, hi], "acceptance_method", "acceptance_lower_bound",
                "sampled_acceptance", "sampled_ci95", "alpha_star", "alpha_star_ci95",
                "gap", "gap_ci95", "per_prompt_sd"}],
      "skipped": [{"draft", "n", "law", "reason"}]}
@@ -66,17 +72,18 @@ from collections import Counter, defaultdict
 from specot.api import load_drafter, load_target, pydoc_texts
 import copy
 from specot.models.hf import CausalLM
-from specot.models.loading import load_model
-from specot.models import embedded
+from specot.drafting import ModelDrafter, NGramDrafter
 from specot.sampling import SamplingConfig, standardize
 from specot.theory import optimal_acceptance
 from specot.verifiers import get_verifier
+from specot.verifiers.importance import importance_selection
 from tqdm import tqdm
 from specot.engine import GenerationConfig, autoregressive_generate
 from ..corpus import describe_prompt_set
 
 __all__ = [
     "LAW_VERIFIERS",
+    "MC_VERIFIERS",
     "NGramLM",
     "BenchDraft",
     "load_bench_draft",
@@ -86,7 +93,13 @@ __all__ = [
 ]
 
 #: Lossless verifiers benchmarked for each draft law (n >= 2); n = 1 uses ``speculative``.
-LAW_VERIFIERS: dict[str, tuple[str, ...]] = {"iid": ("kseq", "rrs"), "wor": ("rrs_wor",), "greedy": ("greedy",)}
+#: ``importance`` is valid for i.i.d. drafts only (its selection marginal assumes independent draws).
+LAW_VERIFIERS: dict[str, tuple[str, ...]] = {"iid": ("kseq", "rrs", "importance"), "wor": ("rrs_wor",),
+                                             "greedy": ("greedy",)}
+#: Verifiers without a closed-form acceptance at these vocabulary sizes (n >= 2): Rao–Blackwellised
+#: Monte-Carlo over ``mc_samples`` draft tuples per position. (``importance``'s own ``acceptance`` is
+#: exact only by enumerating every draft tuple, ≤ 5000 of them, far fewer than K^n here.)
+MC_VERIFIERS: frozenset[str] = frozenset({"rrs_wor", "importance"})
 
 
 def mean_ci(x: Sequence[float] | np.ndarray) -> tuple[float, float, float]:
@@ -225,12 +238,11 @@ class BenchDraft:
 
 
 def load_bench_draft(spec: str, target: Any, *, dtype: str = "float32") -> BenchDraft:
-    """Resolve a draft name (see module docstring). A missing distilled draft gives
+    """Resolve a draft name (see module docstring). Two drafts exist only in the lab (``ngram-lm``,
+    ``early-exit:K``); every other name is resolved by :func:`specot.api.load_drafter`, the one
+    draft registry. A draft that cannot be loaded (e.g. the distilled draft is not installed) gives
     ``available=False`` with the reason, instead of raising."""
 
-    if spec == "ngram":
-        corpus = "pydoc" if target.tokenizer is not None else None
-        return BenchDraft("ngram", "ngram", load_drafter("ngram", target, ngram_corpus=corpus))
     if spec == "ngram-lm":
         if target.tokenizer is None:
             return BenchDraft(spec, "ngram-lm", None, False, "the target has no tokenizer to build the n-gram LM")
@@ -238,22 +250,19 @@ def load_bench_draft(spec: str, target: Any, *, dtype: str = "float32") -> Bench
     if spec.startswith("early-exit"):
         k = int(spec.partition(":")[2] or 4)
         return BenchDraft(spec, "model", early_exit_draft(target, k))
-    if spec == "distilled":
-
-        loader = getattr(embedded, "load_embedded_draft", None)
-        try:
-            if loader is None:
-                raise FileNotFoundError("specot.models.embedded.load_embedded_draft does not exist yet")
-            d = loader(dtype=dtype)
-        except (FileNotFoundError, OSError, ValueError) as exc:
-            return BenchDraft(spec, "model", None, False, f"distilled draft not available: {exc}")
-        if d.tokenizer is None:
-            d.tokenizer = target.tokenizer
-        return BenchDraft(spec, "model", d)
-    d = load_model(spec, dtype=dtype)
-    if not isinstance(d, CausalLM):  # pragma: no cover
-        raise TypeError(spec)
-    return BenchDraft(spec, "model", d)
+    corpus = "pydoc" if target.tokenizer is not None else None
+    try:
+        drafter = load_drafter(spec, target, dtype=dtype, ngram_corpus=corpus)
+    except (FileNotFoundError, OSError) as exc:
+        return BenchDraft(spec, "model", None, False, f"draft {spec!r} not available: {exc}")
+    if isinstance(drafter, NGramDrafter):
+        return BenchDraft(spec, "ngram", drafter)
+    if isinstance(drafter, ModelDrafter):
+        if drafter.model.tokenizer is None:
+            drafter.model.tokenizer = target.tokenizer
+        return BenchDraft(spec, "model", drafter.model)
+    return BenchDraft(spec, "drafter", None, False,
+                      f"{type(drafter).__name__} has no teacher-forced draft distribution q to benchmark here")
 
 
 def _draft_logits(draft: BenchDraft, ids: list[int], n_prompt: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
@@ -322,30 +331,48 @@ def _alpha_star(p: torch.Tensor, q: torch.Tensor, n_eff: torch.Tensor, law: str)
 
 
 def _verifier_acceptance(name: str, law: str, p: torch.Tensor, q: torch.Tensor, n_eff: torch.Tensor,
-                         mc_samples: int, gen: torch.Generator) -> tuple[np.ndarray, np.ndarray, str]:
-    """Per-position acceptance (exact or Rao–Blackwell MC) and one sampled accept flag each."""
+                         mc_samples: int, gen: torch.Generator) -> tuple[np.ndarray, np.ndarray, str, np.ndarray | None]:
+    """Per-position acceptance (exact or Rao–Blackwell MC), one sampled accept flag each, the
+    method, and (``importance`` only, else ``None``) the closed-form selected-draft acceptance
+    ``Σ min(p, q_IS)`` per position, a lower bound on the acceptance."""
 
     ver = get_verifier(name)
     exact = np.empty(p.shape[0])
     sampled = np.empty(p.shape[0])
+    lower = np.empty(p.shape[0]) if name == "importance" else None
     method = "exact"
     for k in sorted(set(n_eff.tolist())):
         rows = (n_eff == k).nonzero().squeeze(-1)
         pk, qk = p[rows], q[rows]
         dl = "iid" if k == 1 else law
-        if name == "rrs_wor" and k > 1:
+        if lower is not None:
+            lower[rows.numpy()] = ver.selected_acceptance(pk, qk, k).double().numpy()  # type: ignore[attr-defined]
+        if name in MC_VERIFIERS and k > 1:
             method = f"rao-blackwell-mc({mc_samples}/position)"
             S = mc_samples
             vals = torch.zeros(rows.numel(), dtype=torch.float64)
+            if name == "importance":
+                # P(accept | drafts) = P(selected draft accepted | drafts) + P(correction is another draft
+                # | drafts); the first term's mean is the closed form Σ min(p, q_IS) (the lower bound):
+                # only the second, small term is sampled (a control variate — same mean, less noise)
+                method = f"rao-blackwell-mc({mc_samples}/position; selected-draft term closed-form)"
+                q_is = importance_selection(pk, qk, k)[0]
+                a_sel = (pk.double() / q_is.clamp_min(torch.finfo(torch.float64).tiny)).clamp_max(1.0)
             for _ in range(S):
                 d = sample_drafts(qk, k, dl, gen)
-                vals += ver.accept_probability(pk, qk, d).double()  # type: ignore[attr-defined]
+                acc_d = ver.accept_probability(pk, qk, d).double()  # type: ignore[attr-defined]
+                if name == "importance":
+                    sel = (ver.selection_law(pk, qk, d) * a_sel.gather(-1, d)).sum(-1)  # type: ignore[attr-defined]
+                    acc_d = (acc_d - sel).clamp_min(0.0)
+                vals += acc_d
             exact[rows.numpy()] = (vals / S).numpy()
+            if lower is not None:
+                exact[rows.numpy()] += lower[rows.numpy()]
         else:
             exact[rows.numpy()] = ver.acceptance(pk, qk, k).value.double().numpy()
         d = sample_drafts(qk, k, dl, gen)
         sampled[rows.numpy()] = ver.verify(pk, qk, d, gen).accepted.double().numpy()
-    return exact, sampled, method
+    return exact, sampled, method, lower
 
 
 @dataclass
@@ -354,6 +381,7 @@ class _Acc:
     sampled: list[np.ndarray] = field(default_factory=list)
     star: list[np.ndarray] = field(default_factory=list)
     n_eff: list[np.ndarray] = field(default_factory=list)
+    lower: list[np.ndarray] = field(default_factory=list)
     method: str = "exact"
 
 
@@ -431,10 +459,12 @@ def run_acceptance_bench(*, target: Any = None, drafts: Sequence[str | BenchDraf
                         star = _alpha_star(pr, qr, n_eff, "iid" if law == "single" else law) if alpha_star else np.full(R, np.nan)
                         for vname in (("speculative",) if law == "single" else LAW_VERIFIERS[law]):
                             key = (d.name, float(temp), n, law, vname)
-                            ex, sa, method = _verifier_acceptance(vname, "iid" if law == "single" else law, pr, qr, n_eff,
-                                                                  mc_samples, gen)
+                            ex, sa, method, lb = _verifier_acceptance(vname, "iid" if law == "single" else law, pr, qr,
+                                                                      n_eff, mc_samples, gen)
                             a = acc.setdefault(key, _Acc())
                             a.exact.append(ex)
+                            if lb is not None:
+                                a.lower.append(lb)
                             a.sampled.append(sa)
                             a.star.append(star)
                             a.n_eff.append(n_eff.double().numpy())
@@ -456,6 +486,7 @@ def run_acceptance_bench(*, target: Any = None, drafts: Sequence[str | BenchDraf
             "draft": dname, "temperature": temp, "n": n, "law": law, "verifier": vname, "positions": int(ex.size),
             "n_effective_mean": float(np.concatenate(a.n_eff).mean()),
             "acceptance": m, "acceptance_ci95": [lo, hi], "acceptance_method": a.method,
+            "acceptance_lower_bound": float(np.concatenate(a.lower).mean()) if a.lower else None,
             "sampled_acceptance": sm, "sampled_ci95": [slo, shi],
             "alpha_star": am if alpha_star else None, "alpha_star_ci95": [alo, ahi] if alpha_star else None,
             "gap": gm if alpha_star else None, "gap_ci95": [glo, ghi] if alpha_star else None,
