@@ -1,12 +1,12 @@
-"""Wall-clock A/B of the suffix drafter's fixed verification cost f against autoregressive decoding.
+"""Wall-clock A/B of the suffix drafter's cost model (fixed cost f, per-token cost c) against autoregressive decoding.
 
 For each prompt set and temperature, every prompt is decoded by autoregressive decoding and by the
-suffix drafter with each f in ``--fixed-costs`` (per-token cost c fixed), interleaved prompt by
+suffix drafter with each ``f:c`` pair of ``--costs``, interleaved prompt by
 prompt so that a change of machine load hits every variant alike. Reports, per variant, the
 speedup (sum of autoregressive times / sum of its times), block efficiency and the share of
 steps that drafted. Run it on a quiet machine (nothing else running); the JSON records the load.
 
-    python scripts/suffix_cost_ab.py --fixed-costs 0.05,0.15,0.3 --out docs/bench/suffix_cost_ab.json
+    python scripts/suffix_cost_ab.py --costs 0:0.01,0.05:0.03,0:0 --out docs/bench/suffix_cost_ab.json
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from specot_lab.bench.acceptance import load_avg
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--fixed-costs", default="0.05,0.15,0.3")
+    ap.add_argument("--costs", default="0:0.01,0.05:0.03,0:0", help="f:c pairs (0:0 = no cost model)")
     ap.add_argument("--sets", default="docs/bench/prompts_code.jsonl,mixed")
     ap.add_argument("--n-prompts", type=int, default=6)
     ap.add_argument("--gamma", type=int, default=4)
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     load_start = load_avg()
     tgt = load_target(None, dtype=args.dtype)
-    fs = [float(x) for x in args.fixed_costs.split(",") if x]
+    fs = [tuple(float(v) for v in x.split(":")) for x in args.costs.split(",") if x]
     rows = []
     warm = tgt.encode_prompt("def add(a, b):")
     wcfg = GenerationConfig(max_new_tokens=8, gamma=args.gamma, seed=0)
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
                         dt, budgets = time.perf_counter() - t0, []
                     else:
                         d = load_drafter("suffix", tgt)
-                        d.cost_fixed = key
+                        d.cost_fixed, d.cost_per_token = key
                         spec, ver = decoding_plan(d, get_verifier("speculative"), gamma=args.gamma)
                         t0 = time.perf_counter()
                         res = tree_generate(tgt, d, ids, spec, cfg, verifier=ver)
@@ -77,8 +77,8 @@ def main(argv: list[str] | None = None) -> int:
                     a["steps"] += len(budgets)
             ar_rate = tot["ar"]["tokens"] / tot["ar"]["time_s"]
             for key, a in tot.items():
-                row = {"prompt_set": set_name, "temperature": temp, "variant": "ar" if key == "ar" else f"suffix f={key}",
-                       "cost_fixed": None if key == "ar" else key, **a,
+                row = {"prompt_set": set_name, "temperature": temp, "variant": "ar" if key == "ar" else f"suffix f={key[0]:g} c={key[1]:g}",
+                       "cost_fixed": None if key == "ar" else key[0], "cost_per_token": None if key == "ar" else key[1], **a,
                        "block_efficiency": a["tokens"] / max(a["calls"], 1),
                        "speedup": (a["tokens"] / a["time_s"]) / ar_rate,
                        "drafted_share": a["drafted_steps"] / a["steps"] if a["steps"] else 0.0}

@@ -45,7 +45,7 @@ def _trees(s: str) -> list[tuple[int, int]]:
             continue
         k, _, l = part.lower().partition("x")
         if not l:
-            raise ValueError(f"--trees takes KxL pairs like 2x4,4x4; got {part!r}")
+            raise ValueError(f"--trees takes NxG pairs (n drafts x draft length γ) like 2x4,4x4; got {part!r}")
         out.append((int(k), int(l)))
     return out
 
@@ -177,8 +177,8 @@ def register(subparsers: Any) -> None:
     s.add_argument("--draft", default="distilled",
                    help="draft model: distilled (default; skipped when missing), early-exit:K, a directory, or none")
     s.add_argument("--temperatures", default=None, help="default 0,1")
-    s.add_argument("--gammas", default=None, help="draft lengths L for single-draft and peers, default 2,4 (quick: 3)")
-    s.add_argument("--trees", default=None, help="multi-draft KxL grid, default 2x4,4x4 (quick: 2x3)")
+    s.add_argument("--gammas", default=None, help="draft lengths γ for single-draft and peers, default 2,4 (quick: 3)")
+    s.add_argument("--trees", default=None, help="multi-draft grid of NxG (n drafts x draft length γ), default 2x4,4x4 (quick: 2x3)")
     s.add_argument("--tree-verifiers", default=None, help="default kseq,rrs_wor,greedy (quick: kseq)")
     s.add_argument("--no-peers", action="store_true", help="skip the Hugging Face generate() peers")
     s.add_argument("--extra-drafts", default="", help="more drafters, comma-separated, as specot generate names them: "

@@ -4,13 +4,13 @@ Every method decodes the same prompts with the same target, in the same process,
 temperature (0 and 1 by default), with the same ``max_new_tokens`` and stop-at-EOS rule:
 
 * ``ar`` — specot's autoregressive decoding (the baseline of every ratio);
-* ``ngram L=γ`` — single-draft speculative sampling with specot's n-gram drafter;
-* ``spec K=1 L=γ`` — single-draft speculative sampling with the draft model;
-* ``tree K=k L=γ VERIFIER`` — multi-draft decoding (K draft sequences of length L, SpecTr's
+* ``ngram γ=G`` — single-draft speculative sampling with specot's n-gram drafter;
+* ``spec n=1 γ=G`` — single-draft speculative sampling with the draft model;
+* ``tree n=k γ=G VERIFIER`` — multi-draft decoding (n draft sequences of draft length γ, SpecTr's
   DraftSelection through :func:`specot.engine.tree.tree_generate`), one row per verifier (``kseq``
   for i.i.d. drafts, ``rrs_wor`` without replacement, ``greedy`` for greedy drafts);
 * peers, on the SAME Hugging Face model object: ``hf-ar`` (``generate()``), ``hf-prompt-lookup
-  L=γ`` (``generate(prompt_lookup_num_tokens=γ)``) and ``hf-assisted L=γ``
+  γ=G`` (``generate(prompt_lookup_num_tokens=γ)``) and ``hf-assisted γ=G``
   (``generate(assistant_model=draft)`` with ``num_assistant_tokens=γ``, constant schedule, no
   confidence threshold), sampling with ``do_sample``, ``temperature``, ``top_k=0``, ``top_p=1``
   (greedy at T = 0), prompts in the chat template.
@@ -39,7 +39,7 @@ JSON result (``schema_version`` 1)::
      "max_new_tokens", "temperatures", "gammas", "trees": [[K, L]], "tree_verifiers", "seed",
      "peers", "torch_threads", "load_avg_start", "load_avg_end", "elapsed_s",
      "cost_curve": {"target_ms": {T: ms}, "draft_ms": {w: ms}, "target_ratio": {T: t(T)/t(1)}},
-     "rows": [{"temperature", "method", "family", "K", "L", "verifier", "prompts", "tokens",
+     "rows": [{"temperature", "method", "family", "drafts", "gamma", "verifier", "prompts", "tokens",
                "time_s", "target_calls", "tokens_per_s", "block_efficiency", "speedup",
                "speedup_vs_hf_ar", "speedup_per_prompt_mean", "speedup_per_prompt_ci95",
                "acceptance", "acceptance_per_depth", "draft_time_s", "target_time_s",
@@ -187,10 +187,10 @@ def _build_methods(tgt: Any, ngram: Any, draft: BenchDraft | None, gammas: Seque
     if peers:
         ms.append(Method("hf-ar", "hf-ar", lambda ids, t, s: hf_generate(tgt.model, ids, t, max_new_tokens, s, eos=eos)))
     for L in gammas:
-        ms.append(Method(f"ngram L={L}", "ngram",
+        ms.append(Method(f"ngram γ={L}", "ngram",
                          lambda ids, t, s, L=L: wrap(speculative_generate(tgt, ngram, ids, cfg(t, s, L))), 1, L, "speculative"))
         if peers:
-            ms.append(Method(f"hf-prompt-lookup L={L}", "hf-prompt-lookup",
+            ms.append(Method(f"hf-prompt-lookup γ={L}", "hf-prompt-lookup",
                              lambda ids, t, s, L=L: hf_generate(tgt.model, ids, t, max_new_tokens, s, eos=eos, prompt_lookup=L),
                              1, L))
     for name in extra_drafts:  # drafters named as specot.api names them: suffix, eagle:PATH
@@ -199,24 +199,24 @@ def _build_methods(tgt: Any, ngram: Any, draft: BenchDraft | None, gammas: Seque
         for L in gammas:
             spec, ver = decoding_plan(ed, get_verifier("speculative"), gamma=L)
             if spec is None:  # a chain
-                ms.append(Method(f"{label} L={L}", label,
+                ms.append(Method(f"{label} γ={L}", label,
                                  lambda ids, t, s, L=L, ed=ed: wrap(speculative_generate(tgt, ed, ids, cfg(t, s, L))),
                                  1, L, "speculative"))
             else:
-                ms.append(Method(f"{label} tree L={L}", label,
+                ms.append(Method(f"{label} tree γ={L}", label,
                                  lambda ids, t, s, L=L, ed=ed, spec=spec, v=ver: wrap(
                                      tree_generate(tgt, ed, ids, spec, cfg(t, s, L), verifier=v)), spec.max_drafts_per_node(), L, ver.name))
         if name.startswith("eagle:"):
             for K, L in trees:
                 spec, ver = decoding_plan(ed, get_verifier("greedy"), verifier="greedy", drafts=K, gamma=L, tree="greedy")
-                ms.append(Method(f"eagle tree K={K} L={L} greedy", "eagle",
+                ms.append(Method(f"eagle tree n={K} γ={L} greedy", "eagle",
                                  lambda ids, t, s, L=L, ed=ed, spec=spec, v=ver: wrap(
                                      tree_generate(tgt, ed, ids, spec, cfg(t, s, L), verifier=v)), K, L, "greedy"))
     if draft is not None and draft.available:
         dm = draft.obj
         md = ModelDrafter(dm)
         for L in gammas:
-            ms.append(Method(f"spec K=1 L={L}", "spec",
+            ms.append(Method(f"spec n=1 γ={L}", "spec",
                              lambda ids, t, s, L=L: wrap(speculative_generate(tgt, md, ids, cfg(t, s, L))), 1, L, "speculative"))
             if peers:
                 def hf_assist(ids: list[int], t: float, s: int, L: int = L) -> _Run:
@@ -226,12 +226,12 @@ def _build_methods(tgt: Any, ngram: Any, draft: BenchDraft | None, gammas: Seque
                     gc.assistant_confidence_threshold = 0.0
                     return hf_generate(tgt.model, ids, t, max_new_tokens, s, eos=eos, assistant=dm.model)
 
-                ms.append(Method(f"hf-assisted L={L}", "hf-assisted", hf_assist, 1, L))
+                ms.append(Method(f"hf-assisted γ={L}", "hf-assisted", hf_assist, 1, L))
         for K, L in trees:
             for vname in tree_verifiers:
                 law = default_law_for(get_verifier(vname))
                 spec = TreeSpec.sequences(K, L, law)
-                ms.append(Method(f"tree K={K} L={L} {vname}", "tree",
+                ms.append(Method(f"tree n={K} γ={L} {vname}", "tree",
                                  lambda ids, t, s, spec=spec, v=vname: wrap(tree_generate(tgt, dm, ids, spec, cfg(t, s), verifier=v)),
                                  K, L, vname))
     return ms
@@ -250,7 +250,7 @@ def _theory(row: dict[str, Any], stats_list: list[Any], cost: dict[str, Any], dr
             acc = np.pad(acc, (0, t.size - acc.size))
         tried[: t.size] += t
         acc[: a.size] += a
-    L = int(row["L"])
+    L = int(row["gamma"])
     if tried.sum() == 0:
         return
     alpha = float(acc.sum() / tried.sum())
@@ -330,7 +330,7 @@ def run_speedup_bench(*, target: Any = None, draft: str | BenchDraft | None = "d
             per = [(r.tokens / r.time_s) / (b.tokens / b.time_s) for r, b in zip(rs, base)]
             pm, plo, phi = mean_ci(per)
             row: dict[str, Any] = {
-                "temperature": float(temp), "method": m.name, "family": m.family, "K": m.K, "L": m.L,
+                "temperature": float(temp), "method": m.name, "family": m.family, "drafts": m.K, "gamma": m.L,
                 "verifier": m.verifier, "prompts": len(rs), "tokens": tok, "time_s": tim, "target_calls": calls,
                 "tokens_per_s": tps, "block_efficiency": tok / calls if calls else None,
                 "speedup": tps / base_tps, "speedup_vs_hf_ar": tps / hf_tps if hf_tps else None,

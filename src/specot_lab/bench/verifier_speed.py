@@ -32,6 +32,7 @@ CONFIGS = [  # name, params, law, valid n
     ("greedy", {}, DraftLaw.GREEDY, (1, 2, 4, 8)),
     ("spechub", {}, DraftLaw.SPECHUB, (1, 2)),
     ("mentored", {"D": 0.1}, DraftLaw.IID, (1,)),
+    ("importance", {}, DraftLaw.IID, (1, 2, 4, 8)),
 ]
 
 
