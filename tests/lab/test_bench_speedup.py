@@ -12,7 +12,7 @@ from specot_lab.bench.acceptance import BenchDraft
 from specot_lab.bench.report import results_markdown, speedup_plots, speedup_table, update_readme, START, END
 from specot_lab.bench.speedup import run_speedup_bench
 
-ROW_KEYS = {"temperature", "method", "family", "K", "L", "verifier", "prompts", "tokens", "time_s", "target_calls",
+ROW_KEYS = {"temperature", "method", "family", "drafts", "gamma", "verifier", "prompts", "tokens", "time_s", "target_calls",
             "tokens_per_s", "block_efficiency", "speedup", "speedup_vs_hf_ar", "speedup_per_prompt_mean",
             "speedup_per_prompt_ci95", "acceptance", "acceptance_per_depth", "overhead_share",
             "predicted_block_efficiency_iid", "predicted_block_efficiency_depth", "block_efficiency_deviation", "c",
@@ -35,8 +35,8 @@ def test_schema_and_methods(tiny_speedup):
     assert res["benchmark"] == "speedup" and res["schema_version"] == 1 and res["draft_available"]
     json.loads(json.dumps(res))
     methods = {r["method"] for r in res["rows"]}
-    assert methods == {"ar", "hf-ar", "ngram L=2", "hf-prompt-lookup L=2", "spec K=1 L=2", "hf-assisted L=2",
-                       "tree K=2 L=2 kseq", "tree K=2 L=2 greedy"}
+    assert methods == {"ar", "hf-ar", "ngram γ=2", "hf-prompt-lookup γ=2", "spec n=1 γ=2", "hf-assisted γ=2",
+                       "tree n=2 γ=2 kseq", "tree n=2 γ=2 greedy"}
     for r in res["rows"]:
         assert ROW_KEYS <= set(r)
         assert r["tokens"] == 2 * 8 or r["tokens"] <= 16  # same budget for every method
@@ -59,7 +59,7 @@ def test_hf_peers_match_at_temperature_zero(tiny_speedup):
 
 def test_report(tiny_speedup, tmp_path):
     md = speedup_table(tiny_speedup)
-    assert md.startswith("| T | method |") and "hf-assisted L=2" in md
+    assert md.startswith("| T | method |") and "hf-assisted γ=2" in md
     paths = speedup_plots(tiny_speedup, tmp_path)
     assert all(p.exists() and p.stat().st_size > 1000 for p in paths)
     section = results_markdown(None, {**tiny_speedup, "command": "specot bench speedup --quick"}, plots_dir="docs/bench")
@@ -94,5 +94,5 @@ def test_cli_quick_real_model(tmp_path, capsys):
                "--max-new-tokens", "8"])
     assert rc == 0
     res = json.loads(capsys.readouterr().out)
-    assert {r["method"] for r in res["rows"]} >= {"ar", "hf-ar", "ngram L=3", "hf-prompt-lookup L=3"}
+    assert {r["method"] for r in res["rows"]} >= {"ar", "hf-ar", "ngram γ=3", "hf-prompt-lookup γ=3"}
     assert (tmp_path / "speedup.png").exists()
