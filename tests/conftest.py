@@ -47,6 +47,22 @@ def tiny_lm(seed: int, **kw) -> CausalLM:
 
 
 @pytest.fixture
+def host_conversions(monkeypatch) -> list[str]:
+    """The names of the tensor-to-host conversions (``tolist``, ``item``, ``bool``/``int``/``float``/
+    ``index``, ``numpy``) made while the test runs, in order: each is a device sync on CUDA."""
+    calls: list[str] = []
+    for name in ("tolist", "item", "__bool__", "__int__", "__float__", "__index__", "numpy"):
+        orig = getattr(torch.Tensor, name)
+
+        def spy(self, *a, _orig=orig, _name=name, **k):
+            calls.append(_name)
+            return _orig(self, *a, **k)
+
+        monkeypatch.setattr(torch.Tensor, name, spy)
+    return calls
+
+
+@pytest.fixture
 def tiny_target() -> CausalLM:
     return tiny_lm(0)
 

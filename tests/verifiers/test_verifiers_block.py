@@ -457,17 +457,9 @@ def test_input_errors():
     v.verify_tree(p, q_leaf_garbage, torch.tensor([0, 1, 1]), par)
 
 
-def test_one_host_sync(monkeypatch):
+def test_one_host_sync(host_conversions):
     """verify_tree converts device values to host values exactly once (one ``.tolist()``)."""
-    calls: list[str] = []
-    for name in ("tolist", "item", "__bool__", "__int__", "__float__", "__index__", "numpy"):
-        orig = getattr(torch.Tensor, name)
-
-        def spy(self, *a, _orig=orig, _name=name, **k):
-            calls.append(_name)
-            return _orig(self, *a, **k)
-
-        monkeypatch.setattr(torch.Tensor, name, spy)
+    calls = host_conversions
     tables = Tables(4, 3, "dirichlet")
     toks = [0, 1, 2, 3]
     p, q = tree_rows(tables, toks, chain_parents(3))
