@@ -286,15 +286,18 @@ def load_drafter(spec: str | Drafter | CausalLM, target: CausalLM, *, dtype: str
     return ModelDrafter(draft)
 
 
+DEFAULT_GAMMA = GenerationConfig.gamma  # γ when the caller names none: the engine's default (4)
+
+
 def resolve_tree_spec(tree: str | TreeSpec | None, *, drafts: int | None, gamma: int | None,
-                      verifier: Any, tree_law: str | None = None, default_len: int = 4) -> TreeSpec:
+                      verifier: Any, tree_law: str | None = None) -> TreeSpec:
     """The :class:`TreeSpec` for the tree options of :func:`generate` / ``specot generate``.
 
     ``tree`` is a :class:`TreeSpec` or a CLI form (see :func:`specot.drafting.tree.parse_tree_spec`);
     ``None`` means K = ``drafts`` sequences of draft length γ = ``gamma``. Where the form does not name
     the law (``None``, ``topology:FILE`` without one, ``eagle``), it is ``tree_law`` or else the
     verifier's own (:func:`default_law_for`: kseq/rrs → iid, rrs_wor → wor, greedy → greedy, ...).
-    Forms without expansion factors take γ = ``gamma``, else ``default_len``; forms with factors
+    Forms without expansion factors take γ = ``gamma``, else the default γ (4); forms with factors
     take γ from them (a ``gamma`` that differs is refused).
     """
     if isinstance(tree, TreeSpec):
@@ -304,7 +307,7 @@ def resolve_tree_spec(tree: str | TreeSpec | None, *, drafts: int | None, gamma:
     law = tree_law if (tree_law or names_law) else default_law_for(verifier).value
     has_factors = ":" in (tree or "") and kind != "topology"
     if gamma is None and not has_factors:
-        gamma = default_len
+        gamma = DEFAULT_GAMMA
     return parse_tree_spec(tree, drafts=drafts, gamma=gamma, law=law)
 
 
@@ -400,7 +403,7 @@ def generate(
     if isinstance(seed, bool) or not (seed is None or isinstance(seed, int)):
         raise TypeError(f"seed must be an int or None, got {type(seed).__name__}; pass a torch.Generator to "
                         "specot.speculative_generate(generator=...) instead")
-    cfg = GenerationConfig(max_new_tokens=max_new_tokens, gamma=4 if gamma is None else gamma, seed=seed,
+    cfg = GenerationConfig(max_new_tokens=max_new_tokens, gamma=DEFAULT_GAMMA if gamma is None else gamma, seed=seed,
                            gamma_schedule=gamma_schedule,
                            sampling=SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p))
     if not isinstance(prompt, str):
@@ -539,7 +542,7 @@ def decoding_plan(draft: Any, ver: Any, *, verifier: str = "speculative", verifi
         if verifier == "speculative" and not verifier_params:
             ver = build_verifier("greedy")  # optimal for the GREEDY law: accepts with probability p(children)
         width = drafts if drafts is not None else (draft.max_children if isinstance(draft, SuffixDrafter) else 4)
-        spec = TreeSpec.sequences(width, 4 if gamma is None else gamma, DraftLaw.GREEDY)
+        spec = TreeSpec.sequences(width, DEFAULT_GAMMA if gamma is None else gamma, DraftLaw.GREEDY)
         spec.check_verifier(ver)
     elif drafts is not None or tree is not None:
         if isinstance(draft, str) and draft == "ngram" or isinstance(draft, Drafter) and not isinstance(draft, ModelDrafter) \
