@@ -114,7 +114,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     pg.add_argument("--max-steps", type=int, default=None, help="stop (resumably) after this many steps")
     pg.add_argument("--lr", type=float, default=1e-4)
     pg.add_argument("--max-len", type=int, default=512)
-    pg.add_argument("--dtype", default="float32")
+    pg.add_argument("--dtype", default="float32", help="the target's dtype (its features); bfloat16 is 3x faster "
+                    "where the CPU has native bf16")
+    pg.add_argument("--autocast", action="store_true", help="bf16 autocast of the head's forward/backward "
+                    "(float32 weights; 2.2x faster steps where the CPU has native bf16)")
     pg.add_argument("--device", default="cpu")
     pg.add_argument("--seed", type=int, default=0)
     pg.add_argument("--threads", type=int, default=0)
@@ -226,7 +229,7 @@ def _run_eagle(args: argparse.Namespace) -> int:
     layers = tuple(int(i) for i in args.layers.split(",")) if args.layers else None
     cfg = EagleTrainConfig(draft_vocab_size=args.draft_vocab, layers=layers, ttt_steps=args.ttt_steps,
                            feat_weight=args.feat_weight, lr=args.lr, steps=args.steps, max_len=args.max_len,
-                           seed=args.seed)
+                           seed=args.seed, autocast=args.autocast)
     train_eagle(target, seqs, args.out, cfg, max_steps=args.max_steps)
     print(f"EAGLE head -> {args.out / 'head'} (use it with draft='eagle:{args.out / 'head'}')")
     return 0

@@ -338,6 +338,24 @@ def test_training_smoke_resumes_and_learns(trained):
     assert set(load_file(str(out / "head" / "model.safetensors"))) == set(EAGLE3_KEYS)
 
 
+def test_training_under_bf16_autocast_learns_and_keeps_float32_weights(tmp_path):
+    """``autocast=True`` (attempt 4's fast CPU path) runs the head's matmuls in bf16 but keeps the
+    weights and optimizer in float32; the loss still falls, and the exported head loads."""
+    from specot_lab.distill.eagle import EagleTrainConfig, train_eagle
+
+    target = _target()
+    seqs = [[i, (3 * i) % 16] + [(5 * i + 7 * j) % 16 for j in range(40)] for i in range(6)]
+    cfg = EagleTrainConfig(draft_vocab_size=12, ttt_steps=2, steps=80, lr=3e-3, warmup=10, save_every=40,
+                           max_len=64, autocast=True)
+    drafter = train_eagle(target, seqs, tmp_path, cfg, progress=False)
+    logs = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    assert sum(r["loss"] for r in logs[-10:]) < 0.5 * sum(r["loss"] for r in logs[:10])
+    state = torch.load(tmp_path / "ckpt.pt", weights_only=False)
+    assert all(v.dtype == torch.float32 for v in state["head"].values() if v.is_floating_point())
+    loaded = EagleDrafter.from_pretrained(tmp_path / "head", target)
+    assert torch.equal(loaded.head.lm_head.weight, drafter.head.lm_head.weight)
+
+
 @pytest.mark.parametrize("kind", ["chain", "dynamic", "static"])
 def test_trained_head_is_accepted_and_greedy_exact(trained, kind):
     """With a head that predicts the target, drafts are accepted (deep accepted paths exercise the

@@ -61,6 +61,9 @@ class EagleTrainConfig:
     # (the head begins as "the target's head over a predicted feature"). Off by default: tried in
     # attempt 3 (docs/distillation.md), it did not converge faster than a random output layer.
     init_from_target: bool = False
+    # Run the head's forward/backward under bfloat16 autocast (weights and optimizer stay float32).
+    # On a CPU with native bf16 a step is 2.2x faster (168 vs 379 ms per 256 tokens, attempt 4).
+    autocast: bool = False
 
 
 def chunk_token_ids(seqs: Iterable[Sequence[int]], max_len: int) -> list[list[int]]:
@@ -244,7 +247,9 @@ def train_eagle(target: Any, token_seqs: Sequence[Sequence[int]], out_dir: str |
                 g["lr"] = _lr(step, cfg)
             if emb_dtype != torch.float32:  # the shared embedding stays in the target's dtype
                 data = {k: v.float() for k, v in data.items()}
-            loss, st = ttt_loss(head, torch.tensor(ids), data, cfg)
+            with torch.autocast(device_type=torch.device(target.device).type, dtype=torch.bfloat16,
+                                enabled=cfg.autocast):
+                loss, st = ttt_loss(head, torch.tensor(ids), data, cfg)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)

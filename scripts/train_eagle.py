@@ -1,0 +1,100 @@
+"""Train an EAGLE-3 head for the embedded SmolLM2-135M on the target's own chat responses and/or
+raw text (docs/distillation.md, attempts 1-4).
+
+1. (unless ``--skip-data``) The target samples responses to the corpus's training prompts (chat
+   template, resumable shards, :func:`specot_lab.distill.data.generate_shards`).
+2. ``--corpus FILE.jsonl`` (from ``scripts/build_eagle_corpus.py``) adds raw code and prose
+   excerpts; a ``--chat-fraction`` of them is cut in two and wrapped in the chat template (the
+   first part as the user's request, the rest as the assistant's answer), so the head also sees
+   the target's features inside chat turns.
+3. The head trains on the token sequences with the training-time-test unroll
+   (:func:`specot_lab.distill.eagle.train_eagle`); the draft vocabulary is the most frequent tokens
+   of those sequences.
+
+    python scripts/train_eagle.py --data runs/eagle_data --out runs/eagle_b --max-tokens 250000 --steps 3000
+    python scripts/train_eagle.py --data runs/eagle_data --skip-data --with-text --corpus runs/eagle_corpus.jsonl \
+        --dtype bfloat16 --autocast --steps 10000 --out runs/eagle_d
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+
+import torch
+
+from specot.api import load_target
+from specot_lab.corpus import raw_texts, train_prompts
+from specot_lab.distill.data import SampleConfig, generate_shards, iter_shards
+from specot_lab.distill.eagle import EagleTrainConfig, train_eagle
+
+
+CHAT_TEMPLATES = {
+    "code": ("Complete this {lang} code:\n\n{head}", "Continue the following {lang} file:\n\n{head}",
+             "Here is the start of a {lang} file. Write what comes next.\n\n{head}"),
+    "prose": ("Continue this text:\n\n{head}", "Write the next part of this document:\n\n{head}",
+              "{head}\n\nGo on."),
+}
+PROSE = {"markdown", "rst", "text"}
+
+
+def corpus_ids(tokenizer, row: dict, rng: random.Random, chat_fraction: float) -> list[int]:
+    """Token ids of one corpus excerpt: raw, or (with probability ``chat_fraction``) cut at a line
+    boundary and wrapped as a user request and the assistant's answer in the chat template."""
+    text = row["text"]
+    lines = text.splitlines(keepends=True)
+    if rng.random() >= chat_fraction or len(lines) < 4:
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+    cut = rng.randint(len(lines) // 4, len(lines) // 2)
+    kind = "prose" if row["kind"] in PROSE else "code"
+    user = rng.choice(CHAT_TEMPLATES[kind]).format(lang=row["kind"].capitalize(), head="".join(lines[:cut]))
+    msgs = [{"role": "user", "content": user}, {"role": "assistant", "content": "".join(lines[cut:])}]
+    ids = tokenizer.apply_chat_template(msgs, tokenize=True)
+    return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--max-tokens", type=int, default=250_000, help="tokens of sampled data (prompt + response)")
+    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--steps", type=int, default=3000)
+    ap.add_argument("--max-steps", type=int, default=None)
+    ap.add_argument("--draft-vocab", type=int, default=8192)
+    ap.add_argument("--lr", type=float, default=3e-4)
+    ap.add_argument("--max-len", type=int, default=256)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--skip-data", action="store_true")
+    ap.add_argument("--with-text", action="store_true", help="also train on the raw distill train texts")
+    ap.add_argument("--init-from-target", action="store_true",
+                    help="start the output layer and final norm from the target's (attempt 3)")
+    ap.add_argument("--corpus", action="append", default=[], help="raw-text JSONL ({kind, text} per line)")
+    ap.add_argument("--chat-fraction", type=float, default=0.4, help="corpus excerpts wrapped as chat turns")
+    ap.add_argument("--dtype", default="float32", help="the target's dtype for the teacher-forced features")
+    ap.add_argument("--autocast", action="store_true", help="bf16 autocast of the head's forward/backward")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    tgt = load_target(None, dtype=args.dtype)
+    if not args.skip_data:
+        cfg = SampleConfig(batch_size=16, max_new_tokens=128, temperature=args.temperature, top_k=1)
+        print(generate_shards(tgt, train_prompts(0), args.data, cfg, max_tokens=args.max_tokens), file=sys.stderr)
+    seqs = [s["ids"].tolist() for s in iter_shards(args.data)]
+    if args.with_text:
+        seqs += [tgt.tokenizer(t, add_special_tokens=False)["input_ids"] for t in raw_texts("train")]
+    rng = random.Random(args.seed)
+    for path in args.corpus:
+        with open(path, encoding="utf-8") as f:
+            seqs += [corpus_ids(tgt.tokenizer, json.loads(line), rng, args.chat_fraction) for line in f]
+    print(f"{len(seqs)} sequences, {sum(map(len, seqs))} tokens", file=sys.stderr)
+    tc = EagleTrainConfig(draft_vocab_size=args.draft_vocab, steps=args.steps, lr=args.lr, max_len=args.max_len,
+                          init_from_target=args.init_from_target, autocast=args.autocast, seed=args.seed)
+    train_eagle(tgt, seqs, args.out, tc, max_steps=args.max_steps)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
