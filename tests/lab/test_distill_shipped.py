@@ -1,5 +1,5 @@
 """The shipped distilled draft (``specot/data/draft``): a standard Hugging Face checkpoint that loads
-offline, shares the embedded target's vocabulary, and is the default draft of ``specot generate``."""
+offline and shares the embedded target's vocabulary (``draft="distilled"``)."""
 
 from __future__ import annotations
 
@@ -43,14 +43,14 @@ def test_load_embedded_draft_dtype_and_cli_default():
 
 @pytest.mark.slow
 @pytest.mark.real_model
-def test_distilled_draft_is_default_and_greedy_speculative_equals_autoregressive():
+def test_distilled_draft_greedy_speculative_equals_autoregressive():
     import specot
     from specot.drafting.model import ModelDrafter, check_vocab_compatible
     from specot.engine import GenerationConfig, autoregressive_generate, speculative_generate
     from specot.sampling import SamplingConfig
 
     target = specot.load_embedded_target()
-    drafter = specot.load_drafter("auto", target)
+    drafter = specot.load_drafter("distilled", target)
     assert isinstance(drafter, ModelDrafter) and drafter.name == "specot-distilled-draft"
     check_vocab_compatible(target, drafter.model)
     ids = target.encode_prompt("What does the Python `with` statement do?")

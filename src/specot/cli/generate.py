@@ -26,7 +26,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     src.add_argument("--prompt-file", type=Path, help="file holding the prompt text")
     p.add_argument("--target", default=None, help="target model: 'smollm2' (embedded default), a local directory or a hub id")
     p.add_argument("--draft", default="auto",
-                   help="'auto' (default: the shipped distilled draft for the embedded target, else 'ngram'), 'distilled', "
+                   help="'auto' (default: 'ngram', the fastest drafter measured on the CPU), 'eagle' (the shipped EAGLE-3 "
+                        "head of the embedded target), 'eagle:PATH', 'distilled', "
                         "'ngram', 'suffix' (suffix decoding: model-free draft trees from every earlier occurrence of "
                         "the current suffix, verified by the greedy verifier), or a draft model directory / hub id "
                         "sharing the target's tokenizer")

@@ -22,11 +22,12 @@ from .device import resolve_dtype
 from .hf import CausalLM
 from .loading import load_model
 
-__all__ = ["EMBEDDED_TARGET", "EMBEDDED_DRAFT", "embedded_gguf", "load_embedded_target", "embedded_draft_dir",
+__all__ = ["EMBEDDED_TARGET", "EMBEDDED_DRAFT", "EMBEDDED_EAGLE", "embedded_eagle_dir", "embedded_gguf", "load_embedded_target", "embedded_draft_dir",
            "load_embedded_draft", "is_embedded_target"]
 
 EMBEDDED_TARGET = "smollm2"
 EMBEDDED_DRAFT = "distilled"
+EMBEDDED_EAGLE = "eagle"  # the shipped EAGLE-3 head (embedded target only)
 _TARGET_LABEL = "SmolLM2-135M-Instruct"
 
 
@@ -70,6 +71,13 @@ def embedded_draft_dir() -> Path:
     """Directory of the shipped distilled draft (``specot/data/draft``: config.json, model.safetensors,
     tokenizer files), a standard ``LlamaForCausalLM`` checkpoint; see docs/distillation.md."""
     return Path(__file__).resolve().parent.parent / "data" / "draft"
+
+
+def embedded_eagle_dir() -> Path:
+    """Directory of the shipped EAGLE-3 head for the embedded target (``specot/data/eagle``: the
+    published layout, bfloat16, 19.7 MB; attempt 4 in docs/distillation.md). Load it with
+    ``load_drafter("eagle", target)``."""
+    return Path(__file__).resolve().parent.parent / "data" / "eagle"
 
 
 def load_embedded_draft(dtype: str | torch.dtype = "auto", device: str = "cpu", tokenizer: object = None) -> CausalLM:

@@ -62,6 +62,7 @@ import numpy as np
 import torch
 
 from .acceptance import BenchDraft, load_avg, load_bench_draft, mean_ci
+from specot.drafting.eagle import EagleDrafter
 from specot.drafting.model import ModelDrafter
 from specot.drafting.tree import TreeSpec, default_law_for
 from specot.engine import GenerationConfig, autoregressive_generate, speculative_generate, tree_generate
@@ -195,7 +196,7 @@ def _build_methods(tgt: Any, ngram: Any, draft: BenchDraft | None, gammas: Seque
                              1, L))
     for name in extra_drafts:  # drafters named as specot.api names them: suffix, eagle:PATH
         ed = load_drafter(name, tgt)
-        label = "eagle" if name.startswith("eagle:") else name
+        label = "eagle" if isinstance(ed, EagleDrafter) else name
         for L in gammas:
             spec, ver = decoding_plan(ed, get_verifier("speculative"), gamma=L)
             if spec is None:  # a chain
@@ -206,7 +207,7 @@ def _build_methods(tgt: Any, ngram: Any, draft: BenchDraft | None, gammas: Seque
                 ms.append(Method(f"{label} tree γ={L}", label,
                                  lambda ids, t, s, L=L, ed=ed, spec=spec, v=ver: wrap(
                                      tree_generate(tgt, ed, ids, spec, cfg(t, s, L), verifier=v)), spec.max_drafts_per_node(), L, ver.name))
-        if name.startswith("eagle:"):
+        if isinstance(ed, EagleDrafter):
             for K, L in trees:
                 spec, ver = decoding_plan(ed, get_verifier("greedy"), verifier="greedy", drafts=K, gamma=L, tree="greedy")
                 ms.append(Method(f"eagle tree n={K} γ={L} greedy", "eagle",
