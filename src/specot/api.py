@@ -521,6 +521,12 @@ def generate(
     return report
 
 
+#: The verifier a draft tree gets when none is named (``verifier="speculative"``, the default, takes
+#: one draft): the optimal one for the GREEDY law (Hu et al. 2025, Sec. 5) and for SpecHub's, RRS
+#: without replacement for WOR (Jeon et al. 2024), k-Seq for IID (SpecTr, Sun et al. 2023).
+TREE_VERIFIERS = {DraftLaw.GREEDY: "greedy", DraftLaw.WOR: "rrs_wor", DraftLaw.IID: "kseq", DraftLaw.SPECHUB: "spechub"}
+
+
 def decoding_plan(draft: Any, ver: Any, *, verifier: str = "speculative", verifier_params: dict[str, Any] | None = None,
                   gamma: int | None = None, drafts: int | None = None,
                   tree: str | TreeSpec | None = None, tree_law: str | None = None) -> tuple[TreeSpec | None, Any]:
@@ -531,7 +537,8 @@ def decoding_plan(draft: Any, ver: Any, *, verifier: str = "speculative", verifi
       deterministic distinct tokens, i.e. the GREEDY law with q on the children; ``greedy`` (which
       then accepts with probability p(children), the optimum) replaces the default verifier.
     * ``drafts`` / ``tree``: a draft tree from a draft model or an EAGLE head
-      (:func:`resolve_tree_spec`); ``otm`` gets the tree's own law.
+      (:func:`resolve_tree_spec`); ``otm`` gets the tree's own law, and the default ``speculative``
+      (one draft only) is replaced by the tree law's verifier (:data:`TREE_VERIFIERS`).
     * otherwise one draft chain of γ tokens (``spec`` is ``None``).
 
     Returns:
@@ -557,6 +564,8 @@ def decoding_plan(draft: Any, ver: Any, *, verifier: str = "speculative", verifi
             raise ValueError("multi-draft tree decoding (drafts / tree) needs a draft MODEL (a directory, 'distilled' "
                              "or a CausalLM), not an n-gram drafter")
         spec = resolve_tree_spec(tree, drafts=drafts, gamma=gamma, verifier=ver, tree_law=tree_law)
+        if verifier == "speculative" and not verifier_params and spec.max_drafts_per_node() > 1:
+            ver = build_verifier(TREE_VERIFIERS[spec.law])  # the default verifier cannot take n > 1 drafts
         if verifier == "otm" and "law" not in (verifier_params or {}):
             ver = get_verifier("otm", law=spec.law)  # the exact OT plan for the tree's own law
         spec.check_verifier(ver)

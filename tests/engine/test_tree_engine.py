@@ -9,13 +9,14 @@ import json
 import pytest
 import torch
 
-from specot.api import generate
+from specot.api import decoding_plan, generate
 from specot.cli.main import main as cli_main
 from specot.drafting import ModelDrafter
-from specot.drafting.tree import EAGLE_DEFAULT_TREE, TreeSpec, parse_tree_spec
-from specot.engine import GenerationConfig, autoregressive_generate, make_generator, speculative_generate, tree_generate
+from specot.drafting.tree import EAGLE_DEFAULT_TREE, TreeSpec
+from specot.engine import GenerationConfig, autoregressive_generate, speculative_generate, tree_generate
 from specot.models import CausalLM
 from specot.sampling import SamplingConfig
+from specot.verifiers import get_verifier
 
 from conftest import tiny_lm
 
@@ -165,3 +166,17 @@ def test_api_and_cli_tree_options(tiny_model_dir, tmp_path, capsys):
     rc = cli_main(["generate", "--prompt", "the", "--target", str(tiny_model_dir), "--draft", str(tiny_model_dir),
                    "--drafts", "2", "--tree", "wor", "--verifier", "kseq", "--raw"])
     assert rc == 1 and "cannot be verified by 'kseq'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("tree,law,expected", [("greedy", "greedy", "greedy"), ("wor", "wor", "rrs_wor"),
+                                                (None, "iid", "kseq"), ("spechub", "spechub", "spechub")])
+def test_a_tree_without_a_named_verifier_gets_its_laws_verifier(tree, law, expected):
+    """The default verifier (``speculative``) takes one draft; a tree with n = 2 gets the verifier of
+    its law instead, while a named verifier that cannot verify the tree is still refused."""
+    drafter = ModelDrafter(tiny_lm(1))
+    spec, ver = decoding_plan(drafter, get_verifier("speculative"), drafts=2, gamma=3, tree=tree)
+    assert spec.law.value == law and ver.name == expected
+    spec.check_verifier(ver)
+    if expected != "kseq":
+        with pytest.raises(ValueError, match="cannot be verified by 'kseq'"):
+            decoding_plan(drafter, get_verifier("kseq"), verifier="kseq", drafts=2, gamma=3, tree=tree)

@@ -45,7 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--max-new-tokens", type=int, default=128, help="exact cap on new tokens (default 128)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--verifier", default="speculative",
-                   help="verifier name (default speculative, lossless); lenient is LOSSY (needs --lenience); with "
+                   help="verifier name (default speculative, lossless; a tree without one gets its law's: greedy, rrs_wor or kseq); lenient is LOSSY (needs --lenience); with "
                         "--drafts/--tree any verifier valid for the construction: kseq, rrs, rrs_wor, greedy, spechub. "
                         "otm is the exact LP optimum, a reference for tiny vocabularies (tests, specot theory "
                         "alpha --verifiers): it is refused for real vocabularies (e.g. 49152 tokens) unless "
