@@ -38,7 +38,8 @@ KINDS = {  # extension -> kind
 QUOTAS = {"python": 3_000_000, "javascript": 900_000, "c": 800_000, "rust": 500_000, "sql": 300_000,
           "shell": 200_000, "java": 150_000, "go": 50_000, "markdown": 1_500_000, "rst": 700_000,
           "text": 500_000}
-ROOTS = (sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"], "/usr/lib/node_modules",
+STDLIB = sysconfig.get_paths()["stdlib"]
+ROOTS = (STDLIB, sysconfig.get_paths()["purelib"], "/usr/lib/node_modules",
          "/usr/share/doc", "/usr/share/postgresql", "/usr/include", "/root/.rustup/toolchains")
 
 
@@ -46,9 +47,8 @@ def _excluded(path: str, repo: str) -> bool:
     low = path.lower()
     if path.startswith(repo) or "pydoc_data" in path or "license" in low or low.endswith("/this.py"):
         return True
-    stdlib = sysconfig.get_paths()["stdlib"]
-    if path.startswith(stdlib):
-        rel = os.path.relpath(path, stdlib).removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+    if path.startswith(STDLIB):
+        rel = os.path.relpath(path, STDLIB).removesuffix(".py").removesuffix("/__init__").replace("/", ".")
         return any(rel == m or rel.startswith(m + ".") for m in DOCSTRING_MODULES)
     return False
 

@@ -52,7 +52,7 @@ def corpus_ids(tokenizer, row: dict, rng: random.Random, chat_fraction: float) -
     user = rng.choice(CHAT_TEMPLATES[kind]).format(lang=row["kind"].capitalize(), head="".join(lines[:cut]))
     msgs = [{"role": "user", "content": user}, {"role": "assistant", "content": "".join(lines[cut:])}]
     ids = tokenizer.apply_chat_template(msgs, tokenize=True)
-    return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+    return list(ids["input_ids"] if hasattr(ids, "keys") else ids)  # a BatchEncoding or a list
 
 
 def main(argv: list[str] | None = None) -> int:

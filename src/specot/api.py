@@ -260,7 +260,7 @@ def load_drafter(spec: str | Drafter | CausalLM, target: CausalLM, *, dtype: str
     """
     if isinstance(spec, Drafter):
         return spec
-    spec = _resolve_draft_name(spec, target)  # "auto": one rule, shared with generate()
+    spec = _resolve_draft_name(spec)  # "auto": one rule, shared with generate()
     if isinstance(spec, str) and spec == "ngram":
         table = None
         if ngram_corpus and target.tokenizer is not None:
@@ -432,7 +432,7 @@ def generate(
     resolve_dtype(dtype, device)
     check_device(device)
     target_src = _check_target_source(target)
-    draft = _resolve_draft_name(draft, target)
+    draft = _resolve_draft_name(draft)
     _check_draft_source(draft, ngram_n=ngram_n, ngram_corpus=ngram_corpus)
     spec, ver = decoding_plan(draft, ver, verifier=verifier, verifier_params=verifier_params, gamma=gamma,
                               drafts=drafts, tree=tree, tree_law=tree_law)
@@ -554,7 +554,7 @@ def decoding_plan(draft: Any, ver: Any, *, verifier: str = "speculative", verifi
             raise ValueError("the suffix drafter builds its own draft trees; use drafts=K (children per node) and "
                              "gamma (depth), not tree=")
         if verifier == "speculative" and not verifier_params:
-            ver = build_verifier("greedy")  # optimal for the GREEDY law: accepts with probability p(children)
+            ver = build_verifier(TREE_VERIFIERS[DraftLaw.GREEDY])  # optimal: accepts with probability p(children)
         width = drafts if drafts is not None else (draft.max_children if isinstance(draft, SuffixDrafter) else 4)
         spec = TreeSpec.sequences(width, DEFAULT_GAMMA if gamma is None else gamma, DraftLaw.GREEDY)
         spec.check_verifier(ver)
@@ -588,7 +588,7 @@ def _check_target_source(target: Any) -> Any:
     return target
 
 
-def _resolve_draft_name(draft: Any, target: Any) -> Any:
+def _resolve_draft_name(draft: Any) -> Any:
     """``"auto"`` → ``"ngram"``: the fastest drafter measured on held-out code and prose on the CPU
     (1.37-1.45x at T = 0; the shipped EAGLE head gives 0.97-1.06x, the distilled draft 0.73-0.81x;
     README "Results")."""

@@ -94,7 +94,8 @@ def frequent_vocab(seqs: Iterable[Sequence[int]], size: int, vocab_size: int) ->
 @torch.no_grad()
 def target_features(target_model: Any, ids: Sequence[int], layers: Sequence[int]) -> dict[str, Tensor]:
     """Teacher-forced target pass over ``ids``: fused features ``[T, k·H]`` of ``layers``, the
-    next-token probabilities ``[T, V]`` (row t: after token t) and the last hidden state ``[T, H]``."""
+    next-token probabilities ``[T, V]`` (row t: after token t) and the last hidden state ``[T, H]``,
+    all float32 whatever the target's dtype."""
     dev = next(target_model.parameters()).device
     out = target_model(input_ids=torch.tensor([list(ids)], device=dev), output_hidden_states=True)
     hs = out.hidden_states
@@ -228,7 +229,6 @@ def train_eagle(target: Any, token_seqs: Sequence[Sequence[int]], out_dir: str |
     stop = min(cfg.steps, step + max_steps) if max_steps is not None else cfg.steps
     rng = torch.Generator().manual_seed(cfg.seed)
     order = torch.randperm(len(chunks), generator=rng).tolist()
-    emb_dtype = tm.get_input_embeddings().weight.dtype
 
     def save() -> None:
         tmp = ckpt_path.with_suffix(".tmp")
@@ -245,8 +245,6 @@ def train_eagle(target: Any, token_seqs: Sequence[Sequence[int]], out_dir: str |
             data = target_features(tm, ids, layers)
             for g in opt.param_groups:
                 g["lr"] = _lr(step, cfg)
-            if emb_dtype != torch.float32:  # the shared embedding stays in the target's dtype
-                data = {k: v.float() for k, v in data.items()}
             with torch.autocast(device_type=torch.device(target.device).type, dtype=torch.bfloat16,
                                 enabled=cfg.autocast):
                 loss, st = ttt_loss(head, torch.tensor(ids), data, cfg)
