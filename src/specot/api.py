@@ -37,6 +37,7 @@ import torch
 
 from .drafting.base import Drafter
 from .drafting.eagle import EagleDrafter
+from .drafting.hybrid import HybridDrafter
 from .drafting.model import ModelDrafter, check_vocab_compatible
 from .drafting.ngram import NGramDrafter, NGramTable
 from .drafting.suffix import NGramCounts, SuffixDrafter
@@ -248,8 +249,10 @@ def load_drafter(spec: str | Drafter | CausalLM, target: CausalLM, *, dtype: str
             (prompt lookup + an n-gram table), ``"suffix"`` (suffix decoding: draft trees from every
             earlier occurrence of the current suffix, :class:`~specot.drafting.SuffixDrafter`),
             ``"eagle:PATH"`` (an EAGLE-3 head on the target's features,
-            :meth:`~specot.drafting.EagleDrafter.from_pretrained`), a local directory / hub id of a draft causal LM, a
-            :class:`CausalLM`, or a ready :class:`Drafter`.
+            :meth:`~specot.drafting.EagleDrafter.from_pretrained`), ``"suffix+MODEL"`` (suffix trees
+            where the text repeats, the draft model ``MODEL`` — any of the model names here —
+            elsewhere: :class:`~specot.drafting.HybridDrafter`), a local directory / hub id of a draft
+            causal LM, a :class:`CausalLM`, or a ready :class:`Drafter`.
         target: the target (its tokenizer builds the n-gram table; the draft must match it).
         ngram_corpus: ``"pydoc"`` (``pydoc_data.topics``), a text file path, or ``None``
             (prompt lookup only).
@@ -261,6 +264,13 @@ def load_drafter(spec: str | Drafter | CausalLM, target: CausalLM, *, dtype: str
     if isinstance(spec, Drafter):
         return spec
     spec = _resolve_draft_name(spec)  # "auto": one rule, shared with generate()
+    if isinstance(spec, str) and spec.startswith(HYBRID_PREFIX):  # suffix trees where text repeats, a model elsewhere
+        model = load_drafter(spec[len(HYBRID_PREFIX):], target, dtype=dtype, device=device, ngram_n=ngram_n,
+                             ngram_corpus=ngram_corpus)
+        if isinstance(model, (NGramDrafter, SuffixDrafter, HybridDrafter)):
+            raise ValueError(f"draft {spec!r}: after 'suffix+' name a draft MODEL ('eagle', 'eagle:PATH', "
+                             "'distilled' or a directory), not a model-free drafter")
+        return HybridDrafter(load_drafter("suffix", target, ngram_n=ngram_n, ngram_corpus=ngram_corpus), model)
     if isinstance(spec, str) and spec == "ngram":
         table = None
         if ngram_corpus and target.tokenizer is not None:
@@ -446,7 +456,7 @@ def generate(
     tgt = load_target(target, dtype=dtype, device=device)
     _check_otm_size(ver, tgt.vocab_size, cfg.sampling)
     drafter = load_drafter(draft, tgt, dtype=dtype, device=device, ngram_n=ngram_n, ngram_corpus=ngram_corpus)
-    if spec is not None and not isinstance(drafter, (ModelDrafter, SuffixDrafter)) and not isinstance(drafter, EagleDrafter):
+    if spec is not None and not isinstance(drafter, (ModelDrafter, SuffixDrafter, EagleDrafter, HybridDrafter)):
         raise ValueError("multi-draft tree decoding needs a draft MODEL (draft=PATH or a CausalLM), not an n-gram drafter")
     ids = tgt.encode_prompt(prompt, chat=chat) if isinstance(prompt, str) else [int(t) for t in prompt]
     if not ids:
@@ -536,6 +546,8 @@ def decoding_plan(draft: Any, ver: Any, *, verifier: str = "speculative", verifi
     * ``"suffix"`` (or a :class:`SuffixDrafter`): model-free draft trees whose children are
       deterministic distinct tokens, i.e. the GREEDY law with q on the children; ``greedy`` (which
       then accepts with probability p(children), the optimum) replaces the default verifier.
+    * ``"suffix+MODEL"`` (or a :class:`HybridDrafter`) with ``drafts`` / ``tree``: GREEDY-law trees
+      from both drafters, verified by ``greedy``; without them, chains (any single-draft verifier).
     * ``drafts`` / ``tree``: a draft tree from a draft model or an EAGLE head
       (:func:`resolve_tree_spec`); ``otm`` gets the tree's own law, and the default ``speculative``
       (one draft only) is replaced by the tree law's verifier (:data:`TREE_VERIFIERS`).
@@ -558,6 +570,17 @@ def decoding_plan(draft: Any, ver: Any, *, verifier: str = "speculative", verifi
         width = drafts if drafts is not None else (draft.max_children if isinstance(draft, SuffixDrafter) else 4)
         spec = TreeSpec.sequences(width, DEFAULT_GAMMA if gamma is None else gamma, DraftLaw.GREEDY)
         spec.check_verifier(ver)
+    elif _is_hybrid(draft) and (drafts is not None or tree is not None):
+        # suffix trees are GREEDY-law trees, so the model drafter's trees must be too (one verifier for both)
+        if tree is not None and str(tree).partition(":")[0].strip().lower() not in ("", "greedy"):
+            raise ValueError(f"a suffix+MODEL draft drafts GREEDY-law trees; use tree='greedy' or drafts=K, not {tree!r}")
+        spec = resolve_tree_spec("greedy" if tree is None else tree, drafts=drafts or 2, gamma=gamma, verifier=ver,
+                                 tree_law=DraftLaw.GREEDY.value)
+        if verifier == "speculative" and not verifier_params:
+            ver = build_verifier(TREE_VERIFIERS[DraftLaw.GREEDY])
+        if verifier == "otm" and "law" not in (verifier_params or {}):
+            ver = get_verifier("otm", law=DraftLaw.GREEDY)
+        spec.check_verifier(ver)
     elif drafts is not None or tree is not None:
         if isinstance(draft, str) and draft == "ngram" or isinstance(draft, Drafter) and not isinstance(draft, ModelDrafter) \
                 and not isinstance(draft, EagleDrafter):
@@ -572,6 +595,14 @@ def decoding_plan(draft: Any, ver: Any, *, verifier: str = "speculative", verifi
     else:
         ver.check_construction(DraftLaw.IID, 1)
     return spec, ver
+
+
+#: ``draft="suffix+MODEL"``: suffix decoding combined with the draft model MODEL (:class:`HybridDrafter`).
+HYBRID_PREFIX = "suffix+"
+
+
+def _is_hybrid(draft: Any) -> bool:
+    return isinstance(draft, HybridDrafter) or isinstance(draft, str) and draft.startswith(HYBRID_PREFIX)
 
 
 def _check_target_source(target: Any) -> Any:
@@ -605,7 +636,14 @@ def _check_draft_source(draft: Any, *, ngram_n: int, ngram_corpus: str | None) -
     if not isinstance(draft, str):
         raise TypeError(f"draft must be 'auto', 'distilled', 'ngram', a model directory / hub id, a CausalLM or a "
                         f"Drafter, got {type(draft).__name__}")
-    if draft in ("ngram", "suffix"):
+    if draft.startswith(HYBRID_PREFIX):
+        model = draft[len(HYBRID_PREFIX):]
+        if model in ("", "auto", "ngram", "suffix") or model.startswith(HYBRID_PREFIX):
+            raise ValueError(f"draft {draft!r}: after 'suffix+' name a draft MODEL ('eagle', 'eagle:PATH', 'distilled' "
+                             "or a directory)")
+        _check_draft_source("suffix", ngram_n=ngram_n, ngram_corpus=ngram_corpus)
+        _check_draft_source(model, ngram_n=ngram_n, ngram_corpus=ngram_corpus)
+    elif draft in ("ngram", "suffix"):
         if isinstance(ngram_n, bool) or not isinstance(ngram_n, int) or ngram_n < 1:
             raise ValueError(f"ngram_n (--ngram-n) must be an integer >= 1, got {ngram_n!r}")
         if ngram_corpus and ngram_corpus != "pydoc":
@@ -614,8 +652,10 @@ def _check_draft_source(draft: Any, *, ngram_n: int, ngram_corpus: str | None) -
                 what = "is a directory" if f.is_dir() else "does not exist"
                 raise FileNotFoundError(f"n-gram corpus {ngram_corpus!r} {what}; name a text file, 'pydoc' or 'none'")
     elif draft.startswith("eagle:"):
-        if not (Path(draft[len("eagle:"):]).expanduser() / "config.json").is_file() and draft.count("/") != 1:
-            raise FileNotFoundError(f"EAGLE head {draft[len('eagle:'):]!r}: no config.json there")
+        where = draft[len("eagle:"):]
+        hub_id = where.count("/") == 1 and not where.startswith(("/", ".", "~"))
+        if not (Path(where).expanduser() / "config.json").is_file() and not hub_id:
+            raise FileNotFoundError(f"EAGLE head {where!r}: no config.json there")
     elif draft == EMBEDDED_EAGLE:
         if not (embedded_eagle_dir() / "config.json").exists():
             raise FileNotFoundError(f"no EAGLE head in {embedded_eagle_dir()}; reinstall specot or use draft 'ngram'")

@@ -29,8 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="'auto' (default: 'ngram', the fastest drafter measured on the CPU), 'eagle' (the shipped EAGLE-3 "
                         "head of the embedded target), 'eagle:PATH', 'distilled', "
                         "'ngram', 'suffix' (suffix decoding: model-free draft trees from every earlier occurrence of "
-                        "the current suffix, verified by the greedy verifier), or a draft model directory / hub id "
-                        "sharing the target's tokenizer")
+                        "the current suffix, verified by the greedy verifier), 'suffix+MODEL' (suffix trees where the "
+                        "text repeats, the draft model MODEL elsewhere, e.g. 'suffix+eagle'), or a draft model "
+                        "directory / hub id sharing the target's tokenizer")
     p.add_argument("--ngram-n", type=int, default=3, help="longest n-gram matched by the n-gram drafter (default 3)")
     p.add_argument("--ngram-corpus", default="pydoc",
                    help="text for the n-gram drafter's table: 'pydoc' (default, pydoc_data.topics), a file, or 'none'")

@@ -1,7 +1,9 @@
-"""Drafting: the one drafter protocol, draft-tree shapes, draft models, the n-gram and suffix drafters."""
+"""Drafting: the one drafter protocol, draft-tree shapes, draft models, the n-gram and suffix drafters,
+and the hybrid of a suffix drafter with a draft model."""
 
 from .base import DraftOutcome, DraftSchedule, DraftTree, Drafter
 from .eagle import Eagle3Head, EagleDrafter
+from .hybrid import HybridDrafter
 from .model import ModelDrafter, check_vocab_compatible, draft_tree_from_model
 from .ngram import NGramDrafter, NGramTable
 from .suffix import NGramCounts, SuffixDrafter, SuffixIndex
@@ -20,6 +22,7 @@ __all__ = [
     "NGramDrafter",
     "NGramTable",
     "SuffixDrafter",
+    "HybridDrafter",
     "NGramCounts",
     "SuffixIndex",
     "TreeSpec",

@@ -71,6 +71,7 @@ and ``eagle_config.eagle_aux_hidden_state_layer_ids``; weights in safetensors or
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 import warnings
@@ -383,14 +384,21 @@ class EagleDrafter(Drafter):
             checked for).
         total_tokens: node budget of a dynamic tree (default: the spec's number of slots).
         width: nodes expanded per depth of a dynamic tree (default ``top_k``, as in EAGLE-2).
+        min_confidence: τ in (0, 1) or ``None`` (off, the default): a drafted node is expanded
+            further only while its path's cumulative draft probability (the draft's own softmax at
+            temperature 1, EAGLE-2's confidence) is at least τ — for a chain, a draft length that
+            stops where the draft becomes unsure (Hugging Face's ``assistant_confidence_threshold``
+            applies the same idea per token). It saves draft passes and verified tokens that would
+            likely be rejected; the decision reads only drafted tokens, so the output law is unchanged.
 
     Raises:
-        ValueError: a head that does not fit the target (vocabulary, feature width, layers).
+        ValueError: a head that does not fit the target (vocabulary, feature width, layers), or
+            ``min_confidence`` outside (0, 1).
     """
 
     def __init__(self, head: Eagle3Head, target: Any, *, layers: Sequence[int] | None = None, dynamic: bool = True,
                  top_k: int | None = None, total_tokens: int | None = None, width: int | None = None,
-                 name: str = "eagle3") -> None:
+                 min_confidence: float | None = None, name: str = "eagle3") -> None:
         super().__init__()
         tcfg = target.model.config
         n_layers = int(tcfg.num_hidden_layers)
@@ -412,11 +420,14 @@ class EagleDrafter(Drafter):
         for x in (top_k, total_tokens, width):
             if x is not None and (isinstance(x, bool) or not isinstance(x, int) or x < 1):
                 raise ValueError(f"top_k, total_tokens and width must be integers >= 1, got {x!r}")
+        if min_confidence is not None and not 0.0 < float(min_confidence) < 1.0:
+            raise ValueError(f"min_confidence must lie in (0, 1) or be None, got {min_confidence!r}")
         self.head = head.to(target.device).eval()
         self.head.requires_grad_(False)
         self.target = target
         self.hidden_layers = layers
         self.dynamic, self.top_k, self.total_tokens, self.width = dynamic, top_k, total_tokens, width
+        self.min_confidence = None if min_confidence is None else float(min_confidence)
         self.name = name
         self._target_ids = self.head.target_ids()
         self.reset()
@@ -659,6 +670,8 @@ class EagleDrafter(Drafter):
         frontier = [0]
         q_rows: list[Tensor] = []
         greedy_target = sampling.greedy
+        gated = self.min_confidence is not None
+        log_tau = math.log(self.min_confidence) if self.min_confidence is not None else 0.0
         for d in range(depth):
             # ---- how many children each frontier node gets (decided before drawing them)
             if chain:
@@ -708,7 +721,7 @@ class EagleDrafter(Drafter):
                 if kid_slots:
                     for j, child in enumerate(kids):
                         slots.setdefault(child, []).append(kid_slots[j])
-            if dynamic and pending:  # cumulative log-probabilities (the draft's confidence), one host read
+            if (dynamic or gated) and pending:  # cumulative log-probabilities (the draft's confidence), one host read
                 logp = torch.log_softmax(lg.to(torch.float32), dim=-1).reshape(-1)
                 lps = logp.index_select(0, torch.tensor([x[2] for x in pending], device=logp.device)).tolist()
             else:
@@ -718,7 +731,8 @@ class EagleDrafter(Drafter):
             if d + 1 >= depth or not new_children:
                 break
             # ---- the next frontier
-            cands = [nd for nd in new_children if tree.tokens[nd] not in self.stop_tokens]
+            cands = [nd for nd in new_children if tree.tokens[nd] not in self.stop_tokens
+                     and (not gated or score[nd] >= log_tau)]  # τ: expand only confident paths
             if chain:
                 nxt = cands
             elif dynamic:

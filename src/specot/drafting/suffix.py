@@ -302,6 +302,8 @@ class SuffixDrafter(Drafter):
         # acceptance of corpus nodes vs their corpus frequency (decayed sums over tested nodes)
         self._corpus_acc, self._corpus_freq = 0.0, 0.0
         self._last_pred = 0.0
+        self._last_value = 1.0  # expected tokens per unit of target time of the last proposal
+        self._last_tree: DraftTree | None = None
         self._last_corpus: list[tuple[int, int, float]] = []  # (node, parent, frequency) of corpus nodes
         self.budgets: list[int] = []  # tree size chosen at each proposal (for reports)
 
@@ -329,20 +331,30 @@ class SuffixDrafter(Drafter):
         super().start(prompt_ids, spec, schedule, stop_tokens)
         self.index.extend(prompt_ids)
 
+    def expected_value(self) -> float:
+        """Expected tokens per unit of target time of the last proposal under the cost model:
+        ``(1 + Σ_i min(1, a·s_i)) / (1 + f + c·N)`` for a tree of N ≥ 1 nodes, 1 for the empty tree
+        (a plain target step)."""
+        return self._last_value
+
     def update(self, outcome: DraftOutcome) -> None:
-        """Advance the schedule, learn the acceptance, and index the committed tokens (O(max_n) each)."""
-        super().update(outcome)
+        """Advance the schedule, learn the acceptance of its own tree (not of a tree another drafter
+        proposed, as in :class:`~specot.drafting.hybrid.HybridDrafter`), and index the committed
+        tokens (O(max_n) each)."""
+        own = outcome.tree is self._last_tree
+        if own:
+            super().update(outcome)
         decay = 0.9
-        if outcome.tree.size:
+        if own and outcome.tree.size:
             self._pred = decay * self._pred + self._last_pred
             self._obs = decay * self._obs + outcome.accepted
-        if self._last_corpus:
+        if own and self._last_corpus:
             reached = {0, *outcome.path}
             tested = [(node, f) for node, parent, f in self._last_corpus if parent in reached]
             if tested:
                 self._corpus_acc = decay * self._corpus_acc + sum(1 for node, _ in tested if node in reached)
                 self._corpus_freq = decay * self._corpus_freq + sum(f for _, f in tested)
-        self._last_pred, self._last_corpus = 0.0, []
+        self._last_pred, self._last_corpus, self._last_tree = 0.0, [], None
         if len(self.index) == outcome.context_len:
             self.index.extend(outcome.tokens)
 
@@ -464,7 +476,7 @@ class SuffixDrafter(Drafter):
         self._sync(context)
         depth = self.depth_limit(max_depth)
         root_tok = int(context[-1])
-        self._last_pred, self._last_corpus = 0.0, []
+        self._last_pred, self._last_corpus, self._last_value = 0.0, [], 1.0
         selected: list[_TNode] = []
         root = None
         if depth > 0 and int(context[-1]) not in self.stop_tokens:
@@ -474,7 +486,12 @@ class SuffixDrafter(Drafter):
             selected = self._select(root)
             selected = selected[:self._budget([c.score for c in selected], self.calibration)]
             self._last_pred = sum(c.score for c in selected)  # uncalibrated: a = observed / this
+            if selected:
+                a = self.calibration
+                self._last_value = (1.0 + sum(min(1.0, a * c.score) for c in selected)) / (
+                    1.0 + self.cost_fixed + self.cost_per_token * len(selected))
         tree = self._build(root_tok, root if selected else None, selected)
+        self._last_tree = tree
         tree.draft_calls = 1
         self.budgets.append(tree.size)
         self.calls += 1
