@@ -82,6 +82,29 @@ def test_greedy_tree_identical_to_autoregressive(dynamic, law, verifier):
     assert max(tr.stats.tree_sizes) > spec.depth  # a real tree (several children per node), not a chain
 
 
+@pytest.mark.parametrize("drafts", [1, 2])
+def test_min_confidence_shortens_drafts_and_keeps_greedy_exact(drafts):
+    """τ close to 1 stops expanding after the first draft token almost always (a path's cumulative
+    draft probability falls below τ); τ never changes what is committed."""
+    target = _target()
+    cfg = GenerationConfig(max_new_tokens=32, gamma=4, sampling=GREEDY, stop_at_eos=False)
+    ar = autoregressive_generate(target, PROMPT, cfg)
+    depths = {}
+    for tau in (None, 0.999):
+        rec = _recorder(target)
+        rec.min_confidence = tau
+        if drafts == 1:
+            res = speculative_generate(target, rec, PROMPT, cfg)
+        else:
+            res = tree_generate(target, rec, PROMPT, TreeSpec.sequences(2, 4, "greedy"), cfg, verifier="greedy")
+        assert res.tokens == ar.tokens
+        depths[tau] = [t.depth for t in rec.trees if t.size]
+    assert max(depths[None]) >= 3
+    assert sum(depths[0.999]) < sum(depths[None])
+    with pytest.raises(ValueError, match="min_confidence"):
+        _eagle(target, min_confidence=1.5)
+
+
 def test_full_draft_vocabulary_and_dynamic_budget():
     target = _target()
     cfg = GenerationConfig(max_new_tokens=24, sampling=GREEDY)

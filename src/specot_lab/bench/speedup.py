@@ -63,6 +63,7 @@ import torch
 
 from .acceptance import BenchDraft, load_avg, load_bench_draft, mean_ci
 from specot.drafting.eagle import EagleDrafter
+from specot.drafting.hybrid import HybridDrafter
 from specot.drafting.model import ModelDrafter
 from specot.drafting.tree import TreeSpec, default_law_for
 from specot.engine import GenerationConfig, autoregressive_generate, speculative_generate, tree_generate
@@ -207,10 +208,10 @@ def _build_methods(tgt: Any, ngram: Any, draft: BenchDraft | None, gammas: Seque
                 ms.append(Method(f"{label} tree γ={L}", label,
                                  lambda ids, t, s, L=L, ed=ed, spec=spec, v=ver: wrap(
                                      tree_generate(tgt, ed, ids, spec, cfg(t, s, L), verifier=v)), spec.max_drafts_per_node(), L, ver.name))
-        if isinstance(ed, EagleDrafter):
+        if isinstance(ed, (EagleDrafter, HybridDrafter)):  # draft trees: EAGLE's top-k, GREEDY law
             for K, L in trees:
                 spec, ver = decoding_plan(ed, get_verifier("greedy"), verifier="greedy", drafts=K, gamma=L, tree="greedy")
-                ms.append(Method(f"eagle tree n={K} γ={L} greedy", "eagle",
+                ms.append(Method(f"{label} tree n={K} γ={L} greedy", label,
                                  lambda ids, t, s, L=L, ed=ed, spec=spec, v=ver: wrap(
                                      tree_generate(tgt, ed, ids, spec, cfg(t, s, L), verifier=v)), K, L, "greedy"))
     if draft is not None and draft.available:
