@@ -93,6 +93,30 @@ def test_choice_rule():
     assert hy._last is hy.model  # (its tree is empty here: no target features yet)
 
 
+def test_no_draft_when_neither_pays_and_the_model_is_probed():
+    """Nothing repeats and the model's drafts are rarely accepted: plain target steps, except that
+    the model drafts every probe_every-th iteration."""
+    target = _target()
+    hy = _hybrid(target, probe_every=3)
+    spec = TreeSpec.sequences(1, 3)
+    ctx = list(range(1, 12))  # no token repeats: no suffix tree
+    hy.start(ctx, spec)
+    hy._acc, hy._size, hy._passes = 0.05, 3.0, 3.0
+    assert hy._model_value() < 1.0
+    picked = []
+    for _ in range(6):
+        tree = hy.propose(ctx, 8, GREEDY)
+        picked.append(hy._last is hy.model)
+        assert hy._last is hy.model or tree.size == 0
+    assert picked == [False, False, True, False, False, True]
+    never = _hybrid(target, probe_every=0)
+    never.start(ctx, spec)
+    never._acc, never._size, never._passes = 0.05, 3.0, 3.0
+    for _ in range(6):
+        never.propose(ctx, 8, GREEDY)
+        assert never._last is None
+
+
 def test_the_suffix_drafter_learns_only_from_its_own_trees():
     sd = SuffixDrafter(vocab_size=16)
     ctx = [1, 2, 3, 4] * 4
@@ -121,6 +145,8 @@ def test_hybrid_errors():
         HybridDrafter(SuffixDrafter(vocab_size=17), eagle)
     with pytest.raises(ValueError, match="draft_cost"):
         HybridDrafter(SuffixDrafter(vocab_size=16), eagle, draft_cost=-1.0)
+    with pytest.raises(ValueError, match="probe_every"):
+        HybridDrafter(SuffixDrafter(vocab_size=16), eagle, probe_every=-1)
     with pytest.raises(ValueError, match="model-free"):
         load_drafter("suffix+ngram", target)
     with pytest.raises(ValueError, match="shipped head of the embedded target"):

@@ -15,10 +15,13 @@ draft model), the drafter keeps the suffix tree when
 
     (1 + E_s) / (1 + f + c·N_s)  ≥  (1 + E_m) / (1 + f + c·N_m + c_d·D_m)
 
-(expected tokens per unit of target time), and otherwise asks the model drafter. An empty suffix
-tree (nothing repeats) always goes to the model drafter. The model drafter does no work on
-iterations it does not draft: an EAGLE head catches up on the target's features of those
-positions in one pass the next time it drafts.
+(expected tokens per unit of target time), and otherwise asks the model drafter — unless the
+model drafter's value is below 1, the value of a plain target step (no draft): then nothing is
+drafted, except that every ``probe_every``-th such iteration the model drafts anyway, so that its
+averages follow the text (a model that stops paying for itself on one stretch of text may pay again
+on the next). The suffix drafter's own budget already returns the empty tree when no suffix tree
+beats a plain step. The model drafter does no work on iterations it does not draft: an EAGLE head
+catches up on the target's features of those positions in one pass the next time it drafts.
 
 **Exactness.** The choice is a function of the committed context and past outcomes only, and each
 iteration verifies one drafter's tree under that drafter's declared law, so every committed token
@@ -53,13 +56,16 @@ class HybridDrafter(Drafter):
         draft_cost: c_d, the cost of one draft pass of ``model`` in autoregressive target steps
             (default 0.08: the shipped EAGLE head of SmolLM2-135M on a 2-core CPU in bf16).
         decay: weight of the past in the model drafter's moving averages (default 0.9).
+        probe_every: while the model drafter's value is below a plain step's, it still drafts every
+            ``probe_every``-th iteration (default 8; 0: never).
 
     Raises:
-        ValueError: drafters with different vocabulary sizes, ``draft_cost < 0`` or ``decay``
-            outside [0, 1).
+        ValueError: drafters with different vocabulary sizes, ``draft_cost < 0``, ``decay``
+            outside [0, 1) or ``probe_every < 0``.
     """
 
-    def __init__(self, suffix: SuffixDrafter, model: Drafter, *, draft_cost: float = 0.08, decay: float = 0.9) -> None:
+    def __init__(self, suffix: SuffixDrafter, model: Drafter, *, draft_cost: float = 0.08, decay: float = 0.9,
+                 probe_every: int = 8) -> None:
         super().__init__()
         if not isinstance(suffix, SuffixDrafter):
             raise TypeError(f"suffix must be a SuffixDrafter, got {type(suffix).__name__}")
@@ -72,6 +78,9 @@ class HybridDrafter(Drafter):
             raise ValueError(f"draft_cost must be >= 0, got {draft_cost!r}")
         if not 0.0 <= decay < 1.0:
             raise ValueError(f"decay must lie in [0, 1), got {decay!r}")
+        if isinstance(probe_every, bool) or not isinstance(probe_every, int) or probe_every < 0:
+            raise ValueError(f"probe_every must be an integer >= 0, got {probe_every!r}")
+        self.probe_every = probe_every
         self.suffix, self.model = suffix, model
         self.draft_cost, self.decay = float(draft_cost), float(decay)
         self.hidden_layers = model.hidden_layers
@@ -93,6 +102,7 @@ class HybridDrafter(Drafter):
         # (prior: one accepted draft of a γ-deep chain — set in start(), once γ is known)
         self._acc, self._size, self._passes = 1.0, 1.0, 1.0
         self._last: Drafter | None = None
+        self._skipped = 0  # iterations without a suffix tree since the model drafter last drafted
         self.choices: list[str] = []  # "suffix" / "model" / "none" per proposal (for reports)
 
     def start(self, prompt_ids: Sequence[int], spec: TreeSpec, schedule: DraftSchedule | None = None,
@@ -116,9 +126,14 @@ class HybridDrafter(Drafter):
         calls0 = self.suffix.calls + self.model.calls
         tree = self.suffix.propose(context, max_depth, sampling, generator)
         self._last = self.suffix
-        if tree.size == 0 or self.suffix.expected_value() < self._model_value():
-            tree = self.model.propose(context, max_depth, sampling, generator)
-            self._last = self.model
+        model_value = self._model_value()
+        if tree.size == 0 or self.suffix.expected_value() < model_value:
+            self._skipped += 1
+            if model_value >= 1.0 or (self.probe_every and self._skipped >= self.probe_every):
+                tree = self.model.propose(context, max_depth, sampling, generator)
+                self._last, self._skipped = self.model, 0
+            else:  # neither beats a plain target step
+                tree, self._last = DraftTree.root(int(context[-1])), None
         self.choices.append("none" if tree.size == 0 else ("suffix" if self._last is self.suffix else "model"))
         self.calls += self.suffix.calls + self.model.calls - calls0
         self.draft_time_s += time.perf_counter() - t0
