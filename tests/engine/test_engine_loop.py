@@ -11,7 +11,8 @@ from specot.drafting import DraftOutcome, DraftTree, ModelDrafter, NGramDrafter,
 from specot.engine import GenerationConfig, decode, make_generator, speculative_generate, verify_draft_tree
 from specot.laws import DraftLaw
 from specot.models import CausalLM
-from specot.sampling import SamplingConfig
+from specot.engine import loop
+from specot.sampling import SamplingConfig, standardize
 from specot.verifiers import get_verifier
 
 from conftest import tiny_lm
@@ -125,3 +126,52 @@ def test_draft_and_target_sharing_a_wrapper_is_refused():
         speculative_generate(target, ModelDrafter(target), PROMPT, GenerationConfig(max_new_tokens=3))
     speculative_generate(target, ModelDrafter(CausalLM(target.model, name="self")), PROMPT,
                          GenerationConfig(max_new_tokens=3))
+
+
+def _random_tree(rng: torch.Generator, V: int, depth: int, width: int) -> DraftTree:
+    tree = DraftTree.root(0)
+    frontier = [0]
+    for _ in range(depth):
+        nxt = []
+        for node in frontier:
+            toks = torch.randperm(V, generator=rng)[:width].tolist()
+            nxt += tree.add_children(node, toks)
+        frontier = nxt
+    return tree
+
+
+@pytest.mark.parametrize("verifier,width", [("speculative", 1), ("greedy", 1), ("greedy", 3)])
+def test_greedy_shortcut_equals_the_verifiers_own_run(verifier, width):
+    """At T = 0 the loop verifies with one argmax per node when the verifier's rule there is
+    'accept iff the draft is the argmax'; the tokens, path and per-depth acceptances equal the
+    verifier's own run on the one-hot p, over many random trees and logits with ties (bf16)."""
+    V = 6
+    rng = torch.Generator().manual_seed(0)
+    ver = get_verifier(verifier)
+    greedy = SamplingConfig(temperature=0.0)
+    shortcut = 0
+    for _ in range(300):
+        tree = _random_tree(rng, V, depth=3, width=width)
+        if width > 1:  # the greedy law's q: strictly decreasing over the children
+            tree.law = DraftLaw.GREEDY
+            rows = []
+            for node in sorted(tree.drafts):
+                tree.q_row[node] = len(rows)
+                q = torch.zeros(V)
+                q[tree.drafts[node]] = torch.tensor([0.5, 0.3, 0.2])
+                rows.append(q)
+            tree.q = torch.stack(rows)
+        logits = torch.randint(0, 3, (tree.size + 1, V), generator=rng).to(torch.bfloat16)  # many ties
+        fast = verify_draft_tree(tree, logits, greedy, ver, make_generator(1))
+        slow = loop._verify(tree, standardize(logits, greedy), ver, make_generator(1))
+        assert (fast.emitted, fast.path, fast.accepted_at_depth) == (slow.emitted, slow.path, slow.accepted_at_depth)
+        shortcut += len(fast.path)
+    assert shortcut > 50  # drafts were accepted, not only rejected
+
+
+def test_greedy_shortcut_is_not_taken_for_other_verifiers_and_bad_logits_still_raise():
+    assert not get_verifier("kseq").argmax_at_temperature_0  # k-Seq may reject the argmax at T = 0
+    assert loop._verify_argmax(DraftTree.chain(0, [1]), torch.tensor([[0.0, float("nan")], [1.0, 0.0]])) is None
+    with pytest.raises(ValueError, match="NaN"):
+        verify_draft_tree(DraftTree.chain(0, [1]), torch.tensor([[0.0, float("nan")], [1.0, 0.0]]),
+                          SamplingConfig(temperature=0.0), get_verifier("speculative"), make_generator(0))

@@ -12,7 +12,8 @@ Each iteration:
 2. **Score**: the uncached context suffix and every tree node in one target forward pass — a
    chain causally (:meth:`CausalLM.logits_after`), a tree under a 4D tree mask
    (:meth:`CausalLM.tree_logits_after`); row i = the target's logits after the root-to-node-i path.
-3. **Verify**: a token-level verifier runs at every expanded node in one batched call per number
+3. **Verify**: at temperature 0, with a verifier that there accepts exactly the target's argmax
+   (``speculative``, ``greedy``), one argmax per node and one host read; otherwise a token-level verifier runs at every expanded node in one batched call per number
    of drafts (a chain: one call over all positions), bonus tokens are drawn at every leaf, and one
    host read walks the tree from the root: descend into the accepted child, stop at the correction
    token, or emit the leaf's bonus token. A sequence-level verifier
@@ -145,6 +146,10 @@ def verify_draft_tree(tree: DraftTree, logits: Tensor, sampling, verifier: AnyVe
     Returns:
         :class:`TreeStep`.
     """
+    if sampling.greedy and tree.size and getattr(verifier, "argmax_at_temperature_0", False) and verifier.lossless:
+        step = _verify_argmax(tree, logits)
+        if step is not None:
+            return step
     p = standardize(logits, sampling)  # [1 + N, V]
     if tree.size == 0:  # autoregressive step
         return TreeStep([int(sample_categorical(p[0:1], generator)[0])], [], [])
@@ -152,6 +157,37 @@ def verify_draft_tree(tree: DraftTree, logits: Tensor, sampling, verifier: AnyVe
         check_prob_values(tree.q, f"q (draft probabilities of the drafter's tree, shape {tuple(tree.q.shape)})")
     with trusted_inputs():  # p from standardize, q checked: the verifiers skip their value checks
         return _verify(tree, p, verifier, generator)
+
+
+def _verify_argmax(tree: DraftTree, logits: Tensor) -> TreeStep | None:
+    """Temperature 0 with a verifier whose rule there is "accept the draft iff it is the target's
+    argmax t, else emit t" (:attr:`~specot.verifiers.Verifier.argmax_at_temperature_0`): one
+    argmax per node and one host read, the same tokens, path and acceptances as the verifier's own
+    run on the one-hot p (first maximal index on ties, as :func:`~specot.sampling.standardize`).
+    ``None`` when a row's maximum is not finite (NaN, +inf, all −inf): the caller's
+    :func:`standardize` then raises its error."""
+    x = logits.to(torch.float32)  # exact for bf16/fp16; a float32 argmax is also the faster one on a CPU
+    top = x.argmax(-1)  # [1 + N]
+    best = x.gather(-1, top[:, None])[:, 0]
+    flat = torch.where(torch.isfinite(best), top, -1).tolist()  # the one host read
+    if min(flat) < 0:
+        return None
+    emitted: list[int] = []
+    path: list[int] = []
+    acc: list[bool] = []
+    node = 0
+    while True:
+        t = flat[node]
+        emitted.append(t)
+        if node not in tree.drafts:  # a leaf: the bonus token
+            break
+        child = tree.child_of[node].get(t)
+        acc.append(child is not None)
+        if child is None:  # the correction token
+            break
+        path.append(child)
+        node = child
+    return TreeStep(emitted, path, acc)
 
 
 def _verify(tree: DraftTree, p: Tensor, verifier: AnyVerifier, generator: torch.Generator | None) -> TreeStep:

@@ -115,6 +115,12 @@ class Verifier(ABC):
     lossless: ClassVar[bool] = True
     min_drafts: ClassVar[int] = 1
     max_drafts: ClassVar[int | None] = None
+    #: At temperature 0 (p one-hot on the target's argmax t) this verifier accepts a draft iff it is
+    #: t, with probability 1, and otherwise emits t — true of speculative sampling (min(1, p/q) = 1
+    #: at t, 0 elsewhere) and of the greedy verifier (acceptance p(drafts) = 1 when t is a draft),
+    #: not of every lossless verifier (k-Seq may reject t when ρ·q(t) > 1 and emit it as a
+    #: correction). The decoding loop then verifies a whole tree with one argmax per node.
+    argmax_at_temperature_0: ClassVar[bool] = False
 
     # ------------------------------------------------------------------ validity
     def check_construction(self, law: DraftLaw | str, n: int) -> None:

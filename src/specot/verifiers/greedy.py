@@ -107,6 +107,7 @@ class GreedyVerifier(Verifier):
     """
 
     name = "greedy"
+    argmax_at_temperature_0 = True
     valid_laws = frozenset({DraftLaw.GREEDY})
 
     def check_construction(self, law: DraftLaw | str, n: int) -> None:

@@ -64,6 +64,7 @@ class SpeculativeVerifier(Verifier):
     """
 
     name = "speculative"
+    argmax_at_temperature_0 = True
     valid_laws = frozenset({DraftLaw.IID})
     max_drafts = 1
 
