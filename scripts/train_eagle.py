@@ -76,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", default="float32", help="the target's dtype for the teacher-forced features")
     ap.add_argument("--autocast", action="store_true", help="bf16 autocast of the head's forward/backward")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--init-head", default=None, help="continue from a trained head (a directory in the published layout)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     tgt = load_target(None, dtype=args.dtype)
@@ -91,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
             seqs += [corpus_ids(tgt.tokenizer, json.loads(line), rng, args.chat_fraction) for line in f]
     print(f"{len(seqs)} sequences, {sum(map(len, seqs))} tokens", file=sys.stderr)
     tc = EagleTrainConfig(draft_vocab_size=args.draft_vocab, steps=args.steps, lr=args.lr, max_len=args.max_len,
-                          init_from_target=args.init_from_target, autocast=args.autocast, seed=args.seed)
+                          init_from_target=args.init_from_target, autocast=args.autocast, seed=args.seed,
+                          init_head=args.init_head)
     train_eagle(tgt, seqs, args.out, tc, max_steps=args.max_steps)
     return 0
 

@@ -118,6 +118,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                     "where the CPU has native bf16")
     pg.add_argument("--autocast", action="store_true", help="bf16 autocast of the head's forward/backward "
                     "(float32 weights; 2.2x faster steps where the CPU has native bf16)")
+    pg.add_argument("--init-head", type=Path, default=None, help="continue training a head (a directory in the "
+                    "published layout, e.g. the shipped one) on new text: its weights, draft vocabulary and layers")
     pg.add_argument("--device", default="cpu")
     pg.add_argument("--seed", type=int, default=0)
     pg.add_argument("--threads", type=int, default=0)
@@ -229,7 +231,8 @@ def _run_eagle(args: argparse.Namespace) -> int:
     layers = tuple(int(i) for i in args.layers.split(",")) if args.layers else None
     cfg = EagleTrainConfig(draft_vocab_size=args.draft_vocab, layers=layers, ttt_steps=args.ttt_steps,
                            feat_weight=args.feat_weight, lr=args.lr, steps=args.steps, max_len=args.max_len,
-                           seed=args.seed, autocast=args.autocast)
+                           seed=args.seed, autocast=args.autocast,
+                           init_head=str(args.init_head) if args.init_head else None)
     train_eagle(target, seqs, args.out, cfg, max_steps=args.max_steps)
     print(f"EAGLE head -> {args.out / 'head'} (use it with draft='eagle:{args.out / 'head'}')")
     return 0

@@ -430,3 +430,24 @@ def test_cli_distill_eagle_and_api(tiny_model_dir, tmp_path):
         assert rep.result.tokens == rep.baseline.tokens
     with pytest.raises(FileNotFoundError):
         specot.generate("the cat", target=str(tiny_model_dir), draft=f"eagle:{tmp_path / 'nowhere'}", chat=False)
+
+
+def test_training_continues_from_a_trained_head(trained, tmp_path):
+    """``init_head`` (attempt 5): a new run starts from a trained head's weights, draft vocabulary
+    and layers, so its first losses are those the head ended with, not a random head's."""
+    from specot_lab.distill.eagle import EagleTrainConfig, train_eagle
+
+    target, out, _, logs = trained
+    seqs = [[i, (3 * i) % 16] + [(5 * i + 7 * j) % 16 for j in range(40)] for i in range(6)]
+    cfg = EagleTrainConfig(draft_vocab_size=None, ttt_steps=2, steps=5, lr=1e-6, warmup=1, max_len=64,
+                           init_head=str(out / "head"))
+    drafter = train_eagle(target, seqs, tmp_path, cfg, progress=False)
+    cont = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    fresh_dir = tmp_path / "fresh"
+    train_eagle(target, seqs, fresh_dir, EagleTrainConfig(draft_vocab_size=12, ttt_steps=2, steps=5, lr=1e-6,
+                                                          warmup=1, max_len=64), progress=False)
+    fresh = [json.loads(line) for line in (fresh_dir / "log.jsonl").read_text().splitlines()]
+    assert cont[0]["loss"] < 0.5 * fresh[0]["loss"]
+    src = EagleDrafter.from_pretrained(out / "head", target)
+    assert torch.equal(drafter.head.target_ids(), src.head.target_ids())
+    assert drafter.hidden_layers == src.hidden_layers
