@@ -329,3 +329,17 @@ def test_loading_prints_no_transformers_bars_or_warnings(tiny_model_dir, capfd):
     cap = capfd.readouterr()
     assert "Loading weights" not in cap.err and "it/s" not in cap.err and not cap.out
     assert (hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()) == before  # restored
+
+
+@pytest.mark.parametrize("draft,extra,match", [
+    ("suffix+ngram", [], "after 'suffix+' name a draft MODEL"),
+    ("suffix+", [], "after 'suffix+' name a draft MODEL"),
+    ("suffix+eagle:/no/such/head", [], "no config.json"),
+    ("suffix+MODEL", ["--drafts", "2", "--verifier", "kseq"], "cannot be verified by 'kseq'"),
+    ("suffix+MODEL", ["--drafts", "2", "--tree", "wor"], "GREEDY-law trees"),
+])
+def test_hybrid_draft_checked_before_loading(tiny_model_dir, capsys, no_loading, draft, extra, match):
+    args = _gen(tiny_model_dir, *extra)
+    args[args.index("ngram")] = draft.replace("MODEL", str(tiny_model_dir))
+    assert cli_main(args) == 1
+    assert match in _one_error_line(capsys)
