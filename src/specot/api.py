@@ -570,24 +570,19 @@ def decoding_plan(draft: Any, ver: Any, *, verifier: str = "speculative", verifi
         width = drafts if drafts is not None else (draft.max_children if isinstance(draft, SuffixDrafter) else 4)
         spec = TreeSpec.sequences(width, DEFAULT_GAMMA if gamma is None else gamma, DraftLaw.GREEDY)
         spec.check_verifier(ver)
-    elif _is_hybrid(draft) and (drafts is not None or tree is not None):
-        # suffix trees are GREEDY-law trees, so the model drafter's trees must be too (one verifier for both)
-        if tree is not None and str(tree).partition(":")[0].strip().lower() not in ("", "greedy"):
-            raise ValueError(f"a suffix+MODEL draft drafts GREEDY-law trees; use tree='greedy' or drafts=K, not {tree!r}")
-        spec = resolve_tree_spec("greedy" if tree is None else tree, drafts=drafts or 2, gamma=gamma, verifier=ver,
-                                 tree_law=DraftLaw.GREEDY.value)
-        if verifier == "speculative" and not verifier_params:
-            ver = build_verifier(TREE_VERIFIERS[DraftLaw.GREEDY])
-        if verifier == "otm" and "law" not in (verifier_params or {}):
-            ver = get_verifier("otm", law=DraftLaw.GREEDY)
-        spec.check_verifier(ver)
     elif drafts is not None or tree is not None:
-        if isinstance(draft, str) and draft == "ngram" or isinstance(draft, Drafter) and not isinstance(draft, ModelDrafter) \
-                and not isinstance(draft, EagleDrafter):
+        hybrid = _is_hybrid(draft)
+        if hybrid:  # suffix trees are GREEDY-law trees, so the model drafter's must be too (one verifier for both)
+            if tree is not None and str(tree).partition(":")[0].strip().lower() not in ("", "greedy"):
+                raise ValueError(f"a suffix+MODEL draft drafts GREEDY-law trees; use tree='greedy' or drafts=K, "
+                                 f"not {tree!r}")
+            tree, drafts, tree_law = tree or "greedy", drafts or 2, DraftLaw.GREEDY.value
+        elif isinstance(draft, str) and draft == "ngram" or isinstance(draft, Drafter) \
+                and not isinstance(draft, (ModelDrafter, EagleDrafter)):
             raise ValueError("multi-draft tree decoding (drafts / tree) needs a draft MODEL (a directory, 'distilled' "
                              "or a CausalLM), not an n-gram drafter")
         spec = resolve_tree_spec(tree, drafts=drafts, gamma=gamma, verifier=ver, tree_law=tree_law)
-        if verifier == "speculative" and not verifier_params and spec.max_drafts_per_node() > 1:
+        if verifier == "speculative" and not verifier_params and (hybrid or spec.max_drafts_per_node() > 1):
             ver = build_verifier(TREE_VERIFIERS[spec.law])  # the default verifier cannot take n > 1 drafts
         if verifier == "otm" and "law" not in (verifier_params or {}):
             ver = get_verifier("otm", law=spec.law)  # the exact OT plan for the tree's own law

@@ -455,18 +455,19 @@ class SuffixDrafter(Drafter):
                 push_children(node)
         return out
 
-    def _budget(self, scores: list[float], calibration: float) -> int:
-        """N maximising (1 + Σ_{i≤N} min(1, a·s_i)) / (1 + f + c·N) for N ≥ 1, against 1 for N = 0
-        (no draft: a plain target step) — f is the fixed cost of verifying any draft at all."""
-        if not self.adaptive or (self.cost_per_token == 0.0 and self.cost_fixed == 0.0):
-            return len(scores)
-        best_n, best, gain = 0, 1.0, 1.0
+    def _budget(self, scores: list[float], calibration: float) -> tuple[int, float]:
+        """N maximising the value (1 + Σ_{i≤N} min(1, a·s_i)) / (1 + f + c·N) for N ≥ 1, against 1 for
+        N = 0 (no draft: a plain target step) — f is the fixed cost of verifying any draft at all.
+        Returns (N, its value); without the cost model N is every scored node."""
+        values, gain = [1.0], 1.0  # values[N]: expected tokens per unit of target time of the first N nodes
         for i, s in enumerate(scores, start=1):
             gain += min(1.0, calibration * s)
-            val = gain / (1.0 + self.cost_fixed + self.cost_per_token * i)
-            if val > best:
-                best_n, best = i, val
-        return best_n
+            values.append(gain / (1.0 + self.cost_fixed + self.cost_per_token * i))
+        if not self.adaptive or (self.cost_per_token == 0.0 and self.cost_fixed == 0.0):
+            n = len(scores)
+        else:
+            n = max(range(len(values)), key=values.__getitem__)  # the first maximum: the smallest such N
+        return n, values[n]
 
     def propose(self, context: Sequence[int], max_depth: int, sampling: SamplingConfig,
                 generator: torch.Generator | None = None) -> DraftTree:
@@ -484,12 +485,9 @@ class SuffixDrafter(Drafter):
             if self.corpus is not None:
                 root.tail = tuple(self.index.tokens[-self.corpus.n:])
             selected = self._select(root)
-            selected = selected[:self._budget([c.score for c in selected], self.calibration)]
+            n, self._last_value = self._budget([c.score for c in selected], self.calibration)
+            selected = selected[:n]
             self._last_pred = sum(c.score for c in selected)  # uncalibrated: a = observed / this
-            if selected:
-                a = self.calibration
-                self._last_value = (1.0 + sum(min(1.0, a * c.score) for c in selected)) / (
-                    1.0 + self.cost_fixed + self.cost_per_token * len(selected))
         tree = self._build(root_tok, root if selected else None, selected)
         self._last_tree = tree
         tree.draft_calls = 1
