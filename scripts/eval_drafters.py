@@ -7,7 +7,6 @@ acceptance rate, block efficiency (tokens per target pass), mean tree size.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 import torch
@@ -18,20 +17,15 @@ from specot.engine import GenerationConfig, speculative_generate, tree_generate
 from specot.envinfo import environment_info
 from specot.sampling import SamplingConfig
 from specot.verifiers import get_verifier
+from specot_lab.bench.script_io import add_run_options, write_record
 from specot_lab.corpus import load_prompts
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--drafts", default="distilled,ngram,suffix")
-    ap.add_argument("--sets", default="docs/bench/prompts_code.jsonl,mixed")
-    ap.add_argument("--n-prompts", type=int, default=6)
-    ap.add_argument("--gamma", type=int, default=4)
     ap.add_argument("--tree", default=None, help="KxL: also a greedy-children tree for model/EAGLE drafts")
-    ap.add_argument("--max-new-tokens", type=int, default=64)
-    ap.add_argument("--dtype", default="float32")
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", default=None)
+    add_run_options(ap, sets="docs/bench/prompts_code.jsonl,mixed", dtype="float32", threads=1)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     tgt = load_target(None, dtype=args.dtype)
@@ -72,12 +66,8 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         print(f"{set_name[:24]:24s} {dname[:28]:28s} T={temp} {row['tree']:10s} α0={row['alpha_first_position']:.3f} "
               f"BE={row['block_efficiency']:.2f} N̄={row['mean_draft_tokens']:.1f}", file=sys.stderr)
-    out = {"benchmark": "drafters", "command": "python scripts/eval_drafters.py " + " ".join(argv or sys.argv[1:]),
-           "dtype": args.dtype, "max_new_tokens": args.max_new_tokens, "gamma": args.gamma,
-           "n_prompts": args.n_prompts, "environment": environment_info(), "rows": rows}
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as fh:
-            json.dump(out, fh, indent=2)
+    write_record(args.out, "drafters", "eval_drafters.py", argv, dtype=args.dtype, max_new_tokens=args.max_new_tokens,
+                 gamma=args.gamma, n_prompts=args.n_prompts, environment=environment_info(), rows=rows)
     return 0
 
 

@@ -14,7 +14,6 @@ the JSON records the load, CPU flags and library versions.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 
@@ -23,12 +22,12 @@ from tqdm import tqdm
 
 from specot.api import decoding_plan, load_drafter, load_target
 from specot.engine import GenerationConfig, autoregressive_generate, speculative_generate, tree_generate
-from specot.envinfo import environment_info
 from specot.sampling import SamplingConfig
 from specot.verifiers import get_verifier
 from specot.verifiers.greedy import GreedyVerifier
 from specot.verifiers.speculative import SpeculativeVerifier
 from specot_lab.bench.acceptance import load_avg
+from specot_lab.bench.script_io import add_run_options, timed_run_fields, write_record
 from specot_lab.corpus import load_prompts
 
 SHORTCUT_CLASSES = (SpeculativeVerifier, GreedyVerifier)
@@ -42,13 +41,7 @@ def _set_shortcut(on: bool) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--drafts", default="ngram,suffix+eagle", help="drafters as specot generate names them")
-    ap.add_argument("--sets", default="docs/bench/prompts_code.jsonl,mixed,docs/bench/prompts_chat.jsonl")
-    ap.add_argument("--n-prompts", type=int, default=6)
-    ap.add_argument("--gamma", type=int, default=4)
-    ap.add_argument("--max-new-tokens", type=int, default=64)
-    ap.add_argument("--dtype", default="auto")
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--out", default=None)
+    add_run_options(ap, sets="docs/bench/prompts_code.jsonl,mixed,docs/bench/prompts_chat.jsonl")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     load_start = load_avg()
@@ -102,13 +95,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
             print(f"{set_name[-16:]:16s} {v:26s} speedup={row['speedup']:.3f} BE={row['block_efficiency']:.2f}",
                   file=sys.stderr)
-    out = {"benchmark": "greedy_shortcut_ab", "command": "python scripts/greedy_shortcut_ab.py " + " ".join(argv or sys.argv[1:]),
-           "gamma": args.gamma, "max_new_tokens": args.max_new_tokens, "n_prompts": args.n_prompts,
-           "target_dtype": str(tgt.dtype).replace("torch.", ""), "torch_threads": torch.get_num_threads(),
-           "load_avg_start": load_start, "load_avg_end": load_avg(), "environment": environment_info(), "rows": rows}
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as fh:
-            json.dump(out, fh, indent=2)
+    write_record(args.out, "greedy_shortcut_ab", "greedy_shortcut_ab.py", argv, **timed_run_fields(args, tgt, load_start), rows=rows)
     return 0
 
 

@@ -12,7 +12,6 @@ steps that drafted. Run it on a quiet machine (nothing else running); the JSON r
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 
@@ -21,23 +20,17 @@ from tqdm import tqdm
 
 from specot.api import decoding_plan, load_drafter, load_target
 from specot.engine import GenerationConfig, autoregressive_generate, tree_generate
-from specot.envinfo import environment_info
 from specot.sampling import SamplingConfig
 from specot.verifiers import get_verifier
 from specot_lab.corpus import load_prompts
 from specot_lab.bench.acceptance import load_avg
+from specot_lab.bench.script_io import add_run_options, timed_run_fields, write_record
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--costs", default="0:0.01,0.05:0.03,0:0", help="f:c pairs (0:0 = no cost model)")
-    ap.add_argument("--sets", default="docs/bench/prompts_code.jsonl,mixed")
-    ap.add_argument("--n-prompts", type=int, default=6)
-    ap.add_argument("--gamma", type=int, default=4)
-    ap.add_argument("--max-new-tokens", type=int, default=64)
-    ap.add_argument("--dtype", default="auto")
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--out", default=None)
+    add_run_options(ap, sets="docs/bench/prompts_code.jsonl,mixed")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     load_start = load_avg()
@@ -85,13 +78,7 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append(row)
                 print(f"{set_name[-16:]:16s} T={temp:g} {row['variant']:14s} speedup={row['speedup']:.3f} "
                       f"BE={row['block_efficiency']:.2f} drafted={row['drafted_share']:.2f}", file=sys.stderr)
-    out = {"benchmark": "suffix_cost_ab", "command": "python scripts/suffix_cost_ab.py " + " ".join(argv or sys.argv[1:]),
-           "gamma": args.gamma, "max_new_tokens": args.max_new_tokens, "n_prompts": args.n_prompts,
-           "target_dtype": str(tgt.dtype).replace("torch.", ""), "torch_threads": torch.get_num_threads(),
-           "load_avg_start": load_start, "load_avg_end": load_avg(), "environment": environment_info(), "rows": rows}
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as fh:
-            json.dump(out, fh, indent=2)
+    write_record(args.out, "suffix_cost_ab", "suffix_cost_ab.py", argv, **timed_run_fields(args, tgt, load_start), rows=rows)
     return 0
 
 

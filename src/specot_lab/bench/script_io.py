@@ -1,0 +1,50 @@
+"""The shared frame of the lab scripts in ``scripts/`` that decode prompt sets with the embedded
+target (``eval_drafters.py``, ``suffix_cost_ab.py``, ``greedy_shortcut_ab.py``): their common
+options and the JSON record they write."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Sequence
+
+import torch
+
+from specot.envinfo import environment_info
+
+from .acceptance import load_avg
+
+__all__ = ["add_run_options", "timed_run_fields", "write_record"]
+
+
+def add_run_options(ap: argparse.ArgumentParser, *, sets: str, dtype: str = "auto", threads: int = 2) -> None:
+    """``--sets`` (comma-separated prompt sets), ``--n-prompts``, ``--gamma`` (draft length γ),
+    ``--max-new-tokens``, ``--dtype``, ``--threads`` (torch intra-op threads) and ``--out`` (JSON path)."""
+    ap.add_argument("--sets", default=sets)
+    ap.add_argument("--n-prompts", type=int, default=6)
+    ap.add_argument("--gamma", type=int, default=4)
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--dtype", default=dtype)
+    ap.add_argument("--threads", type=int, default=threads)
+    ap.add_argument("--out", default=None)
+
+
+def write_record(path: str | None, benchmark: str, script: str, argv: Sequence[str] | None,
+                 **fields: Any) -> dict[str, Any]:
+    """``{"benchmark", "command", **fields}`` (the command that reproduces the run), written as
+    indented JSON to ``path`` when given; returns the record."""
+    out = {"benchmark": benchmark, "command": f"python scripts/{script} " + " ".join(argv or sys.argv[1:]), **fields}
+    if path:
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump(out, fh, indent=2)
+    return out
+
+
+def timed_run_fields(args: argparse.Namespace, target: Any, load_start: list[float]) -> dict[str, Any]:
+    """What a timed run records besides its rows: the lengths (γ, new tokens, prompts), the target's
+    dtype, torch's threads, the load average at its start and end, and the machine
+    (:func:`specot.envinfo.environment_info`: CPU flags, library versions)."""
+    return {"gamma": args.gamma, "max_new_tokens": args.max_new_tokens, "n_prompts": args.n_prompts,
+            "target_dtype": str(target.dtype).replace("torch.", ""), "torch_threads": torch.get_num_threads(),
+            "load_avg_start": load_start, "load_avg_end": load_avg(), "environment": environment_info()}
