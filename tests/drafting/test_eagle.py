@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from specot.drafting import EAGLE_DEFAULT_TREE, EagleDrafter, TreeSpec
-from specot.drafting.eagle import EAGLE3_KEYS, Eagle3Head, default_eagle_layers
+from specot.drafting.eagle import EAGLE3_KEYS, Eagle3Head, default_eagle_layers, rerank
 from specot.engine import GenerationConfig, autoregressive_generate, make_generator, speculative_generate, tree_generate
 from specot.laws import top_tokens
 from specot.sampling import SamplingConfig
@@ -51,6 +54,7 @@ def _recorder(target, draft_vocab=DRAFT_VOCAB, **kw) -> _Recorder:
     base = _eagle(target, draft_vocab, **kw)
     rec = _Recorder(base.head, target)
     rec.dynamic, rec.top_k, rec.total_tokens, rec.width = base.dynamic, base.top_k, base.total_tokens, base.width
+    rec.rerank, rec.min_confidence = base.rerank, base.min_confidence
     return rec
 
 
@@ -70,14 +74,14 @@ def test_greedy_chain_identical_to_autoregressive(gamma, schedule):
     assert sd.stats.drafted > 0
 
 
-@pytest.mark.parametrize("dynamic", [True, False])
+@pytest.mark.parametrize("dynamic,rerank_on", [(True, True), (True, False), (False, True)])
 @pytest.mark.parametrize("law,verifier", [("greedy", "greedy"), ("wor", "rrs_wor"), ("iid", "kseq")])
-def test_greedy_tree_identical_to_autoregressive(dynamic, law, verifier):
+def test_greedy_tree_identical_to_autoregressive(dynamic, rerank_on, law, verifier):
     target = _target()
     cfg = GenerationConfig(max_new_tokens=32, sampling=GREEDY)
     ar = autoregressive_generate(target, PROMPT, cfg)
     spec = TreeSpec.topology(EAGLE_DEFAULT_TREE, law)
-    tr = tree_generate(target, _eagle(target, dynamic=dynamic), PROMPT, spec, cfg, verifier=verifier)
+    tr = tree_generate(target, _eagle(target, dynamic=dynamic, rerank=rerank_on), PROMPT, spec, cfg, verifier=verifier)
     assert tr.tokens == ar.tokens
     assert max(tr.stats.tree_sizes) > spec.depth  # a real tree (several children per node), not a chain
 
@@ -115,6 +119,50 @@ def test_full_draft_vocabulary_and_dynamic_budget():
     assert tr.tokens == ar.tokens
     assert max(tr.stats.tree_sizes) <= 9
     assert all(len(d) <= 3 for t in dr.trees for d in t.drafts.values())
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 10 ** 6), st.sampled_from([0.0, -0.5, -1.0, -2.0]) | st.floats(-8.0, 0.0)),
+                min_size=0, max_size=30),
+       st.integers(0, 35))
+def test_rerank_keeps_the_most_confident_nodes_as_a_tree(nodes, budget):
+    parents, score = [-1], [0.0]
+    for i, (pick, lp) in enumerate(nodes):
+        par = pick % (i + 1)  # any earlier node: parents precede children
+        parents.append(par)
+        score.append(score[par] + lp)
+    keep = rerank(score, budget)
+    assert keep == sorted(set(keep)) and 0 not in keep
+    assert len(keep) == min(budget, len(nodes))
+    kept = set(keep) | {0}
+    assert all(parents[nd] in kept for nd in keep)  # closed under parents: a tree
+    if keep:  # nothing left out scores above anything kept
+        assert max((score[nd] for nd in range(1, len(score)) if nd not in kept), default=-math.inf) <= min(
+            score[nd] for nd in keep)
+
+
+def test_reranked_trees_are_deterministic_greedy_trees_within_the_budget():
+    """EAGLE-2 re-ranking: deterministic children (q on them only, strictly decreasing), top-k at
+    most, the node budget, and deeper trees than spending the budget during expansion."""
+    target = _target()
+    cfg = GenerationConfig(max_new_tokens=24, sampling=SamplingConfig(1.0), seed=4)
+    spec = TreeSpec.prefix([3, 3, 3, 3], "greedy")
+    depth = {}
+    for rerank_on in (True, False):
+        dr = _recorder(target, top_k=3, total_tokens=7, rerank=rerank_on)
+        tree_generate(target, dr, PROMPT, spec, cfg, verifier="greedy")
+        trees = [t for t in dr.trees if t.size > 0]
+        assert trees and all(t.size <= 7 and t.law.value == "greedy" for t in trees)
+        _check_trees(dr, target)
+        depth[rerank_on] = sum(t.depth for t in trees) / len(trees)
+        if rerank_on:
+            for t in trees:
+                for node, drafts in t.drafts.items():
+                    row = t.q[t.q_row[node]].cpu()
+                    assert int((row > 0).sum()) == len(drafts)  # deterministic: q lives on the children
+                    w = row[drafts]
+                    assert bool((w[1:] < w[:-1]).all())  # strictly decreasing in draft order
+    assert depth[True] > depth[False]
 
 
 def _check_trees(dr: _Recorder, target) -> None:
@@ -227,16 +275,19 @@ def _samples(target, drafter, spec, verifier, n, length, seed=1234):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["chain", "greedy", "wor", "iid", "static_iid"])
+@pytest.mark.parametrize("kind", ["chain", "greedy", "greedy_sampled", "wor", "iid", "static_iid"])
 def test_sampling_is_lossless_chi_square(kind):
     """Empirical law of 4-token continuations == the exact autoregressive joint, with a reduced draft
     vocabulary (4 of 6 tokens): chains, EAGLE-2 dynamic trees under each law, and a static i.i.d.
     prefix tree (equal draws merge, the merged node drafting for all its slots). The first
-    iteration is a plain target step (no features yet), the second drafts up to 2 deep."""
+    iteration is a plain target step (no features yet), the second drafts up to 2 deep. ``greedy``
+    is EAGLE-2's re-ranked deterministic tree, ``greedy_sampled`` the budget spent during expansion
+    with a sampled last child."""
     V, L = 6, 4
     target = _target(vocab=V)
-    dr = _eagle(target, draft_vocab=[0, 1, 3, 4], seed=2, dynamic=not kind.startswith("static"))
-    kind = kind.removeprefix("static_")
+    dr = _eagle(target, draft_vocab=[0, 1, 3, 4], seed=2, dynamic=not kind.startswith("static"),
+                rerank=kind != "greedy_sampled")
+    kind = kind.removeprefix("static_").removesuffix("_sampled")
     assert dr.head.draft_vocab_size < V
     exact = exact_joint(target.model, PROMPT6, L, SamplingConfig(1.0))
     if kind == "chain":

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from specot.drafting import DraftOutcome, NGramCounts, NGramTable, SuffixDrafter, SuffixIndex, TreeSpec
-from specot.drafting.suffix import greedy_q, strict_weights
+from specot.drafting.base import greedy_q, strict_weights
 from specot.engine import GenerationConfig, autoregressive_generate, make_generator, tree_generate
 from specot.laws import DraftLaw, enumerate_draft_law, sample_drafts, top_tokens
 from specot.sampling import SamplingConfig

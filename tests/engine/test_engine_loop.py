@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from specot.drafting import DraftOutcome, DraftTree, ModelDrafter, NGramDrafter, TreeSpec
+from specot.drafting.base import greedy_q
 from specot.engine import GenerationConfig, decode, make_generator, speculative_generate, verify_draft_tree
 from specot.laws import DraftLaw
 from specot.models import CausalLM
@@ -16,6 +17,7 @@ from specot.sampling import SamplingConfig, standardize
 from specot.verifiers import get_verifier
 
 from conftest import tiny_lm
+from engine_helpers import chi_square_pvalue
 
 PROMPT = [1, 5, 3, 7, 1, 5]
 
@@ -175,3 +177,72 @@ def test_greedy_shortcut_is_not_taken_for_other_verifiers_and_bad_logits_still_r
     with pytest.raises(ValueError, match="NaN"):
         verify_draft_tree(DraftTree.chain(0, [1]), torch.tensor([[0.0, float("nan")], [1.0, 0.0]]),
                           SamplingConfig(temperature=0.0), get_verifier("speculative"), make_generator(0))
+
+
+def _deterministic_tree() -> DraftTree:
+    """root → {2, 3}; 2 → {4, 0}; 4 → {1}: a GREEDY-law tree with q on the children only."""
+    tree = DraftTree.root(0)
+    a, _ = tree.add_children(0, [2, 3])
+    c, _ = tree.add_children(a, [4, 0])
+    tree.add_children(c, [1])
+    tree.law, tree.deterministic = DraftLaw.GREEDY, True
+    tree.q = greedy_q(tree, [(0, [0.6, 0.4]), (a, [0.7, 0.3]), (c, [1.0])], 5)
+    tree.q_row = {0: 0, a: 1, c: 2}
+    return tree
+
+
+def _exact_emitted_law(tree: DraftTree, p: torch.Tensor) -> dict[tuple[int, ...], float]:
+    """P(emitted tokens) by enumeration: at each node the target's token follows p; the walk goes
+    on while it is a child."""
+    out: dict[tuple[int, ...], float] = {}
+
+    def go(node, prefix, mass):
+        for t in range(p.shape[-1]):
+            m = mass * float(p[node, t])
+            child = tree.child_of.get(node, {}).get(t)
+            if child is None or node not in tree.drafts:
+                out[prefix + (t,)] = out.get(prefix + (t,), 0.0) + m
+            else:
+                go(child, prefix + (t,), m)
+
+    go(0, (), 1.0)
+    return out
+
+
+@pytest.mark.slow
+def test_deterministic_tree_shortcut_has_the_verifiers_exact_law():
+    """A deterministic tree is verified by one draw from p per node; the emitted sequences follow
+    the exact law (enumerated) — as does the greedy verifier's own run on the same tree. Seeded
+    chi-square, 4000 draws each, false-failure rate 1e-4 per check."""
+    tree = _deterministic_tree()
+    logits = torch.randn(tree.size + 1, 5, generator=torch.Generator().manual_seed(3))
+    cfg = SamplingConfig(1.0)
+    p = standardize(logits, cfg)
+    exact = _exact_emitted_law(tree, p)
+    assert sum(exact.values()) == pytest.approx(1.0)
+    ver = get_verifier("greedy")
+    g1, g2 = make_generator(11), make_generator(12)
+    fast = [tuple(verify_draft_tree(tree, logits, cfg, ver, g1).emitted) for _ in range(4000)]
+    slow = [tuple(loop._verify(tree, p, ver, g2).emitted) for _ in range(4000)]
+    assert chi_square_pvalue(fast, exact) > 1e-4
+    assert chi_square_pvalue(slow, exact) > 1e-4
+    assert max(len(e) for e in fast) == 4  # the deepest path was walked
+
+
+def test_deterministic_tree_shortcut_only_for_lossless_verifiers(monkeypatch):
+    tree = _deterministic_tree()
+    logits = torch.randn(tree.size + 1, 5, generator=torch.Generator().manual_seed(0))
+    calls = []
+    real = loop._verify
+    monkeypatch.setattr(loop, "_verify", lambda *a: calls.append(1) or real(*a))
+    cfg = SamplingConfig(1.0)
+    step = verify_draft_tree(tree, logits, cfg, get_verifier("greedy"), make_generator(0))
+    assert calls == [] and step.emitted[-1] in range(5)
+    tree.deterministic = False
+    verify_draft_tree(tree, logits, cfg, get_verifier("greedy"), make_generator(0))
+    assert calls == [1]
+    tree.deterministic = True
+    lossy = get_verifier("greedy")
+    monkeypatch.setattr(type(lossy), "lossless", property(lambda self: False))
+    verify_draft_tree(tree, logits, cfg, lossy, make_generator(0))
+    assert calls == [1, 1]

@@ -10,7 +10,7 @@ import torch
 from specot.cli.main import main as cli_main
 from specot.drafting import ModelDrafter, NGramDrafter, NGramTable, check_vocab_compatible
 from specot.models import CausalLM, load_model, resolve_dtype
-from specot.models.device import SmallBatchHead, install_small_batch_head
+from specot.models.device import SmallBatchHead, install_small_batch_head, small_batch_linear
 from specot.sampling import SamplingConfig
 
 from conftest import tiny_lm
@@ -151,9 +151,24 @@ def test_small_batch_head_matches_f_linear_and_replaces_only_large_heads():
     assert isinstance(new, SmallBatchHead) and new.weight is head.weight  # swapped, weight shared
     assert type(head).forward is torch.nn.Linear.forward  # nothing patched on the old module
     for m in (1, 2, 5, 8, 9, 33):
-        torch.testing.assert_close(new(x[:, :m]), ref[:, :m])  # [1, m, V], any row count
+        out = new(x[:, :m])
+        torch.testing.assert_close(out, ref[:, :m])  # [1, m, V], any row count
+        assert out.is_contiguous()  # a transposed view would make every reduction over V strided
     full = lm.model(input_ids=torch.tensor([[1, 2, 3]])).logits
     torch.testing.assert_close(full, torch.nn.functional.linear(lm.model.model(torch.tensor([[1, 2, 3]])).last_hidden_state, head.weight))
+
+
+def test_small_batch_layout_is_float32_only(monkeypatch):
+    """bf16 heads keep F.linear (faster there: docs/bench/head_speed.json); float32 takes W @ xᵀ."""
+    calls = []
+    real = torch.nn.functional.linear
+    monkeypatch.setattr(torch.nn.functional, "linear", lambda *a: calls.append(a[1].dtype) or real(*a))
+    w, x = torch.randn(64, 8), torch.randn(5, 8)
+    f32 = small_batch_linear(w, None, x)
+    assert calls == [] and f32.is_contiguous()
+    torch.testing.assert_close(f32, real(x, w))
+    small_batch_linear(w.to(torch.bfloat16), None, x.to(torch.bfloat16))
+    assert calls == [torch.bfloat16]
 
 
 def test_prefill_computes_only_the_needed_logit_rows():

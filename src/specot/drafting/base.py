@@ -32,7 +32,7 @@ from ..sampling import SamplingConfig
 if TYPE_CHECKING:  # annotations only: tree.py imports this module
     from .tree import TreeSpec
 
-__all__ = ["DraftTree", "DraftOutcome", "DraftSchedule", "Drafter"]
+__all__ = ["DraftTree", "DraftOutcome", "DraftSchedule", "Drafter", "greedy_q", "strict_weights"]
 
 
 @dataclass
@@ -56,6 +56,11 @@ class DraftTree:
         q_standardized: ``q``'s rows come from :func:`specot.sampling.standardize` (which rejects
             NaN and infinite logits), so the engine skips their value checks; otherwise ``q`` is
             checked once per tree before verification.
+        deterministic: the children of every node are a deterministic function of the context (no
+            random draw; q, if any, is only the law's bookkeeping, as :func:`greedy_q` makes it).
+            Given such drafts every lossless verifier emits a token distributed as p at each node,
+            so the loop verifies by drawing one token from p per node and walking down the children
+            that match (:func:`specot.engine.loop.verify_draft_tree`).
     """
 
     tokens: list[int]
@@ -68,6 +73,7 @@ class DraftTree:
     law: DraftLaw = DraftLaw.IID
     draft_calls: int = 0
     q_standardized: bool = False
+    deterministic: bool = False
 
     @classmethod
     def root(cls, token: int) -> "DraftTree":
@@ -262,3 +268,31 @@ class Drafter(ABC):
     def reset_stats(self) -> None:
         self.draft_time_s = 0.0
         self.calls = 0
+
+
+def strict_weights(scores: Sequence[float], ratio: float = 0.97) -> list[float]:
+    """Normalised weights ∝ ``scores`` (given in decreasing order), made strictly decreasing: each is
+    at most ``ratio`` times the previous one (a gap that survives bf16 rounding)."""
+    w = [max(float(s), 1e-12) for s in scores]
+    for j in range(1, len(w)):
+        w[j] = min(w[j], w[j - 1] * ratio)
+    z = sum(w)
+    return [x / z for x in w]
+
+
+def greedy_q(tree: DraftTree, rows: list[tuple[int, list[float]]], vocab_size: int,
+             device: torch.device | str | None = None) -> Tensor:
+    """q ``[M, V]`` of a DETERMINISTIC draft tree, so that it is a GREEDY-law draw.
+
+    Row r belongs to the expanded node ``rows[r][0]``: it is supported on that node's children only,
+    ∝ their scores ``rows[r][1]`` (given in draft order, best first) and strictly decreasing in draft
+    order. So drafts 1..n−1 are the top-(n−1) of q and the last child is the only token left: the
+    drawn draft is deterministic too, and the children ARE a draw of :data:`DraftLaw.GREEDY` from q.
+    Hu et al. (2025, App. D)'s greedy verifier then accepts child x with probability p(x) in total —
+    the optimum for a deterministic draft. Float64 so that rows sum to 1 within every dtype's
+    tolerance; on ``device`` (default CPU)."""
+    q = torch.zeros(len(rows), vocab_size, dtype=torch.float64, device=device)
+    for r, (node, scores) in enumerate(rows):
+        toks = torch.tensor(tree.drafts[node], dtype=torch.int64, device=q.device)
+        q[r].index_put_((toks,), torch.tensor(strict_weights(scores), dtype=torch.float64, device=q.device))
+    return q

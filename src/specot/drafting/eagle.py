@@ -88,10 +88,10 @@ from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm, Lla
 
 from ..laws import DraftLaw, sample_drafts
 from ..sampling import SamplingConfig, standardize
-from .base import DraftOutcome, DraftTree, Drafter
+from .base import DraftOutcome, DraftTree, Drafter, greedy_q
 from .tree import TreeSpec
 
-__all__ = ["Eagle3Head", "EagleDrafter", "eagle3_config", "default_eagle_layers", "EAGLE3_KEYS"]
+__all__ = ["Eagle3Head", "EagleDrafter", "eagle3_config", "default_eagle_layers", "rerank", "EAGLE3_KEYS"]
 
 #: The parameter / buffer names of a published EAGLE-3 checkpoint (``embed_tokens.weight`` is
 #: optional: heads whose width equals the target's share the target's embedding).
@@ -152,6 +152,17 @@ def eagle3_config(target_config: Any, *, draft_vocab_size: int | None = None, nu
     if num_attention_heads is None and getattr(tc, "head_dim", None):
         obj["head_dim"] = tc.head_dim
     return _llama_config(obj)
+
+
+def rerank(score: Sequence[float], budget: int) -> list[int]:
+    """EAGLE-2's re-ranking (Li et al. 2024, Sec. 4.2): the ``budget`` draft nodes of highest
+    cumulative draft log-probability, in increasing node order.
+
+    ``score[0]`` is the root (never returned); nodes are numbered so that parents precede children.
+    As a child never scores above its parent (a log-probability is ≤ 0) and ties go to the earlier
+    node, the kept set is closed under parents: it is a tree.
+    """
+    return sorted(sorted(range(1, len(score)), key=lambda nd: (-score[nd], nd))[:max(budget, 0)])
 
 
 def _rotate_half(x: Tensor) -> Tensor:
@@ -390,6 +401,11 @@ class EagleDrafter(Drafter):
             stops where the draft becomes unsure (Hugging Face's ``assistant_confidence_threshold``
             applies the same idea per token). It saves draft passes and verified tokens that would
             likely be rejected; the decision reads only drafted tokens, so the output law is unchanged.
+        rerank: GREEDY-law dynamic trees follow EAGLE-2 to the letter (``True``, the default): top-k
+            children everywhere, ``width`` best nodes expanded per depth, then the ``total_tokens``
+            nodes of highest cumulative draft probability kept — a deterministic tree (see
+            :meth:`_draft_reranked`). ``False``: the budget is spent during expansion, the last child
+            of every node sampled (the construction the IID and WOR laws always use).
 
     Raises:
         ValueError: a head that does not fit the target (vocabulary, feature width, layers), or
@@ -398,7 +414,7 @@ class EagleDrafter(Drafter):
 
     def __init__(self, head: Eagle3Head, target: Any, *, layers: Sequence[int] | None = None, dynamic: bool = True,
                  top_k: int | None = None, total_tokens: int | None = None, width: int | None = None,
-                 min_confidence: float | None = None, name: str = "eagle3") -> None:
+                 min_confidence: float | None = None, rerank: bool = True, name: str = "eagle3") -> None:
         super().__init__()
         tcfg = target.model.config
         n_layers = int(tcfg.num_hidden_layers)
@@ -428,6 +444,7 @@ class EagleDrafter(Drafter):
         self.hidden_layers = layers
         self.dynamic, self.top_k, self.total_tokens, self.width = dynamic, top_k, total_tokens, width
         self.min_confidence = None if min_confidence is None else float(min_confidence)
+        self.rerank = bool(rerank)
         self.name = name
         self._target_ids = self.head.target_ids()
         self.reset()
@@ -652,13 +669,15 @@ class EagleDrafter(Drafter):
         c = len(context)
         chain = spec.is_chain()
         law = DraftLaw.IID if chain else spec.law
-        tree = DraftTree.root(context[-1])
-        tree.law = law
         dynamic = self.dynamic and not chain
         cap = spec.max_drafts_per_node()
         k_children = min(self.top_k or max(len(spec.children(p)) for p in ((),) + spec.paths), cap)
         budget = self.total_tokens or spec.num_slots
         width = self.width or k_children
+        if dynamic and self.rerank and law == DraftLaw.GREEDY:
+            return self._draft_reranked(context, root, depth, k_children, budget, width)
+        tree = DraftTree.root(context[-1])
+        tree.law = law
         if not chain:
             depth = min(depth, spec.depth) if not dynamic else depth
         slots: dict[int, list[tuple[int, ...]]] = {0: [()]}
@@ -744,22 +763,7 @@ class EagleDrafter(Drafter):
             if not nxt:
                 break
             # ---- one draft pass for the whole next frontier, under the tree mask
-            P, Tp = self._k.shape[1], tk.shape[1]
-            T = len(nxt)
-            tmask = torch.zeros(T, Tp + T, dtype=torch.bool)  # built on the host, moved once
-            for j, nd in enumerate(nxt):
-                par = tree.parents[nd]
-                tmask[j, anc[par]] = True
-                tmask[j, Tp + j] = True
-                anc[nd] = anc[par] + [Tp + j]
-            mask = torch.cat([torch.ones(T, P, dtype=torch.bool, device=self.device), tmask.to(self.device)], dim=1)
-            toks = torch.tensor([tree.tokens[nd] for nd in nxt], dtype=torch.int64, device=self.device)
-            fin = torch.stack([feat[tree.parents[nd]] for nd in nxt])
-            pos = torch.tensor([c - 2 + tree.depths[nd] for nd in nxt], device=self.device)
-            pk, pv = torch.cat([self._k, tk], 1), torch.cat([self._v, tv], 1)
-            lg2, h2, k2, v2 = self.head.step(toks, fin, pos, pk, pv, mask, fused=False)
-            tk, tv = torch.cat([tk, k2], 1), torch.cat([tv, v2], 1)
-            self.calls += 1
+            lg2, h2, tk, tv = self._tree_pass(c, nxt, tree.tokens, tree.parents, tree.depths, feat, anc, tk, tv)
             tree.draft_calls += 1
             for j, nd in enumerate(nxt):
                 logits[nd], feat[nd] = lg2[j], h2[j]
@@ -767,6 +771,107 @@ class EagleDrafter(Drafter):
         tree.draft_calls += 1  # the catch-up pass that gave the root
         tree.q = torch.stack(q_rows) if q_rows else None
         tree.q_standardized = True  # rows of standardize(), scattered into zeros: valid by construction
+        return tree
+
+    def _tree_pass(self, c: int, nodes: list[int], tokens: list[int], parents: list[int], depths: list[int],
+                   feat: dict[int, Tensor], anc: dict[int, list[int]], tk: Tensor, tv: Tensor
+                   ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """ONE draft pass over ``nodes`` (a frontier) under the tree mask: each reads the committed KV
+        entries, its ancestors' temporary entries and itself. Returns (logits ``[T, V_d]``, output
+        features ``[T, H]``, the temporary KV grown by the T new entries)."""
+        P, Tp, T = self._k.shape[1], tk.shape[1], len(nodes)
+        tmask = torch.zeros(T, Tp + T, dtype=torch.bool)  # built on the host, moved once
+        for j, nd in enumerate(nodes):
+            par = parents[nd]
+            tmask[j, anc[par]] = True
+            tmask[j, Tp + j] = True
+            anc[nd] = anc[par] + [Tp + j]
+        mask = torch.cat([torch.ones(T, P, dtype=torch.bool, device=self.device), tmask.to(self.device)], dim=1)
+        toks = torch.tensor([tokens[nd] for nd in nodes], dtype=torch.int64, device=self.device)
+        fin = torch.stack([feat[parents[nd]] for nd in nodes])
+        pos = torch.tensor([c - 2 + depths[nd] for nd in nodes], device=self.device)
+        pk, pv = torch.cat([self._k, tk], 1), torch.cat([self._v, tv], 1)
+        lg, h, k, v = self.head.step(toks, fin, pos, pk, pv, mask, fused=False)
+        self.calls += 1
+        return lg, h, torch.cat([tk, k], 1), torch.cat([tv, v], 1)
+
+    @torch.no_grad()
+    def _draft_reranked(self, context: list[int], root: tuple[Tensor, Tensor], depth: int, top_k: int,
+                        budget: int, width: int) -> DraftTree:
+        """EAGLE-2's dynamic draft tree with its final re-ranking (Li et al. 2024, EAGLE-2, Sec. 4.1
+        "expansion" and 4.2 "re-ranking"), as a deterministic tree.
+
+        Expansion: every expanded node gets the ``top_k`` tokens of the draft's distribution as
+        children; of each depth's new nodes, the ``width`` with the highest cumulative draft
+        log-probability (the path's confidence) are expanded next, in ONE draft pass under a tree
+        mask — except nodes that can no longer make the final cut (``budget`` nodes already score
+        higher: a descendant never scores above its ancestor). Re-ranking: the ``budget`` nodes of
+        highest confidence are kept (ties to the earlier node, so a kept node's parent is kept).
+
+        Nothing is sampled: the tree is a deterministic function of the context, handed over as a
+        GREEDY-law tree with q supported on each node's children (:func:`~specot.drafting.base.greedy_q`);
+        the ``greedy`` verifier then accepts child x with probability p(x) — lossless at every
+        temperature (unlike pruning *sampled* children, which would change the law at a node).
+        """
+        c = len(context)
+        tokens, parents, depths, score = [context[-1]], [-1], [0], [0.0]
+        logits: dict[int, Tensor] = {0: root[0]}
+        feat: dict[int, Tensor] = {0: root[1]}
+        anc: dict[int, list[int]] = {0: []}
+        tk, tv = self.head.empty_kv()
+        frontier, passes = [0], 0
+        gated = self.min_confidence is not None
+        log_tau = math.log(self.min_confidence) if self.min_confidence is not None else 0.0
+        k = min(top_k, self.head.draft_vocab_size)
+        for d in range(depth):
+            lg = torch.stack([logits[nd] for nd in frontier])  # [F, V_d]
+            top = torch.log_softmax(lg.to(torch.float32), dim=-1).topk(k, dim=-1)  # sorted, best first
+            lps, ids = top.values.tolist(), self._target_ids[top.indices].tolist()  # one host read each
+            new: list[int] = []
+            for i, nd in enumerate(frontier):
+                for lp, t in zip(lps[i], ids[i]):
+                    new.append(len(tokens))
+                    tokens.append(int(t))
+                    parents.append(nd)
+                    depths.append(d + 1)
+                    score.append(score[nd] + lp)
+            if d + 1 >= depth:
+                break
+            # a node expands only if fewer than `budget` nodes score strictly higher (else no
+            # descendant of it survives the re-ranking)
+            cut = sorted(score[1:], reverse=True)[budget - 1] if len(score) - 1 >= budget else -math.inf
+            cands = [nd for nd in new if tokens[nd] not in self.stop_tokens and score[nd] >= cut
+                     and (not gated or score[nd] >= log_tau)]
+            cands.sort(key=lambda nd: (-score[nd], nd))
+            nxt = cands[:width]
+            if not nxt:
+                break
+            lg2, h2, tk, tv = self._tree_pass(c, nxt, tokens, parents, depths, feat, anc, tk, tv)
+            passes += 1
+            for j, nd in enumerate(nxt):
+                logits[nd], feat[nd] = lg2[j], h2[j]
+            frontier = nxt
+        keep = rerank(score, budget)
+        tree = DraftTree.root(context[-1])
+        tree.law = DraftLaw.GREEDY
+        kids: dict[int, list[int]] = {}
+        for nd in keep:  # node ids grow depth by depth and siblings are stored best first
+            kids.setdefault(parents[nd], []).append(nd)
+        new_id = {0: 0}
+        rows: list[tuple[int, list[float]]] = []
+        for nd in [0] + keep:
+            ch = kids.get(nd)
+            if not ch:
+                continue
+            for old, nid in zip(ch, tree.add_children(new_id[nd], [tokens[x] for x in ch])):
+                new_id[old] = nid
+            tree.q_row[new_id[nd]] = len(rows)
+            rows.append((new_id[nd], [math.exp(score[x] - score[nd]) for x in ch]))
+        if rows:
+            tree.q = greedy_q(tree, rows, self.vocab_size, device=self.device)
+            tree.q_standardized = True  # rows of strict_weights: distributions by construction
+        tree.deterministic = True
+        tree.draft_calls = passes + 1  # + the catch-up pass that gave the root
         return tree
 
     def _draft_index(self, target_id: int) -> int:

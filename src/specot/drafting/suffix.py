@@ -77,7 +77,7 @@ import torch
 
 from ..laws import DraftLaw
 from ..sampling import SamplingConfig
-from .base import DraftOutcome, DraftTree, Drafter
+from .base import DraftOutcome, DraftTree, Drafter, greedy_q
 from .ngram import NGramTable
 
 __all__ = ["SuffixIndex", "SuffixDrafter", "NGramCounts"]
@@ -528,25 +528,5 @@ class SuffixDrafter(Drafter):
                 self._last_corpus += [(cid, tnode, c.freq) for c, cid in zip(kids, ids) if c.origin == "corpus"]
             frontier = nxt
         tree.q = greedy_q(tree, rows, self._vocab)
+        tree.deterministic = True
         return tree
-
-
-def strict_weights(scores: Sequence[float], ratio: float = 0.97) -> list[float]:
-    """Normalised weights ∝ ``scores`` (given in decreasing order), made strictly decreasing: each is
-    at most ``ratio`` times the previous one (a gap that survives bf16 rounding)."""
-    w = [max(float(s), 1e-12) for s in scores]
-    for j in range(1, len(w)):
-        w[j] = min(w[j], w[j - 1] * ratio)
-    z = sum(w)
-    return [x / z for x in w]
-
-
-def greedy_q(tree: DraftTree, rows: list[tuple[int, list[float]]], vocab_size: int) -> torch.Tensor:
-    """q ``[M, V]`` (float64, CPU, so that rows sum to 1 within every dtype's tolerance): row r over the children of its node, ∝ their scores and strictly
-    decreasing in draft order, so the children are a GREEDY-law draw from q (drafts 1..n−1 = top-(n−1)
-    of q; the last child is the only token left)."""
-    q = torch.zeros(len(rows), vocab_size, dtype=torch.float64)
-    for r, (node, scores) in enumerate(rows):
-        toks = torch.tensor(tree.drafts[node], dtype=torch.int64)
-        q[r].index_put_((toks,), torch.tensor(strict_weights(scores), dtype=torch.float64))
-    return q

@@ -48,14 +48,17 @@ def resolve_dtype(dtype: str | torch.dtype, device: str | torch.device = "cpu") 
 
 
 class SmallBatchHead(torch.nn.Linear):
-    """A bias-free output head computing ``W @ xᵀ`` when x has 2–8 rows (2–32 with ≥ 2 threads; CPU).
+    """A bias-free output head computing ``W @ xᵀ`` when x has 2–8 rows (2–32 with ≥ 2 threads) of
+    float32 on the CPU.
 
-    On x86 CPUs PyTorch's ``F.linear`` over a [49152, 576] head costs 2.5x more for 2–5 rows than
-    for 1 (20–23 vs 9 ms on this project's 2-core AVX2 machine; ``specot bench head-speed``,
-    results in ``docs/bench/head_speed*.json``). With one thread ``W @ xᵀ`` loses from ~17 rows on;
-    with two it wins up to 33 rows (1.4–1.5x) and ties at 65, while ``W @ xᵀ`` costs 6–11 ms: a speculative verification pass
-    scores γ + 1 rows, exactly this regime. Same product, another GEMM layout. It shares the original
-    head's weight ``Parameter`` (tied embeddings stay tied).
+    On x86 CPUs PyTorch's float32 ``F.linear`` over a [49152, 576] head costs 2.5–4x more for 2–9
+    rows than ``W @ xᵀ`` (13–17 vs 3.4–7.5 ms on this project's 2-core AVX-512 machine; 20–23 vs
+    9 ms on an AVX2 one): a speculative verification pass scores γ + 1 rows, exactly this regime.
+    In bfloat16 it is the other way round (``F.linear`` 2.0–4.0 ms, ``W @ xᵀ`` 4.4–5.9 ms for 2–33
+    rows on a CPU with native bf16), so bf16 heads keep ``F.linear``. ``specot bench head-speed``
+    measures both (``docs/bench/head_speed*.json``). Same product, another GEMM layout; the logits
+    come back contiguous (a transposed view would make every later reduction over V strided and
+    3x slower). It shares the original head's weight ``Parameter`` (tied embeddings stay tied).
     """
 
     def forward(self, x: Tensor) -> Tensor:  # x: [..., d] → [..., V]
@@ -63,14 +66,15 @@ class SmallBatchHead(torch.nn.Linear):
 
 
 def small_batch_linear(weight: Tensor, bias: Tensor | None, x: Tensor) -> Tensor:
-    """``F.linear(x, weight, bias)``, as ``W @ xᵀ`` for 2–32 rows of a bias-free head on the CPU.
+    """``F.linear(x, weight, bias)``, as ``W @ xᵀ`` for 2–32 rows of a bias-free float32 head on the CPU.
 
-    Shapes: ``weight [V, d]``, ``x [..., d]`` → ``[..., V]``.
+    Shapes: ``weight [V, d]``, ``x [..., d]`` → ``[..., V]`` (contiguous).
     """
     rows = x.numel() // x.shape[-1] if x.numel() else 0
-    if 2 <= rows <= (8 if torch.get_num_threads() == 1 else 32) and bias is None and x.device.type == "cpu":
+    if (2 <= rows <= (8 if torch.get_num_threads() == 1 else 32) and bias is None and x.device.type == "cpu"
+            and weight.dtype == torch.float32):
         flat = x.reshape(rows, x.shape[-1])  # [M, d]
-        return (weight @ flat.t()).t().reshape(*x.shape[:-1], weight.shape[0])  # [..., V]
+        return (weight @ flat.t()).t().contiguous().reshape(*x.shape[:-1], weight.shape[0])  # [..., V]
     return torch.nn.functional.linear(x, weight, bias)
 
 

@@ -1,13 +1,15 @@
 """Cost of an output head ``[V, d] x [M, d]ᵀ`` for M rows, by GEMM layout (CPU).
 
-A speculative verification pass computes logits for γ + 1 rows. On x86 CPUs ``F.linear`` (the
-layout ``nn.Linear`` uses) is much slower for 2–8 rows than ``W @ xᵀ``; :mod:`specot.models.device`
-patches large heads accordingly. This script measures both layouts (median of ``--reps`` calls,
-milliseconds, warm-up excluded) and prints JSON::
+A speculative verification pass computes logits for γ + 1 rows. On x86 CPUs float32 ``F.linear``
+(the layout ``nn.Linear`` uses) is much slower for 2–8 rows than ``W @ xᵀ``, while in bfloat16 it is
+faster; :mod:`specot.models.device` patches large float32 heads accordingly. This script measures
+both layouts per dtype (median of ``--reps`` calls, milliseconds, warm-up excluded; ``W @ xᵀ``
+including the copy to contiguous logits, as used) and prints JSON::
 
-    {"threads": 2, "V": 49152, "d": 576, "rows": [{"M": 1, "f_linear_ms": .., "w_xt_ms": .., "ratio": ..}, ...]}
+    {"threads": 2, "V": 49152, "d": 576,
+     "rows": [{"dtype": "float32", "M": 1, "f_linear_ms": .., "w_xt_ms": .., "ratio": ..}, ...]}
 
-    specot bench head-speed [--vocab 49152] [--hidden 576] [--threads 2] [--out head.json]
+    specot bench head-speed [--vocab 49152] [--hidden 576] [--dtypes float32,bfloat16] [--threads 2] [--out head.json]
 """
 
 from __future__ import annotations
@@ -44,8 +46,8 @@ def measure_head(vocab: int, hidden: int, rows: list[int], reps: int, dtype: tor
     for M in rows:
         x = torch.randn(M, hidden, generator=g).to(dtype)  # [M, d]
         a = _median_ms(lambda: F.linear(x, W), reps)
-        b = _median_ms(lambda: (W @ x.t()).t(), reps)
-        out.append({"M": M, "f_linear_ms": round(a, 3), "w_xt_ms": round(b, 3), "ratio": round(a / b, 3)})
+        b = _median_ms(lambda: (W @ x.t()).t().contiguous(), reps)
+        out.append({"dtype": str(dtype).removeprefix("torch."), "M": M, "f_linear_ms": round(a, 3), "w_xt_ms": round(b, 3), "ratio": round(a / b, 3)})
     return out
 
 
@@ -55,6 +57,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--hidden", type=int, default=576)
     ap.add_argument("--rows", default="1,2,3,5,9,17,33")
     ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--dtypes", default="float32,bfloat16", help="comma list of float32, bfloat16")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--out", default=None)
 
@@ -64,7 +67,9 @@ def run(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     res = {"threads": torch.get_num_threads(), "V": args.vocab, "d": args.hidden,
-           "rows": measure_head(args.vocab, args.hidden, [int(r) for r in args.rows.split(",")], args.reps)}
+           "rows": [r for name in args.dtypes.split(",")
+                    for r in measure_head(args.vocab, args.hidden, [int(r) for r in args.rows.split(",")], args.reps,
+                                          getattr(torch, name.strip()))]}
 
     res["environment"] = environment_info()
     text = json.dumps(res, indent=1)
