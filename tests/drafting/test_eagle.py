@@ -142,17 +142,22 @@ def test_rerank_keeps_the_most_confident_nodes_as_a_tree(nodes, budget):
 
 
 def test_reranked_trees_are_deterministic_greedy_trees_within_the_budget():
-    """EAGLE-2 re-ranking: deterministic children (q on them only, strictly decreasing), top-k at
-    most, the node budget, and deeper trees than spending the budget during expansion."""
+    """EAGLE-2 re-ranking (temperature 0): deterministic children (q on them only, strictly
+    decreasing), top-k at most, the node budget, and deeper trees than spending the budget during
+    expansion; at T > 0 the sampled construction is kept (no deterministic trees)."""
     target = _target()
-    cfg = GenerationConfig(max_new_tokens=24, sampling=SamplingConfig(1.0), seed=4)
+    dr = _recorder(target, top_k=3, total_tokens=7)
+    tree_generate(target, dr, PROMPT, TreeSpec.prefix([3, 3, 3, 3], "greedy"),
+                  GenerationConfig(max_new_tokens=12, sampling=SamplingConfig(1.0), seed=4), verifier="greedy")
+    assert dr.trees and not any(t.deterministic for t in dr.trees)
+    cfg = GenerationConfig(max_new_tokens=24, sampling=GREEDY)
     spec = TreeSpec.prefix([3, 3, 3, 3], "greedy")
     depth = {}
     for rerank_on in (True, False):
         dr = _recorder(target, top_k=3, total_tokens=7, rerank=rerank_on)
         tree_generate(target, dr, PROMPT, spec, cfg, verifier="greedy")
         trees = [t for t in dr.trees if t.size > 0]
-        assert trees and all(t.size <= 7 and t.law.value == "greedy" for t in trees)
+        assert trees and all(t.size <= 7 and t.law.value == "greedy" and t.deterministic == rerank_on for t in trees)
         _check_trees(dr, target)
         depth[rerank_on] = sum(t.depth for t in trees) / len(trees)
         if rerank_on:
@@ -275,19 +280,16 @@ def _samples(target, drafter, spec, verifier, n, length, seed=1234):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["chain", "greedy", "greedy_sampled", "wor", "iid", "static_iid"])
+@pytest.mark.parametrize("kind", ["chain", "greedy", "wor", "iid", "static_iid"])
 def test_sampling_is_lossless_chi_square(kind):
     """Empirical law of 4-token continuations == the exact autoregressive joint, with a reduced draft
     vocabulary (4 of 6 tokens): chains, EAGLE-2 dynamic trees under each law, and a static i.i.d.
     prefix tree (equal draws merge, the merged node drafting for all its slots). The first
-    iteration is a plain target step (no features yet), the second drafts up to 2 deep. ``greedy``
-    is EAGLE-2's re-ranked deterministic tree, ``greedy_sampled`` the budget spent during expansion
-    with a sampled last child."""
+    iteration is a plain target step (no features yet), the second drafts up to 2 deep."""
     V, L = 6, 4
     target = _target(vocab=V)
-    dr = _eagle(target, draft_vocab=[0, 1, 3, 4], seed=2, dynamic=not kind.startswith("static"),
-                rerank=kind != "greedy_sampled")
-    kind = kind.removeprefix("static_").removesuffix("_sampled")
+    dr = _eagle(target, draft_vocab=[0, 1, 3, 4], seed=2, dynamic=not kind.startswith("static"))
+    kind = kind.removeprefix("static_")
     assert dr.head.draft_vocab_size < V
     exact = exact_joint(target.model, PROMPT6, L, SamplingConfig(1.0))
     if kind == "chain":

@@ -56,7 +56,10 @@ samples (``rrs_wor``); ``IID`` — n i.i.d. samples, equal draws merging into on
 children are drawn, from the draft's confidence and the budget only — never by pruning drawn
 children afterwards (EAGLE-2's final re-ranking would change the law at a node, so the budget is
 spent during expansion instead). So the law declared in ``tree.law`` is exactly how every node's
-children were drawn, and verification is lossless by construction. At temperature 0 the
+children were drawn, and verification is lossless by construction. The exception is temperature 0
+under GREEDY (``rerank=True``, the default): there nothing is sampled — EAGLE-2's top-k expansion
+and final re-ranking give a deterministic tree (:meth:`EagleDrafter._draft_reranked`), any subtree
+of which is a valid deterministic draft. At temperature 0 the
 standardized q is one-hot, which allows one child per node; nodes with several children then draw
 them from the draft's own softmax (top-(n−1) + one sampled under GREEDY) — exact, since every
 lossless verifier is exact for any q.
@@ -401,11 +404,14 @@ class EagleDrafter(Drafter):
             stops where the draft becomes unsure (Hugging Face's ``assistant_confidence_threshold``
             applies the same idea per token). It saves draft passes and verified tokens that would
             likely be rejected; the decision reads only drafted tokens, so the output law is unchanged.
-        rerank: GREEDY-law dynamic trees follow EAGLE-2 to the letter (``True``, the default): top-k
-            children everywhere, ``width`` best nodes expanded per depth, then the ``total_tokens``
-            nodes of highest cumulative draft probability kept — a deterministic tree (see
-            :meth:`_draft_reranked`). ``False``: the budget is spent during expansion, the last child
-            of every node sampled (the construction the IID and WOR laws always use).
+        rerank: at temperature 0, GREEDY-law dynamic trees follow EAGLE-2 to the letter (``True``,
+            the default): top-k children everywhere, ``width`` best nodes expanded per depth, then
+            the ``total_tokens`` nodes of highest cumulative draft probability kept — a deterministic
+            tree (see :meth:`_draft_reranked`). Otherwise, and at every temperature > 0, the budget
+            is spent during expansion and the last child of every node is sampled (the construction
+            the IID and WOR laws always use): at T > 0 a sampled draft is accepted with probability
+            Σ min(p, q), which beats the top-k's p(top-k) when p is spread — measured on the shipped
+            head, deterministic trees at T = 1 lost 0.1–0.2 block efficiency (``docs/results.md``).
 
     Raises:
         ValueError: a head that does not fit the target (vocabulary, feature width, layers), or
@@ -674,7 +680,7 @@ class EagleDrafter(Drafter):
         k_children = min(self.top_k or max(len(spec.children(p)) for p in ((),) + spec.paths), cap)
         budget = self.total_tokens or spec.num_slots
         width = self.width or k_children
-        if dynamic and self.rerank and law == DraftLaw.GREEDY:
+        if dynamic and self.rerank and law == DraftLaw.GREEDY and sampling.greedy:
             return self._draft_reranked(context, root, depth, k_children, budget, width)
         tree = DraftTree.root(context[-1])
         tree.law = law
