@@ -56,7 +56,7 @@ from .verifiers.base import available_verifiers, get_verifier
 from .verifiers.otm import MAX_OTM_SETS
 
 __all__ = ["GenerateReport", "GenerationInterrupted", "generate", "load_target", "load_drafter", "pydoc_ngram_table",
-           "pydoc_texts", "resolve_tree_spec", "build_verifier", "verifier_info", "decoding_plan"]
+           "pydoc_texts", "resolve_tree_spec", "build_verifier", "verifier_info", "decoding_plan", "auto_plan"]
 
 #: The exactness contract, in one line (README, ``specot generate --help``, the report's "exactness").
 EXACTNESS = ("lossless in distribution given the target's logits; greedy = autoregressive in float32; "
@@ -78,6 +78,8 @@ class GenerateReport:
             :func:`generate`), both runs of a repeat producing the same number of tokens.
         timing: ``{"tokens", "repeats", "load_average", "cpu_count", "busy"}`` of the speedup
             measurement (``busy``: the 1-minute load average exceeded the core count).
+        draft: the drafter and draft shape that ran, e.g. ``"suffix+eagle, tree 4x3"`` (what
+            ``"auto"`` resolved to).
     """
 
     result: GenerationResult
@@ -87,6 +89,7 @@ class GenerateReport:
     dtype: str = ""
     speedups: list[float] = field(default_factory=list)
     timing: dict[str, Any] = field(default_factory=dict)
+    draft: str = ""
 
     @property
     def lossless(self) -> bool:
@@ -110,6 +113,7 @@ class GenerateReport:
             "baseline": self.baseline.to_dict() if self.baseline else None,
             "speedup": self.speedup,
             "speedups": self.speedups,
+            "draft": self.draft,
             "timing": self.timing,
             "verifier": self.verifier.get("name"),
             "verifier_params": self.verifier.get("params", {}),
@@ -243,7 +247,8 @@ def load_drafter(spec: str | Drafter | CausalLM, target: CausalLM, *, dtype: str
     """Build the drafter named by ``spec``.
 
     Args:
-        spec: ``"auto"`` (= ``"ngram"``, the fastest drafter measured on the CPU),
+        spec: ``"auto"`` (the drafter of :func:`auto_plan`: ``"suffix+eagle"`` for the embedded
+            target on a CPU, else ``"ngram"``),
             ``"eagle"`` (the shipped EAGLE-3 head of the embedded target, ``specot/data/eagle``),
             ``"distilled"`` (the draft distilled from SmolLM2, ``specot/data/draft``), ``"ngram"``
             (prompt lookup + an n-gram table), ``"suffix"`` (suffix decoding: draft trees from every
@@ -263,7 +268,7 @@ def load_drafter(spec: str | Drafter | CausalLM, target: CausalLM, *, dtype: str
     """
     if isinstance(spec, Drafter):
         return spec
-    spec = _resolve_draft_name(spec)  # "auto": one rule, shared with generate()
+    spec = _resolve_draft_name(spec, target)  # "auto": one rule (auto_plan), shared with generate()
     if isinstance(spec, str) and spec.startswith(HYBRID_PREFIX):  # suffix trees where text repeats, a model elsewhere
         model = load_drafter(spec[len(HYBRID_PREFIX):], target, dtype=dtype, device=device, ngram_n=ngram_n,
                              ngram_corpus=ngram_corpus)
@@ -360,8 +365,9 @@ def generate(
     Args:
         prompt: text (chat-templated for instruct models unless ``chat=False``) or token ids.
         target: ``None``/``"smollm2"`` (embedded default), a path, a hub id or a :class:`CausalLM`.
-        draft: ``"auto"`` (default: ``"ngram"``, the fastest drafter measured on the CPU), ``"eagle"`` (the
-            shipped EAGLE-3 head of the embedded target),
+        draft: ``"auto"`` (default: the fastest plan measured, :func:`auto_plan` — suffix decoding
+            with the shipped EAGLE head as draft trees for the embedded target on a CPU, else
+            ``"ngram"``), ``"eagle"`` (the shipped EAGLE-3 head of the embedded target),
             ``"distilled"``, ``"ngram"``, ``"suffix"`` (model-free draft trees, decoded by
             :func:`tree_generate` under the GREEDY law with the ``greedy`` verifier, depth ``gamma``,
             ``drafts`` children per node at most, default 4), a path / hub id of a
@@ -420,6 +426,9 @@ def generate(
     if isinstance(seed, bool) or not (seed is None or isinstance(seed, int)):
         raise TypeError(f"seed must be an int or None, got {type(seed).__name__}; pass a torch.Generator to "
                         "specot.speculative_generate(generator=...) instead")
+    if _is_auto(draft):  # the fastest measured plan for this target and device (one rule: auto_plan)
+        draft, drafts, gamma = auto_plan(target, device, temperature=temperature, drafts=drafts, gamma=gamma,
+                                         tree=tree, verifier=verifier, verifier_params=verifier_params)
     cfg = GenerationConfig(max_new_tokens=max_new_tokens, gamma=DEFAULT_GAMMA if gamma is None else gamma, seed=seed,
                            gamma_schedule=gamma_schedule,
                            sampling=SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p))
@@ -442,7 +451,7 @@ def generate(
     resolve_dtype(dtype, device)
     check_device(device)
     target_src = _check_target_source(target)
-    draft = _resolve_draft_name(draft)
+    draft = _resolve_draft_name(draft, target)
     _check_draft_source(draft, ngram_n=ngram_n, ngram_corpus=ngram_corpus)
     spec, ver = decoding_plan(draft, ver, verifier=verifier, verifier_params=verifier_params, gamma=gamma,
                               drafts=drafts, tree=tree, tree_law=tree_law)
@@ -493,7 +502,9 @@ def generate(
     except KeyboardInterrupt:
         raise GenerationInterrupted(list(streamed), tgt.decode(streamed), time.perf_counter() - t0,
                                     "speculative") from None
-    report = GenerateReport(result=result, prompt_tokens=len(ids), verifier=info, dtype=dtype_name)
+    shape = "chain" if spec is None else f"tree {spec.max_drafts_per_node()}x{spec.depth}"
+    report = GenerateReport(result=result, prompt_tokens=len(ids), verifier=info, dtype=dtype_name,
+                            draft=f"{draft if isinstance(draft, str) else drafter.name}, {shape}")
     if baseline:
         # equal lengths: the baseline decodes exactly as many tokens as the speculative run emitted
         base_cfg = dataclasses.replace(cfg, max_new_tokens=max(1, len(result.tokens)), stop_at_eos=False)
@@ -614,14 +625,46 @@ def _check_target_source(target: Any) -> Any:
     return target
 
 
-def _resolve_draft_name(draft: Any) -> Any:
-    """``"auto"`` → ``"ngram"``: the fastest drafter measured on held-out code and prose on the CPU
-    (1.37-1.45x at T = 0; the shipped EAGLE head gives 0.97-1.06x, the distilled draft 0.73-0.81x;
-    README "Results")."""
+#: ``draft="auto"`` on the embedded target on a CPU: suffix decoding with the shipped EAGLE head
+#: (:class:`HybridDrafter`), drafting GREEDY-law trees of ``(children per node, depth)`` by
+#: temperature: the fastest plan measured on held-out code, prose and chat (README "Results";
+#: docs/results.md "Session 7 runs"). Elsewhere (other targets, CUDA, not measured there) ``"ngram"``.
+AUTO_HYBRID = "suffix+eagle"
+AUTO_TREE = {"greedy": (4, 3), "sampled": (2, 3)}
+
+
+def _is_auto(draft: Any) -> bool:
+    return isinstance(draft, str) and draft == "auto"
+
+
+def auto_plan(target: Any, device: str = "cpu", *, temperature: float = 1.0, drafts: int | None = None,
+              gamma: int | None = None, tree: Any = None, verifier: str = "speculative",
+              verifier_params: dict[str, Any] | None = None) -> tuple[str, int | None, int | None]:
+    """What ``draft="auto"`` decodes with: ``(draft name, drafts, gamma)``.
+
+    * The embedded target (``None``, ``"smollm2"`` or its loaded :class:`CausalLM`) on a CPU:
+      ``"suffix+eagle"``. With no tree options and the default verifier, as draft trees of
+      :data:`AUTO_TREE` — 4 children per node, depth 3 at temperature 0; 2 children, depth 3
+      otherwise (``gamma`` given: that depth). Other options apply to ``"suffix+eagle"`` as given.
+    * Anything else: ``"ngram"`` (prompt lookup + an n-gram table), the options unchanged.
+    """
+    embedded = target is None or (isinstance(target, str) and target == EMBEDDED_TARGET) or (
+        isinstance(target, CausalLM) and is_embedded_target(target))
+    on_cpu = str(target.device if isinstance(target, CausalLM) else device).startswith("cpu")
+    if not (embedded and on_cpu):
+        return "ngram", drafts, gamma
+    if drafts is None and tree is None and verifier == "speculative" and not verifier_params:
+        drafts, depth = AUTO_TREE["greedy" if temperature == 0 else "sampled"]
+        gamma = depth if gamma is None else gamma
+    return AUTO_HYBRID, drafts, gamma
+
+
+def _resolve_draft_name(draft: Any, target: Any = None) -> Any:
+    """``"auto"`` → the drafter :func:`auto_plan` picks for ``target`` (a loaded :class:`CausalLM`)."""
     if isinstance(draft, Path):
         draft = str(draft)
-    if isinstance(draft, str) and draft == "auto":
-        return "ngram"
+    if _is_auto(draft):
+        return auto_plan(target)[0]
     return draft
 
 

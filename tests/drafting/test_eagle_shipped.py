@@ -1,5 +1,6 @@
 """The shipped EAGLE-3 head of the embedded target (``specot/data/eagle``, ``draft="eagle"``) and the
-``"auto"`` draft (n-gram: the fastest drafter measured on the CPU)."""
+``"auto"`` draft (suffix decoding with that head, as trees, for the embedded target on a CPU; the
+n-gram drafter elsewhere)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import torch
 from safetensors.torch import load_file
 
 import specot
-from specot.drafting import EagleDrafter, NGramDrafter
+from specot.api import auto_plan
+from specot.drafting import EagleDrafter, HybridDrafter, NGramDrafter
 from specot.drafting.eagle import EAGLE3_KEYS
 from specot.engine import GenerationConfig, autoregressive_generate, speculative_generate
 from specot.models.embedded import embedded_eagle_dir
@@ -33,8 +35,37 @@ def test_head_files_layout_and_size():
 def test_auto_is_ngram_and_eagle_refuses_another_target():
     target = tiny_lm(0)
     assert isinstance(specot.load_drafter("auto", target), NGramDrafter)
+    assert auto_plan(target) == ("ngram", None, None)
+    assert auto_plan("some/other-model", temperature=0.0) == ("ngram", None, None)
     with pytest.raises(ValueError, match="eagle:PATH"):
         specot.load_drafter("eagle", target)
+
+
+def test_auto_plan_for_the_embedded_target():
+    """suffix+eagle trees on a CPU: 4 x 3 at T = 0, 2 x 3 otherwise; the caller's options win;
+    ngram on CUDA (not measured there)."""
+    for target in (None, "smollm2"):
+        assert auto_plan(target, temperature=0.0) == ("suffix+eagle", 4, 3)
+        assert auto_plan(target, temperature=0.7) == ("suffix+eagle", 2, 3)
+    assert auto_plan(None, temperature=0.0, gamma=5) == ("suffix+eagle", 4, 5)
+    assert auto_plan(None, drafts=3) == ("suffix+eagle", 3, None)
+    assert auto_plan(None, tree="greedy") == ("suffix+eagle", None, None)
+    assert auto_plan(None, verifier="block") == ("suffix+eagle", None, None)  # a chain: any single-draft verifier
+    assert auto_plan(None, verifier_params={"lenience": 0.5}, verifier="lenient") == ("suffix+eagle", None, None)
+    assert auto_plan(None, "cuda", temperature=0.0) == ("ngram", None, None)
+    assert auto_plan(None, "cuda:1") == ("ngram", None, None)
+
+
+@pytest.mark.slow
+@pytest.mark.real_model
+def test_auto_decodes_suffix_eagle_trees_and_greedy_equals_autoregressive():
+    target = specot.load_embedded_target(dtype="float32")
+    assert isinstance(specot.load_drafter("auto", target), HybridDrafter)
+    prompt = "Write a Python function that returns the squares of a list of numbers."
+    rep = specot.generate(prompt, target=target, temperature=0.0, max_new_tokens=24, baseline=True)
+    assert rep.draft == "suffix+eagle, tree 4x3" and rep.result.method == "tree"
+    assert rep.result.tokens == rep.baseline.tokens
+    assert rep.result.stats.accepted > 0
 
 
 @pytest.mark.slow
