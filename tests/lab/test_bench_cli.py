@@ -39,7 +39,9 @@ def test_head_speed_runs_through_the_cli(tmp_path, capsys):
     assert rc == 0
     res = json.loads(out.read_text())
     assert json.loads(capsys.readouterr().out) == res
-    assert (res["V"], res["d"]) == (32, 8) and [r["M"] for r in res["rows"]] == [1, 2]
+    assert (res["V"], res["d"]) == (32, 8)
+    assert [(r["dtype"], r["M"]) for r in res["rows"]] == [("float32", 1), ("float32", 2), ("bfloat16", 1),
+                                                          ("bfloat16", 2)]
 
 
 def test_theory_speed_runs_through_the_cli(tmp_path, monkeypatch, capsys):
