@@ -646,7 +646,8 @@ def auto_plan(target: Any, device: str = "cpu", *, temperature: float = 1.0, dra
       ``"suffix+eagle"``. With no tree options and the default verifier, as draft trees of
       :data:`AUTO_TREE` — 4 children per node, depth 3 at temperature 0; 2 children, depth 3
       otherwise (``gamma`` given: that depth); with another verifier, as chains. With tree options
-      (``drafts`` / ``tree``): ``"eagle"``, whose trees take every draft law.
+      (``drafts`` / ``tree``): GREEDY-law trees of ``"suffix+eagle"`` as given, and for any other
+      tree law or verifier ``"eagle"``, whose trees take every draft law.
     * Anything else: ``"ngram"`` (prompt lookup + an n-gram table), the options unchanged.
     """
     embedded = target is None or (isinstance(target, str) and target == EMBEDDED_TARGET) or (
@@ -654,12 +655,15 @@ def auto_plan(target: Any, device: str = "cpu", *, temperature: float = 1.0, dra
     on_cpu = str(target.device if isinstance(target, CausalLM) else device).startswith("cpu")
     if not (embedded and on_cpu):
         return "ngram", drafts, gamma
-    if drafts is not None or tree is not None:
-        return EMBEDDED_EAGLE, drafts, gamma
-    if verifier == "speculative" and not verifier_params:
-        drafts, depth = AUTO_TREE["greedy" if temperature == 0 else "sampled"]
-        gamma = depth if gamma is None else gamma
-    return AUTO_HYBRID, drafts, gamma
+    if drafts is None and tree is None:
+        if verifier == "speculative" and not verifier_params:
+            drafts, depth = AUTO_TREE["greedy" if temperature == 0 else "sampled"]
+            gamma = depth if gamma is None else gamma
+        return AUTO_HYBRID, drafts, gamma  # trees, or chains under the caller's verifier
+    greedy_tree = tree is None or (isinstance(tree, str) and tree.partition(":")[0].strip().lower() in ("", "greedy"))
+    if greedy_tree and verifier in ("speculative", "greedy") and not verifier_params:
+        return AUTO_HYBRID, drafts, gamma  # the hybrid's trees are GREEDY-law trees
+    return EMBEDDED_EAGLE, drafts, gamma
 
 
 def _resolve_draft_name(draft: Any, target: Any = None) -> Any:

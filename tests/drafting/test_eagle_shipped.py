@@ -43,13 +43,17 @@ def test_auto_is_ngram_and_eagle_refuses_another_target():
 
 def test_auto_plan_for_the_embedded_target():
     """suffix+eagle trees on a CPU: 4 x 3 at T = 0, 2 x 3 otherwise; chains with another verifier;
-    the EAGLE head with tree options; ngram on CUDA (not measured there)."""
+    GREEDY-law tree options stay with the hybrid, others go to the EAGLE head; ngram on CUDA (not
+    measured there)."""
     for target in (None, "smollm2"):
         assert auto_plan(target, temperature=0.0) == ("suffix+eagle", 4, 3)
         assert auto_plan(target, temperature=0.7) == ("suffix+eagle", 2, 3)
     assert auto_plan(None, temperature=0.0, gamma=5) == ("suffix+eagle", 4, 5)
-    assert auto_plan(None, drafts=3) == ("eagle", 3, None)  # tree options: EAGLE trees take every law
-    assert auto_plan(None, tree="wor", gamma=2) == ("eagle", None, 2)
+    assert auto_plan(None, drafts=3) == ("suffix+eagle", 3, None)  # GREEDY-law trees as given
+    assert auto_plan(None, tree="greedy", verifier="greedy") == ("suffix+eagle", None, None)
+    assert auto_plan(None, tree="wor", gamma=2) == ("eagle", None, 2)  # EAGLE trees take every law
+    assert auto_plan(None, drafts=2, verifier="kseq") == ("eagle", 2, None)
+    assert auto_plan(None, tree="prefix:2,1") == ("eagle", None, None)
     assert auto_plan(None, verifier="block") == ("suffix+eagle", None, None)  # a chain: any single-draft verifier
     assert auto_plan(None, verifier_params={"lenience": 0.5}, verifier="lenient") == ("suffix+eagle", None, None)
     assert auto_plan(None, "cuda", temperature=0.0) == ("ngram", None, None)
