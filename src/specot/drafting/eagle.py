@@ -59,10 +59,10 @@ spent during expansion instead). So the law declared in ``tree.law`` is exactly 
 children were drawn, and verification is lossless by construction. The exception is temperature 0
 under GREEDY (``rerank=True``, the default): there nothing is sampled — EAGLE-2's top-k expansion
 and final re-ranking give a deterministic tree (:meth:`EagleDrafter._draft_reranked`), any subtree
-of which is a valid deterministic draft. At temperature 0 the
-standardized q is one-hot, which allows one child per node; nodes with several children then draw
-them from the draft's own softmax (top-(n−1) + one sampled under GREEDY) — exact, since every
-lossless verifier is exact for any q.
+of which is a valid deterministic draft. Otherwise, at temperature 0 the standardized q is
+one-hot, which allows one child per node; nodes with several children then draw them from the
+draft's own softmax (top-(n−1) + one sampled under GREEDY) — exact, since every lossless verifier
+is exact for any q.
 
 **Checkpoints**: :meth:`EagleDrafter.from_pretrained` loads the published layout (above;
 ``config.json`` is a ``LlamaConfig`` with ``draft_vocab_size``, optionally ``target_hidden_size``
