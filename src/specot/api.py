@@ -248,7 +248,7 @@ def load_drafter(spec: str | Drafter | CausalLM, target: CausalLM, *, dtype: str
 
     Args:
         spec: ``"auto"`` (the drafter of :func:`auto_plan`: ``"suffix+eagle"`` for the embedded
-            target on a CPU, else ``"ngram"``),
+            target in bf16 on a CPU, else ``"ngram"``),
             ``"eagle"`` (the shipped EAGLE-3 head of the embedded target, ``specot/data/eagle``),
             ``"distilled"`` (the draft distilled from SmolLM2, ``specot/data/draft``), ``"ngram"``
             (prompt lookup + an n-gram table), ``"suffix"`` (suffix decoding: draft trees from every
@@ -366,8 +366,8 @@ def generate(
         prompt: text (chat-templated for instruct models unless ``chat=False``) or token ids.
         target: ``None``/``"smollm2"`` (embedded default), a path, a hub id or a :class:`CausalLM`.
         draft: ``"auto"`` (default: the fastest plan measured, :func:`auto_plan` — suffix decoding
-            with the shipped EAGLE head as draft trees for the embedded target on a CPU, else
-            ``"ngram"``), ``"eagle"`` (the shipped EAGLE-3 head of the embedded target),
+            with the shipped EAGLE head as draft trees for the embedded target in bf16 on a CPU,
+            else ``"ngram"``), ``"eagle"`` (the shipped EAGLE-3 head of the embedded target),
             ``"distilled"``, ``"ngram"``, ``"suffix"`` (model-free draft trees, decoded by
             :func:`tree_generate` under the GREEDY law with the ``greedy`` verifier, depth ``gamma``,
             ``drafts`` children per node at most, default 4), a path / hub id of a
@@ -427,8 +427,8 @@ def generate(
         raise TypeError(f"seed must be an int or None, got {type(seed).__name__}; pass a torch.Generator to "
                         "specot.speculative_generate(generator=...) instead")
     if _is_auto(draft):  # the fastest measured plan for this target and device (one rule: auto_plan)
-        draft, drafts, gamma = auto_plan(target, device, temperature=temperature, drafts=drafts, gamma=gamma,
-                                         tree=tree, verifier=verifier, verifier_params=verifier_params)
+        draft, drafts, gamma = auto_plan(target, device, dtype=dtype, temperature=temperature, drafts=drafts,
+                                         gamma=gamma, tree=tree, verifier=verifier, verifier_params=verifier_params)
     cfg = GenerationConfig(max_new_tokens=max_new_tokens, gamma=DEFAULT_GAMMA if gamma is None else gamma, seed=seed,
                            gamma_schedule=gamma_schedule,
                            sampling=SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p))
@@ -625,10 +625,12 @@ def _check_target_source(target: Any) -> Any:
     return target
 
 
-#: ``draft="auto"`` on the embedded target on a CPU: suffix decoding with the shipped EAGLE head
-#: (:class:`HybridDrafter`), drafting GREEDY-law trees of ``(children per node, depth)`` by
-#: temperature: the fastest plan measured on held-out code, prose and chat (README "Results";
-#: docs/results.md "Session 7 runs"). Elsewhere (other targets, CUDA, not measured there) ``"ngram"``.
+#: ``draft="auto"`` on the embedded target in bfloat16 on a CPU: suffix decoding with the shipped
+#: EAGLE head (:class:`HybridDrafter`), drafting GREEDY-law trees of ``(children per node, depth)``
+#: by temperature: the fastest plan measured on held-out code, prose, chat and docstrings (README
+#: "Results"; docs/results.md "Session 7 runs"). Elsewhere ``"ngram"``: in float32 (CPUs without
+#: native bf16) the head's passes cost too much (n-gram drafting measured faster), and on CUDA the
+#: plan was not measured.
 AUTO_HYBRID = "suffix+eagle"
 AUTO_TREE = {"greedy": (4, 3), "sampled": (2, 3)}
 
@@ -637,12 +639,13 @@ def _is_auto(draft: Any) -> bool:
     return isinstance(draft, str) and draft == "auto"
 
 
-def auto_plan(target: Any, device: str = "cpu", *, temperature: float = 1.0, drafts: int | None = None,
-              gamma: int | None = None, tree: Any = None, verifier: str = "speculative",
+def auto_plan(target: Any, device: str = "cpu", *, dtype: str | torch.dtype = "auto", temperature: float = 1.0,
+              drafts: int | None = None, gamma: int | None = None, tree: Any = None, verifier: str = "speculative",
               verifier_params: dict[str, Any] | None = None) -> tuple[str, int | None, int | None]:
     """What ``draft="auto"`` decodes with: ``(draft name, drafts, gamma)``.
 
-    * The embedded target (``None``, ``"smollm2"`` or its loaded :class:`CausalLM`) on a CPU:
+    * The embedded target (``None``, ``"smollm2"`` or its loaded :class:`CausalLM`) in bfloat16
+      (``dtype``, or the loaded target's; ``"auto"`` is bf16 where matmuls are native) on a CPU:
       ``"suffix+eagle"``. With no tree options and the default verifier, as draft trees of
       :data:`AUTO_TREE` — 4 children per node, depth 3 at temperature 0; 2 children, depth 3
       otherwise (``gamma`` given: that depth); with another verifier, as chains. With tree options
@@ -652,8 +655,10 @@ def auto_plan(target: Any, device: str = "cpu", *, temperature: float = 1.0, dra
     """
     embedded = target is None or (isinstance(target, str) and target == EMBEDDED_TARGET) or (
         isinstance(target, CausalLM) and is_embedded_target(target))
-    on_cpu = str(target.device if isinstance(target, CausalLM) else device).startswith("cpu")
-    if not (embedded and on_cpu):
+    loaded = isinstance(target, CausalLM)
+    on_cpu = str(target.device if loaded else device).startswith("cpu")
+    bf16 = (target.dtype if loaded else resolve_dtype(dtype, device)) == torch.bfloat16
+    if not (embedded and on_cpu and bf16):
         return "ngram", drafts, gamma
     if drafts is None and tree is None:
         if verifier == "speculative" and not verifier_params:

@@ -182,7 +182,8 @@ def register(subparsers: Any) -> None:
     s.add_argument("--tree-verifiers", default=None, help="default kseq,rrs_wor,greedy (quick: kseq)")
     s.add_argument("--no-peers", action="store_true", help="skip the Hugging Face generate() peers")
     s.add_argument("--extra-drafts", default="", help="more drafters, comma-separated, as specot generate names them: "
-                   "suffix, eagle:PATH (rows per --gammas; EAGLE also per --trees with greedy children)")
+                   "suffix, eagle:PATH (rows per --gammas; EAGLE also per --trees with greedy children), and "
+                   "auto (one row: the default plan of specot generate at each temperature)")
     s.set_defaults(func=_speedup)
 
     r = sub.add_parser("results", aliases=["readme"],

@@ -51,6 +51,21 @@ def test_schema_and_methods(tiny_speedup):
     assert res["load_avg_start"] is not None
 
 
+def test_auto_row_runs_the_default_plan():
+    """--extra-drafts auto: one row per temperature, decoded as specot.generate's draft='auto' would
+    (on a tiny target: n-gram chains, the same tokens as the ngram row at T = 0)."""
+    import torch
+
+    tgt = tiny_lm(0, vocab=16, dtype=torch.float32)
+    res = run_speedup_bench(target=tgt, draft=None, prompts=[[1, 2, 3, 1, 2], [4, 5, 6, 4, 5]], temperatures=[0.0, 1.0],
+                            gammas=[4], trees=[], tree_verifiers=[], max_new_tokens=8, cost_reps=1, progress=False,
+                            peers=False, extra_drafts=["auto"])
+    rows = {(r["temperature"], r["method"]): r for r in res["rows"]}
+    assert {m for _, m in rows} == {"ar", "ngram γ=4", "auto"}
+    assert rows[(0.0, "auto")]["tokens"] == rows[(0.0, "ngram γ=4")]["tokens"]
+    assert rows[(0.0, "auto")]["target_calls"] == rows[(0.0, "ngram γ=4")]["target_calls"]
+
+
 def test_hf_peers_match_at_temperature_zero(tiny_speedup):
     # greedy decoding: every lossless method must emit the same number of tokens (no EOS here)
     toks = {r["method"]: r["tokens"] for r in tiny_speedup["rows"] if r["temperature"] == 0.0}

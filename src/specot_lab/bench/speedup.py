@@ -71,7 +71,7 @@ from specot.sampling import SamplingConfig
 from specot.verifiers import get_verifier
 from specot.theory import block_efficiency, expected_tokens
 from tqdm import tqdm
-from specot.api import decoding_plan, load_drafter, load_target
+from specot.api import auto_plan, decoding_plan, load_drafter, load_target
 from ..corpus import describe_prompt_set
 
 __all__ = ["run_speedup_bench", "measure_cost_curve", "hf_generate", "Method"]
@@ -195,7 +195,9 @@ def _build_methods(tgt: Any, ngram: Any, draft: BenchDraft | None, gammas: Seque
             ms.append(Method(f"hf-prompt-lookup γ={L}", "hf-prompt-lookup",
                              lambda ids, t, s, L=L: hf_generate(tgt.model, ids, t, max_new_tokens, s, eos=eos, prompt_lookup=L),
                              1, L))
-    for name in extra_drafts:  # drafters named as specot.api names them: suffix, eagle:PATH
+    if "auto" in extra_drafts:  # the default of specot generate: api.auto_plan's drafter and shape per temperature
+        ms.append(Method("auto", "auto", _auto_runner(tgt, cfg, wrap)))
+    for name in (n for n in extra_drafts if n != "auto"):  # drafters named as specot.api names them: suffix, eagle:PATH
         ed = load_drafter(name, tgt)
         label = "eagle" if isinstance(ed, EagleDrafter) else name
         for L in gammas:
@@ -237,6 +239,24 @@ def _build_methods(tgt: Any, ngram: Any, draft: BenchDraft | None, gammas: Seque
                                  lambda ids, t, s, spec=spec, v=vname: wrap(tree_generate(tgt, dm, ids, spec, cfg(t, s), verifier=v)),
                                  K, L, vname))
     return ms
+
+
+def _auto_runner(tgt: Any, cfg: Callable[..., Any], wrap: Callable[[Any], _Run]) -> Callable[[list[int], float, int], _Run]:
+    """A run of ``draft="auto"`` exactly as :func:`specot.generate` plans it: :func:`auto_plan`'s
+    drafter (loaded once) and its chain or tree for the run's temperature, through
+    :func:`decoding_plan`."""
+    drafters: dict[str, Any] = {}
+
+    def run(ids: list[int], t: float, s: int) -> _Run:
+        name, drafts, gamma = auto_plan(tgt, temperature=t)
+        ed = drafters.get(name) or drafters.setdefault(name, load_drafter(name, tgt))
+        spec, ver = decoding_plan(ed, get_verifier("speculative"), drafts=drafts, gamma=gamma)
+        L = gamma or GenerationConfig.gamma
+        if spec is None:
+            return wrap(speculative_generate(tgt, ed, ids, cfg(t, s, L), verifier=ver))
+        return wrap(tree_generate(tgt, ed, ids, spec, cfg(t, s, L), verifier=ver))
+
+    return run
 
 
 def _theory(row: dict[str, Any], stats_list: list[Any], cost: dict[str, Any], draft_ms_per_step: float | None) -> None:
