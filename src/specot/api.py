@@ -584,7 +584,7 @@ def decoding_plan(draft: Any, ver: Any, *, verifier: str = "speculative", verifi
     elif drafts is not None or tree is not None:
         hybrid = _is_hybrid(draft)
         if hybrid:  # suffix trees are GREEDY-law trees, so the model drafter's must be too (one verifier for both)
-            if tree is not None and str(tree).partition(":")[0].strip().lower() not in ("", "greedy"):
+            if tree is not None and not _names_greedy_tree(tree):
                 raise ValueError(f"a suffix+MODEL draft drafts GREEDY-law trees; use tree='greedy' or drafts=K, "
                                  f"not {tree!r}")
             tree, drafts, tree_law = tree or "greedy", drafts or 2, DraftLaw.GREEDY.value
@@ -605,6 +605,12 @@ def decoding_plan(draft: Any, ver: Any, *, verifier: str = "speculative", verifi
 
 #: ``draft="suffix+MODEL"``: suffix decoding combined with the draft model MODEL (:class:`HybridDrafter`).
 HYBRID_PREFIX = "suffix+"
+
+
+def _names_greedy_tree(tree: Any) -> bool:
+    """Whether a ``tree`` option names a GREEDY-law tree (``"greedy"``, ``"greedy:k1,..."`` or an
+    empty law): the only trees a ``suffix+MODEL`` draft drafts."""
+    return str(tree).partition(":")[0].strip().lower() in ("", "greedy")
 
 
 def _is_hybrid(draft: Any) -> bool:
@@ -665,7 +671,7 @@ def auto_plan(target: Any, device: str = "cpu", *, dtype: str | torch.dtype = "a
             drafts, depth = AUTO_TREE["greedy" if temperature == 0 else "sampled"]
             gamma = depth if gamma is None else gamma
         return AUTO_HYBRID, drafts, gamma  # trees, or chains under the caller's verifier
-    greedy_tree = tree is None or (isinstance(tree, str) and tree.partition(":")[0].strip().lower() in ("", "greedy"))
+    greedy_tree = tree is None or (isinstance(tree, str) and _names_greedy_tree(tree))
     if greedy_tree and verifier in ("speculative", "greedy") and not verifier_params:
         return AUTO_HYBRID, drafts, gamma  # the hybrid's trees are GREEDY-law trees
     return EMBEDDED_EAGLE, drafts, gamma
