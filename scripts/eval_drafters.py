@@ -25,6 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--drafts", default="distilled,ngram,suffix")
     ap.add_argument("--tree", default=None, help="KxL: also a greedy-children tree for model/EAGLE drafts")
+    ap.add_argument("--temperatures", default="0,1", help="comma-separated sampling temperatures")
     add_run_options(ap, sets="docs/bench/prompts_code.jsonl,mixed", dtype="float32", threads=1)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -32,7 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     sets = [s for s in args.sets.split(",") if s]
     drafts = [d for d in args.drafts.split(",") if d]
-    jobs = [(s, d, t, tree) for s in sets for d in drafts for t in (0.0, 1.0)
+    temps = [float(t) for t in args.temperatures.split(",") if t]
+    jobs = [(s, d, t, tree) for s in sets for d in drafts for t in temps
             for tree in ([None] + ([args.tree] if args.tree and d not in ("ngram", "suffix") else []))]
     for set_name, dname, temp, tree in tqdm(jobs, desc="drafters", file=sys.stderr):
         prompts = load_prompts(set_name, args.n_prompts)

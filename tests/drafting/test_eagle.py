@@ -280,16 +280,18 @@ def _samples(target, drafter, spec, verifier, n, length, seed=1234):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["chain", "greedy", "wor", "iid", "static_iid"])
+@pytest.mark.parametrize("kind", ["chain", "greedy", "wor", "iid", "static_iid", "sharp_chain", "sharp_greedy"])
 def test_sampling_is_lossless_chi_square(kind):
     """Empirical law of 4-token continuations == the exact autoregressive joint, with a reduced draft
-    vocabulary (4 of 6 tokens): chains, EAGLE-2 dynamic trees under each law, and a static i.i.d.
-    prefix tree (equal draws merge, the merged node drafting for all its slots). The first
-    iteration is a plain target step (no features yet), the second drafts up to 2 deep."""
+    vocabulary (4 of 6 tokens): chains, EAGLE-2 dynamic trees under each law, a static i.i.d.
+    prefix tree (equal draws merge, the merged node drafting for all its slots), and a sharpened
+    draft law (``q_temperature_ratio=0.5``). The first iteration is a plain target step (no
+    features yet), the second drafts up to 2 deep."""
     V, L = 6, 4
     target = _target(vocab=V)
-    dr = _eagle(target, draft_vocab=[0, 1, 3, 4], seed=2, dynamic=not kind.startswith("static"))
-    kind = kind.removeprefix("static_")
+    dr = _eagle(target, draft_vocab=[0, 1, 3, 4], seed=2, dynamic=not kind.startswith("static"),
+                q_temperature_ratio=0.5 if kind.startswith("sharp") else 1.0)
+    kind = kind.removeprefix("static_").removeprefix("sharp_")
     assert dr.head.draft_vocab_size < V
     exact = exact_joint(target.model, PROMPT6, L, SamplingConfig(1.0))
     if kind == "chain":
@@ -299,6 +301,30 @@ def test_sampling_is_lossless_chi_square(kind):
         verifier = {"greedy": "greedy", "wor": "rrs_wor", "iid": "kseq"}[kind]
         samples = _samples(target, dr, spec, verifier, 2000, L)
     assert chi_square_pvalue(samples, exact) > ALPHA
+
+
+def test_q_temperature_ratio_sharpens_q_at_positive_temperature_only(tmp_path):
+    target = _target()
+    dr = _eagle(target, q_temperature_ratio=0.5)
+    z = torch.randn(3, len(DRAFT_VOCAB))
+    ids = torch.tensor(DRAFT_VOCAB)
+    for T in (1.0, 0.7):
+        q = dr._q_full(z, SamplingConfig(T))
+        assert q.shape == (3, target.vocab_size)
+        torch.testing.assert_close(q[:, ids], torch.softmax(z / (0.5 * T), dim=-1))
+        assert float(q.sum(-1).sub(1).abs().max()) < 1e-5 and int((q > 0).sum()) == 3 * len(DRAFT_VOCAB)
+    same = _eagle(target)._q_full(z, GREEDY)
+    assert torch.equal(dr._q_full(z, GREEDY), same)  # temperature 0: the argmax, whatever the ratio
+    # the checkpoint carries the calibration; an explicit argument wins; published heads default to 1
+    dr.head.save_pretrained(tmp_path)
+    assert EagleDrafter.from_pretrained(tmp_path, target).q_temperature_ratio == 1.0
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**cfg, "specot_q_temperature_ratio": 0.8}))
+    assert EagleDrafter.from_pretrained(tmp_path, target).q_temperature_ratio == 0.8
+    assert EagleDrafter.from_pretrained(tmp_path, target, q_temperature_ratio=0.6).q_temperature_ratio == 0.6
+    for bad in (0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="q_temperature_ratio"):
+            _eagle(target, q_temperature_ratio=bad)
 
 
 # ---------------------------------------------------------------------------- checkpoints

@@ -1,0 +1,95 @@
+"""First-position acceptance of an EAGLE head as a function of the draft's temperature, without
+sampling noise (docs/results.md, "Session 8").
+
+For each prompt the target samples a continuation at temperature T; one teacher-forced target
+pass gives p at every continuation position and the fused features, and one head pass
+(:meth:`Eagle3Head.forward_sequence`, exactly the first draft position of the engine) gives the
+draft logits z. For every ratio r the script reports the exact expected first-position acceptance
+of single-draft speculative sampling, α0(r) = mean over positions of Σ_v min(p(v), q_r(v)) with
+q_r = softmax(z / (r·T)) on the draft vocabulary (0 elsewhere) — Leviathan et al. 2023, Sec. 3.
+r = 1 is the head's own law; any r keeps verification lossless (q is whatever the draft samples from).
+It also reports α0 of two children under the GREEDY law (the top token of q and one sampled from q
+without it), verified by the optimal ``greedy`` verifier: p(top) + Σ_{v ≠ top} min(p(v), q_rest(v))
+(the closed form of :func:`specot.theory.optimal_acceptance`, law ``"greedy"``, n = 2).
+
+    python scripts/eval_q_temperature.py --sets docs/bench/prompts_general.jsonl,mixed --ratios 1,0.8,0.6
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+from tqdm import tqdm
+
+from specot.api import load_drafter, load_target
+from specot.envinfo import environment_info
+from specot_lab.bench.script_io import add_run_options, write_record
+from specot_lab.corpus import load_prompts
+from specot_lab.distill.eagle import target_features
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--drafts", default="eagle", help="comma-separated EAGLE drafts (eagle or eagle:DIR)")
+    ap.add_argument("--ratios", default="1,0.9,0.8,0.7,0.6,0.5,0.4")
+    ap.add_argument("--temperature", type=float, default=1.0, help="the target's sampling temperature T > 0")
+    add_run_options(ap, sets="docs/bench/prompts_code.jsonl,mixed", dtype="bfloat16", threads=2)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    tgt = load_target(None, dtype=args.dtype)
+    ratios = [float(r) for r in args.ratios.split(",")]
+    T = args.temperature
+    rows = []
+    for set_name in [s for s in args.sets.split(",") if s]:
+        prompts = load_prompts(set_name, args.n_prompts)
+        seqs = []
+        for i, p in enumerate(tqdm(prompts, desc=f"sampling {set_name[-24:]}", file=sys.stderr)):
+            ids = tgt.encode_prompt(p)
+            torch.manual_seed(i)
+            out = tgt.model.generate(torch.tensor([ids]), do_sample=True, temperature=T, top_k=0, top_p=1.0,
+                                     max_new_tokens=args.max_new_tokens, pad_token_id=tgt.tokenizer.eos_token_id)
+            seqs.append((ids, out[0].tolist()))
+        for dname in [d for d in args.drafts.split(",") if d]:
+            drafter = load_drafter(dname, tgt)
+            head, tids = drafter.head, drafter.head.target_ids()
+            acc = torch.zeros(len(ratios))
+            acc2 = torch.zeros(len(ratios))
+            agree = 0.0
+            n = 0
+            for ids, full in seqs:
+                with torch.no_grad():
+                    data = target_features(tgt.model, full, drafter.hidden_layers)
+                    z, _ = head.forward_sequence(torch.tensor(full[1:]), data["feats"][:-1])  # z[j] ~ p[j + 1]
+                    lo = len(ids) - 2  # first j whose p[j + 1] is the distribution of the first new token
+                    z = z[lo:].float()
+                    logits_p = torch.log(data["probs"][lo + 1:].clamp_min(1e-30))
+                    p = torch.softmax(logits_p / T, dim=-1)  # [N, V]
+                    agree += float((p.argmax(-1) == tids[z.argmax(-1)]).sum())
+                    for k, r in enumerate(ratios):
+                        q = torch.zeros_like(p).index_copy_(1, tids, torch.softmax(z / (r * T), dim=-1))
+                        acc[k] += torch.minimum(p, q).sum()
+                        top = q.argmax(-1, keepdim=True)  # [N, 1]
+                        q_rest = q.scatter(1, top, 0.0)
+                        q_rest = q_rest / q_rest.sum(-1, keepdim=True)
+                        p_top = p.gather(1, top)
+                        acc2[k] += p_top.sum() + torch.minimum(p.scatter(1, top, 0.0), q_rest).sum()
+                    n += p.shape[0]
+            row = {"prompt_set": set_name, "draft": dname, "temperature": T, "positions": n,
+                   "argmax_agreement": agree / n,
+                   "alpha_first_position": {str(r): float(a / n) for r, a in zip(ratios, acc)},
+                   "alpha_first_position_greedy_2": {str(r): float(a / n) for r, a in zip(ratios, acc2)}}
+            rows.append(row)
+            print(f"{set_name[-28:]:28s} {dname[-20:]:20s} " + " ".join(
+                f"r={r}:{a / n:.3f}/{b / n:.3f}" for r, a, b in zip(ratios, acc.tolist(), acc2.tolist()))
+                + f" argmax={agree / n:.3f}",
+                file=sys.stderr)
+    write_record(args.out, "q_temperature", "eval_q_temperature.py", argv, dtype=args.dtype,
+                 max_new_tokens=args.max_new_tokens, n_prompts=args.n_prompts, environment=environment_info(),
+                 rows=rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
