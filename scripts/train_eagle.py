@@ -57,10 +57,16 @@ def corpus_ids(tokenizer, row: dict, rng: random.Random, chat_fraction: float) -
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", required=True)
+    ap.add_argument("--data", required=True, action="append",
+                    help="sampled-response shards (repeatable; the first is where new samples go)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--max-tokens", type=int, default=250_000, help="tokens of sampled data (prompt + response)")
     ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--prompts", default=None,
+                    help="JSONL of {prompt} to sample (scripts/build_eagle_prompts.py); default: the distill train prompts")
+    ap.add_argument("--batch-size", type=int, default=16, help="prompts per sampling batch")
+    ap.add_argument("--max-new-tokens", type=int, default=128, help="response cap when sampling")
+    ap.add_argument("--sample-only", action="store_true", help="stop after sampling")
     ap.add_argument("--steps", type=int, default=3000)
     ap.add_argument("--max-steps", type=int, default=None)
     ap.add_argument("--draft-vocab", type=int, default=8192)
@@ -81,9 +87,17 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     tgt = load_target(None, dtype=args.dtype)
     if not args.skip_data:
-        cfg = SampleConfig(batch_size=16, max_new_tokens=128, temperature=args.temperature, top_k=1)
-        print(generate_shards(tgt, train_prompts(0), args.data, cfg, max_tokens=args.max_tokens), file=sys.stderr)
-    seqs = [s["ids"].tolist() for s in iter_shards(args.data)]
+        cfg = SampleConfig(batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
+                           temperature=args.temperature, top_k=1)
+        if args.prompts:
+            with open(args.prompts, encoding="utf-8") as f:
+                prompts = [json.loads(line)["prompt"] for line in f]
+        else:
+            prompts = train_prompts(0)
+        print(generate_shards(tgt, prompts, args.data[0], cfg, max_tokens=args.max_tokens), file=sys.stderr)
+        if args.sample_only:
+            return 0
+    seqs = [s["ids"].tolist() for d in args.data for s in iter_shards(d)]
     if args.with_text:
         seqs += [tgt.tokenizer(t, add_special_tokens=False)["input_ids"] for t in raw_texts("train")]
     rng = random.Random(args.seed)
