@@ -31,7 +31,8 @@ by vLLM / SGLang)::
     embed_tokens: the TARGET's input embedding (shared, frozen) unless the checkpoint ships its own
 
 **The draft distribution over the full vocabulary.** The draft's softmax over ``V_d`` (after the
-engine's standardized-sampling transform) is scattered to the target ids ``d2t`` maps to; every
+engine's standardized-sampling transform, at temperature ``q_temperature_ratio · T``, a per-head
+calibration) is scattered to the target ids ``d2t`` maps to; every
 other target token has q = 0. Drafts are sampled from exactly this ``q [·, V]`` (under the tree's
 law), so every lossless verifier stays lossless (a token outside the draft vocabulary can still be
 emitted: as a correction or bonus token, from the residual / the target).
