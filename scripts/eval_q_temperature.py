@@ -10,7 +10,7 @@ q_r = softmax(z / (r·T)) on the draft vocabulary (0 elsewhere) — Leviathan et
 r = 1 is the head's own law; any r keeps verification lossless (q is whatever the draft samples from).
 It also reports α0 of two children under the GREEDY law (the top token of q and one sampled from q
 without it), verified by the optimal ``greedy`` verifier: p(top) + Σ_{v ≠ top} min(p(v), q_rest(v))
-(the closed form of :func:`specot.theory.optimal_acceptance`, law ``"greedy"``, n = 2).
+(:func:`specot.theory.optimal_acceptance`, law ``"greedy"``, n = 2, in closed form).
 
     python scripts/eval_q_temperature.py --sets docs/bench/prompts_general.jsonl,mixed --ratios 1,0.8,0.6
 """
@@ -18,6 +18,7 @@ without it), verified by the optimal ``greedy`` verifier: p(top) + Σ_{v ≠ top
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 import torch
@@ -25,6 +26,8 @@ from tqdm import tqdm
 
 from specot.api import load_drafter, load_target
 from specot.envinfo import environment_info
+from specot.sampling import SamplingConfig
+from specot.theory import optimal_acceptance
 from specot_lab.bench.script_io import add_run_options, write_record
 from specot_lab.corpus import load_prompts
 from specot_lab.distill.eagle import target_features
@@ -41,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     tgt = load_target(None, dtype=args.dtype)
     ratios = [float(r) for r in args.ratios.split(",")]
     T = args.temperature
+    if T <= 0 or any(not (math.isfinite(r) and r > 0) for r in ratios):
+        ap.error(f"--temperature must be > 0 and every ratio a finite number > 0, got {T} and {ratios}")
     rows = []
     for set_name in [s for s in args.sets.split(",") if s]:
         prompts = load_prompts(set_name, args.n_prompts)
@@ -53,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
             seqs.append((ids, out[0].tolist()))
         for dname in [d for d in args.drafts.split(",") if d]:
             drafter = load_drafter(dname, tgt)
-            head, tids = drafter.head, drafter.head.target_ids()
+            head, tids = drafter.head, drafter.head.target_ids()  # tids: draft id -> target id
             acc = torch.zeros(len(ratios))
             acc2 = torch.zeros(len(ratios))
             agree = 0.0
@@ -68,13 +73,10 @@ def main(argv: list[str] | None = None) -> int:
                     p = torch.softmax(logits_p / T, dim=-1)  # [N, V]
                     agree += float((p.argmax(-1) == tids[z.argmax(-1)]).sum())
                     for k, r in enumerate(ratios):
-                        q = torch.zeros_like(p).index_copy_(1, tids, torch.softmax(z / (r * T), dim=-1))
+                        drafter.q_temperature_ratio = r  # the engine's own draft law at this ratio
+                        q = drafter._q_full(z, SamplingConfig(T))  # [N, V]
                         acc[k] += torch.minimum(p, q).sum()
-                        top = q.argmax(-1, keepdim=True)  # [N, 1]
-                        q_rest = q.scatter(1, top, 0.0)
-                        q_rest = q_rest / q_rest.sum(-1, keepdim=True)
-                        p_top = p.gather(1, top)
-                        acc2[k] += p_top.sum() + torch.minimum(p.scatter(1, top, 0.0), q_rest).sum()
+                        acc2[k] += sum(a.alpha for a in optimal_acceptance(p, q, 2, "greedy"))
                     n += p.shape[0]
             row = {"prompt_set": set_name, "draft": dname, "temperature": T, "positions": n,
                    "argmax_agreement": agree / n,
