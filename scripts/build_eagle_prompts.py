@@ -10,7 +10,12 @@ machine, in four kinds:
 * "explain / review / document this code" over code excerpts of a corpus from
   ``scripts/build_eagle_corpus.py`` (held-out sources are already excluded there);
 * "summarize / explain / rewrite" over prose excerpts of that corpus;
-* open requests about a topic word taken from markdown headings of that corpus.
+* open requests about a topic word taken from markdown headings of that corpus;
+* everyday requests (stories, letters, plans, explanations, lists) over ``EVERYDAY_SUBJECTS``,
+  a hand-written list that leaves out every subject of the held-out
+  ``docs/bench/prompts_general.jsonl`` (attempt 8).
+
+``--exclude`` drops prompts an earlier run already sampled, so a second run adds new answers.
 
     python scripts/build_eagle_prompts.py --corpus runs/eagle_corpus_s0.jsonl --out runs/eagle_prompts.jsonl
 """
@@ -50,6 +55,36 @@ TOPIC_Q = (
     "Explain {topic} in two or three sentences.",
     "What are common mistakes with {topic}?",
 )
+EVERYDAY_Q = (
+    "Write a short story about {s}.",
+    "Write a friendly email to a colleague about {s}.",
+    "Give me a simple step-by-step plan for {s}.",
+    "Explain {s} to a ten-year-old.",
+    "List five facts about {s}.",
+    "Write a short poem about {s}.",
+    "What are the pros and cons of {s}?",
+    "Describe {s} in one paragraph.",
+    "I am new to {s}. Where should I start?",
+    "Write a short blog post introduction about {s}.",
+    "What is the history of {s}? Keep it short.",
+    "Answer as a helpful assistant: how can I get better at {s}?",
+)
+EVERYDAY_SUBJECTS = (
+    "baking bread", "growing tomatoes", "keeping a houseplant alive", "training a puppy",
+    "running a first marathon", "learning to swim", "saving money on groceries", "moving to a new city",
+    "a rainy day in a small town", "a robot that learns to paint", "a dragon afraid of fire",
+    "the moon landing", "the printing press", "ancient Egypt", "the Roman Empire", "the Silk Road",
+    "volcanoes", "earthquakes", "the water cycle", "black holes", "electric cars", "solar panels",
+    "recycling plastic", "honey bees", "whales", "coral reefs", "the human heart", "drinking enough water",
+    "writing a cover letter", "preparing for a job interview", "giving a short speech", "public libraries",
+    "board games", "playing the guitar", "chess openings", "photography for beginners", "knitting",
+    "planning a birthday party", "a trip to Japan", "camping with children", "cycling to work",
+    "time management", "working from home", "learning a second language", "reading more books",
+    "meditation", "a healthy breakfast", "cooking rice", "making pancakes", "a picnic in the park",
+    "the Olympic Games", "football", "climate change", "the internet", "smartphones", "video games",
+    "a friendly neighbour", "a lost cat finding its way home", "winter in the mountains", "the ocean at night",
+    "budgeting for a holiday", "buying a used car", "opening a small cafe", "volunteering",
+)
 PROSE = {"markdown", "rst", "text"}
 
 
@@ -75,7 +110,7 @@ def _excerpt(text: str, rng: random.Random, chars: int) -> str:
 
 
 def build(corpus: list[dict], rng: random.Random, *, per_module: int = 6, n_code: int = 900,
-          n_prose: int = 900, n_topic: int = 600) -> list[str]:
+          n_prose: int = 900, n_topic: int = 600, n_everyday: int = 0) -> list[str]:
     prompts = [rng.choice(NAME_Q).format(name=f"`{n}`")
                for n in _public_names(DOC_MODULES + TEXT_MODULES, rng, per_module)]
     code = [r for r in corpus if r["kind"] not in PROSE]
@@ -88,6 +123,8 @@ def build(corpus: list[dict], rng: random.Random, *, per_module: int = 6, n_code
                     for m in re.finditer(r"^#{1,3} +([A-Za-z][A-Za-z ]{3,40})$", r["text"], re.M)})
     for t in rng.sample(heads, min(n_topic, len(heads))):
         prompts.append(rng.choice(TOPIC_Q).format(topic=t))
+    pairs = [(q, s) for q in EVERYDAY_Q for s in EVERYDAY_SUBJECTS]
+    prompts += [q.format(s=s) for q, s in rng.sample(pairs, min(n_everyday, len(pairs)))]
     rng.shuffle(prompts)
     return prompts
 
@@ -97,10 +134,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--corpus", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--everyday", type=int, default=0, help="how many everyday requests to add (attempt 8: 500)")
+    ap.add_argument("--exclude", default=None, help="a prompts JSONL whose prompts are left out")
     args = ap.parse_args(argv)
     with open(args.corpus, encoding="utf-8") as f:
         corpus = [json.loads(line) for line in f]
-    prompts = build(corpus, random.Random(args.seed))
+    prompts = build(corpus, random.Random(args.seed), n_everyday=args.everyday)
+    if args.exclude:
+        with open(args.exclude, encoding="utf-8") as f:
+            seen = {json.loads(line)["prompt"] for line in f}
+        prompts = [p for p in prompts if p not in seen]
     with open(args.out, "w", encoding="utf-8") as f:
         for p in prompts:
             f.write(json.dumps({"prompt": p}) + "\n")
