@@ -243,12 +243,12 @@ def _build_methods(tgt: Any, ngram: Any, draft: BenchDraft | None, gammas: Seque
 
 def _auto_runner(tgt: Any, cfg: Callable[..., Any], wrap: Callable[[Any], _Run]) -> Callable[[list[int], float, int], _Run]:
     """A run of ``draft="auto"`` exactly as :func:`specot.generate` plans it: :func:`auto_plan`'s
-    drafter (loaded once) and its chain or tree for the run's temperature, through
+    drafter (loaded once) and its chain or tree, through
     :func:`decoding_plan`."""
     drafters: dict[str, Any] = {}
 
     def run(ids: list[int], t: float, s: int) -> _Run:
-        name, drafts, gamma = auto_plan(tgt, temperature=t)
+        name, drafts, gamma = auto_plan(tgt)
         if name not in drafters:
             drafters[name] = load_drafter(name, tgt)
         ed = drafters[name]
