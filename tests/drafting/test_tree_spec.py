@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
 from specot.drafting.model import draft_tree_from_model
 from specot.drafting.tree import EAGLE_DEFAULT_TREE, TreeSpec, default_law_for, parse_tree_spec

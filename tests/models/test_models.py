@@ -9,7 +9,7 @@ import torch
 
 from specot.cli.main import main as cli_main
 from specot.drafting import ModelDrafter, NGramDrafter, NGramTable, check_vocab_compatible
-from specot.models import CausalLM, load_model, resolve_dtype
+from specot.models import load_model, resolve_dtype
 from specot.models.device import SmallBatchHead, install_small_batch_head, small_batch_linear
 from specot.sampling import SamplingConfig
 

@@ -6,7 +6,6 @@ enumerate_draft_law), combine with the verifier's conditional law π(y | drafts)
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 from hypothesis import HealthCheck, assume, given, settings

@@ -7,7 +7,6 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specot.laws import enumerate_draft_law
 from specot.verifiers import get_verifier
 from verifier_helpers import distributions, enumerate_emitted
 
