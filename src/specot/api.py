@@ -655,8 +655,9 @@ def auto_plan(target: Any, device: str = "cpu", *, dtype: str | torch.dtype = "a
       (``dtype``, or the loaded target's; ``"auto"`` is bf16 where matmuls are native) on a CPU:
       ``"suffix+eagle"``. With no tree options and the default verifier, as draft trees of
       :data:`AUTO_TREE` — 2 children per node, depth 3, at every temperature (``gamma`` given: that
-      depth); with another verifier, as chains. With tree options (``drafts`` / ``tree``): GREEDY-law trees of ``"suffix+eagle"`` as given, and for any other
-      tree law or verifier ``"eagle"``, whose trees take every draft law.
+      depth); with another verifier, as chains. With tree options (``drafts`` / ``tree``):
+      GREEDY-law trees of ``"suffix+eagle"`` as given, and for any other tree law or verifier
+      ``"eagle"``, whose trees take every draft law.
     * Anything else: ``"ngram"`` (prompt lookup + an n-gram table), the options unchanged.
     """
     embedded = target is None or (isinstance(target, str) and target == EMBEDDED_TARGET) or (
