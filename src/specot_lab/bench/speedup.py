@@ -195,7 +195,7 @@ def _build_methods(tgt: Any, ngram: Any, draft: BenchDraft | None, gammas: Seque
             ms.append(Method(f"hf-prompt-lookup γ={L}", "hf-prompt-lookup",
                              lambda ids, t, s, L=L: hf_generate(tgt.model, ids, t, max_new_tokens, s, eos=eos, prompt_lookup=L),
                              1, L))
-    if "auto" in extra_drafts:  # the default of specot generate: api.auto_plan's drafter and shape per temperature
+    if "auto" in extra_drafts:  # the default of specot generate: api.auto_plan's drafter and shape
         ms.append(Method("auto", "auto", _auto_runner(tgt, cfg, wrap)))
     for name in (n for n in extra_drafts if n != "auto"):  # drafters named as specot.api names them: suffix, eagle:PATH
         ed = load_drafter(name, tgt)
@@ -243,17 +243,13 @@ def _build_methods(tgt: Any, ngram: Any, draft: BenchDraft | None, gammas: Seque
 
 def _auto_runner(tgt: Any, cfg: Callable[..., Any], wrap: Callable[[Any], _Run]) -> Callable[[list[int], float, int], _Run]:
     """A run of ``draft="auto"`` exactly as :func:`specot.generate` plans it: :func:`auto_plan`'s
-    drafter (loaded once) and its chain or tree, through
-    :func:`decoding_plan`."""
-    drafters: dict[str, Any] = {}
+    drafter (loaded once) and its chain or tree, through :func:`decoding_plan`."""
+    name, drafts, gamma = auto_plan(tgt)
+    ed = load_drafter(name, tgt)
+    spec, ver = decoding_plan(ed, get_verifier("speculative"), drafts=drafts, gamma=gamma)
+    L = gamma or GenerationConfig.gamma
 
     def run(ids: list[int], t: float, s: int) -> _Run:
-        name, drafts, gamma = auto_plan(tgt)
-        if name not in drafters:
-            drafters[name] = load_drafter(name, tgt)
-        ed = drafters[name]
-        spec, ver = decoding_plan(ed, get_verifier("speculative"), drafts=drafts, gamma=gamma)
-        L = gamma or GenerationConfig.gamma
         if spec is None:
             return wrap(speculative_generate(tgt, ed, ids, cfg(t, s, L), verifier=ver))
         return wrap(tree_generate(tgt, ed, ids, spec, cfg(t, s, L), verifier=ver))

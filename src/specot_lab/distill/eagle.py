@@ -151,10 +151,7 @@ def ttt_loss(head: Eagle3Head, ids: Tensor, data: dict[str, Tensor], cfg: EagleT
     total = torch.zeros((), device=dev)
     stats: dict[str, float] = {}
     e = torch.arange(T, device=dev)
-    h = feat  # the previous step's output; step 0 reads the target's features instead
     for s in range(cfg.ttt_steps):
-        if s > 0:  # entry e reads the step s−1 output of entry e−1 (entry 0's input is unused)
-            feat = torch.cat([h[:1], h[:-1]], dim=0)
         q, k, v, residual = _qkv(head, tokens, feat, cos, sin)
         keys.append(k)
         vals.append(v)
@@ -180,6 +177,8 @@ def ttt_loss(head: Eagle3Head, ids: Tensor, data: dict[str, Tensor], cfg: EagleT
         with torch.no_grad():
             acc = (logq.argmax(-1) == p.argmax(-1))[valid].float().mean()
         stats[f"kl{s}"], stats[f"acc{s}"] = float(tok.detach()), float(acc)
+        # the next step's input: entry e reads this step's output of entry e−1 (entry 0's is unused)
+        feat = torch.cat([h[:1], h[:-1]], dim=0)
     return total, stats
 
 
