@@ -69,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sample-only", action="store_true", help="stop after sampling")
     ap.add_argument("--steps", type=int, default=3000)
     ap.add_argument("--max-steps", type=int, default=None)
-    ap.add_argument("--draft-vocab", type=int, default=8192)
+    ap.add_argument("--draft-vocab", type=int, default=8192,
+                    help="draft vocabulary size; with --init-head, a size above the head's grows its vocabulary")
     ap.add_argument("--lr", type=float, default=3e-4)
     ap.add_argument("--max-len", type=int, default=256)
     ap.add_argument("--threads", type=int, default=2)

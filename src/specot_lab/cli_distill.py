@@ -106,7 +106,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     pg.add_argument("--out", type=Path, required=True, help="run directory (ckpt.pt, log.jsonl, head/)")
     pg.add_argument("--target", default="smollm2", help="target model directory / hub id (default: the embedded one)")
     pg.add_argument("--text", type=Path, nargs="*", default=[], help="training text files (default: the distill train texts)")
-    pg.add_argument("--draft-vocab", type=int, default=None, help="reduced draft vocabulary size (default: full)")
+    pg.add_argument("--draft-vocab", type=int, default=None, help="reduced draft vocabulary size (default: full; with "
+                    "--init-head, a size above the head's grows its vocabulary, else the head's is kept)")
     pg.add_argument("--layers", default=None, help="feature layers i,j,k (default: 2, L//2, L-3)")
     pg.add_argument("--ttt-steps", type=int, default=3, help="training-time-test unroll steps (default 3)")
     pg.add_argument("--feat-weight", type=float, default=0.1, help="weight of the feature regression (default 0.1)")

@@ -530,3 +530,77 @@ def test_training_continues_from_a_trained_head(trained, tmp_path):
     src = EagleDrafter.from_pretrained(out / "head", target)
     assert torch.equal(drafter.head.target_ids(), src.head.target_ids())
     assert drafter.hidden_layers == src.hidden_layers
+
+
+def test_frequent_vocab_keeps_a_trained_vocabulary_first():
+    """``keep`` (attempt 9): the trained vocabulary stays first, in its order; the rest are the most
+    frequent other tokens (ties: lower id), then the lowest unseen ids."""
+    from specot_lab.distill.eagle import frequent_vocab
+
+    seqs = [[5, 5, 5, 3, 3, 9, 1], [9, 9, 9, 9, 7]]
+    assert frequent_vocab(seqs, 3, 16) == [3, 5, 9]  # without keep: sorted by id
+    assert frequent_vocab(seqs, 4, 16, keep=[7, 1]) == [7, 1, 9, 5]
+    assert frequent_vocab(seqs, 7, 16, keep=[7, 1]) == [7, 1, 9, 5, 3, 0, 2]
+    for size in (1, 17):
+        with pytest.raises(ValueError, match="must lie in"):
+            frequent_vocab(seqs, size, 16, keep=[7, 1])
+
+
+def test_grow_draft_vocab_keeps_rows_and_extends_an_exact_linear_map():
+    """Trained rows are kept; when they are exactly a linear image of the target's output
+    embedding, every added row is that image too (the least-squares map is recovered)."""
+    from specot_lab.distill.eagle import grow_draft_vocab
+
+    g = torch.Generator().manual_seed(0)
+    E = torch.randn(40, 6, generator=g)  # [V, H_t]
+    A = torch.randn(6, 4, generator=g)  # [H_t, H]
+    old = [3, 17, 0, 25, 8, 11, 30, 2, 19, 5]
+    new = old + [39, 1, 14]
+    W = E[old] @ A
+    out = grow_draft_vocab(W, old, new, E)
+    assert out.shape == (13, 4) and torch.equal(out[:10], W)
+    torch.testing.assert_close(out[10:], E[[39, 1, 14]] @ A, rtol=1e-4, atol=1e-4)
+    for bad in ([17, 3] + new[2:], new + [39]):
+        with pytest.raises(ValueError, match="must start with the old one"):
+            grow_draft_vocab(W, old, bad, E)
+
+
+def test_training_grows_the_draft_vocabulary_of_a_trained_head(trained, tmp_path):
+    """A ``draft_vocab_size`` above ``init_head``'s grows the vocabulary: the trained ids and rows
+    come first and unchanged (lr ≈ 0), the added tokens are the data's most frequent others, and
+    greedy decoding with the grown head still equals autoregressive decoding."""
+    from specot_lab.distill.eagle import EagleTrainConfig, train_eagle
+
+    target, out, _, _ = trained
+    src = EagleDrafter.from_pretrained(out / "head", target)
+    seqs = [[i, (3 * i) % 16] + [(5 * i + 7 * j) % 16 for j in range(40)] for i in range(6)]
+    cfg = EagleTrainConfig(draft_vocab_size=15, ttt_steps=2, steps=2, lr=1e-9, warmup=1, max_len=64,
+                           init_head=str(out / "head"))
+    grown = train_eagle(target, seqs, tmp_path, cfg, progress=False)
+    assert grown.head.draft_vocab_size == 15
+    assert torch.equal(grown.head.target_ids()[:12], src.head.target_ids())
+    added = set(grown.head.target_ids()[12:].tolist())
+    assert not added & set(src.head.target_ids().tolist())
+    torch.testing.assert_close(grown.head.lm_head.weight[:12].float(), src.head.lm_head.weight.float(),
+                               rtol=1e-4, atol=1e-4)
+    prompt = [2, 6]
+    cfg = GenerationConfig(max_new_tokens=16, sampling=SamplingConfig(0.0), stop_at_eos=False)
+    ar = autoregressive_generate(target, prompt, cfg)
+    assert speculative_generate(target, grown, prompt, cfg).tokens == ar.tokens
+
+
+def test_ttt_loss_of_a_chunk_shorter_than_the_unroll_is_finite(trained):
+    """A 3-token chunk has two entries, so unroll step 2 has none to score: the loss covers steps 0
+    and 1 and stays finite (attempt 8 logged NaN for such chunks, docs/distillation.md)."""
+    from specot_lab.distill.eagle import EagleTrainConfig, target_features, ttt_loss
+
+    target, out, _, _ = trained
+    dr = EagleDrafter.from_pretrained(out / "head", target)
+    head = dr.head.float()
+    ids = [2, 6, 9]
+    data = target_features(target.model, ids, dr.hidden_layers)
+    loss, stats = ttt_loss(head, torch.tensor(ids), data, EagleTrainConfig(ttt_steps=3))
+    assert math.isfinite(float(loss)) and set(stats) == {"kl0", "acc0", "kl1", "acc1"}
+    full, _ = ttt_loss(head, torch.tensor(ids + [4, 1]), target_features(target.model, ids + [4, 1], dr.hidden_layers),
+                       EagleTrainConfig(ttt_steps=3))
+    assert math.isfinite(float(full))

@@ -39,7 +39,8 @@ from torch import Tensor
 from specot.drafting.eagle import Eagle3Head, EagleDrafter, _config_layers, _rotate_half, eagle3_config
 from tqdm import tqdm
 
-__all__ = ["EagleTrainConfig", "frequent_vocab", "target_features", "ttt_loss", "train_eagle", "chunk_token_ids"]
+__all__ = ["EagleTrainConfig", "frequent_vocab", "grow_draft_vocab", "target_features", "ttt_loss", "train_eagle",
+           "chunk_token_ids"]
 
 
 @dataclass
@@ -66,7 +67,8 @@ class EagleTrainConfig:
     autocast: bool = False
     # Start from a trained head in the published layout (a directory, e.g. the shipped
     # specot/data/eagle): its weights, draft vocabulary and feature layers — continued training on
-    # new text with a fresh optimizer and learning-rate schedule (attempt 5).
+    # new text with a fresh optimizer and learning-rate schedule (attempt 5). A draft_vocab_size
+    # larger than its vocabulary grows it (grow_draft_vocab, attempt 9); smaller or None keeps it.
     init_head: str | None = None
 
 
@@ -82,17 +84,50 @@ def chunk_token_ids(seqs: Iterable[Sequence[int]], max_len: int) -> list[list[in
     return out
 
 
-def frequent_vocab(seqs: Iterable[Sequence[int]], size: int, vocab_size: int) -> list[int]:
-    """The ``size`` most frequent token ids of ``seqs`` (ties: lower id; padded with the lowest unseen
-    ids), sorted by id: the reduced draft vocabulary."""
-    if size > vocab_size:
-        raise ValueError(f"draft vocabulary of {size} tokens is larger than the target's {vocab_size}")
+def frequent_vocab(seqs: Iterable[Sequence[int]], size: int, vocab_size: int,
+                   keep: Sequence[int] = ()) -> list[int]:
+    """The reduced draft vocabulary: ``size`` token ids, the most frequent of ``seqs`` (ties: lower id;
+    padded with the lowest unseen ids). Without ``keep`` sorted by id; with ``keep`` (a trained
+    head's vocabulary, grown by :func:`grow_draft_vocab`) ``keep`` in its order, then the most
+    frequent other tokens."""
+    if size > vocab_size or size < len(keep):
+        raise ValueError(f"draft vocabulary of {size} tokens: it must lie in [{len(keep)}, {vocab_size}]")
     counts = Counter(int(t) for s in seqs for t in s)
-    ranked = sorted(counts, key=lambda t: (-counts[t], t))[:size]
-    if len(ranked) < size:
-        seen = set(ranked)
-        ranked += [t for t in range(vocab_size) if t not in seen][: size - len(ranked)]
-    return sorted(ranked)
+    kept = set(int(t) for t in keep)
+    ranked = sorted((t for t in counts if t not in kept), key=lambda t: (-counts[t], t))[:size - len(kept)]
+    if len(ranked) < size - len(kept):
+        seen = kept | set(ranked)
+        ranked += [t for t in range(vocab_size) if t not in seen][: size - len(kept) - len(ranked)]
+    return [int(t) for t in keep] + ranked if keep else sorted(ranked)
+
+
+def grow_draft_vocab(lm_head: Tensor, old_ids: Sequence[int], new_ids: Sequence[int], target_out: Tensor) -> Tensor:
+    """Output rows for a larger draft vocabulary (attempt 9, docs/distillation.md).
+
+    The head's feature loss pulls its final normed state towards the target's, so its output rows
+    live near a linear image of the target's output embedding. Fit that map by least squares on
+    the trained rows, ``target_out[old_ids] @ M ≈ lm_head``, and start each added token's row at
+    ``target_out[id] @ M``; the trained rows are kept as they are.
+
+    Args:
+        lm_head: ``[V_old, H]`` the trained head's output layer.
+        old_ids: ``[V_old]`` its draft vocabulary (target ids, in draft-id order).
+        new_ids: ``[V_new]`` the larger vocabulary, starting with ``old_ids`` in the same order.
+        target_out: ``[V, H_t]`` the target's output embedding.
+    Returns:
+        ``[V_new, H]`` float32.
+    Raises:
+        ValueError: if ``new_ids`` does not start with ``old_ids`` or repeats a token.
+    """
+    old, new = [int(t) for t in old_ids], [int(t) for t in new_ids]
+    if new[:len(old)] != old or len(set(new)) != len(new):
+        raise ValueError(f"the new draft vocabulary ({len(new)} ids) must start with the old one ({len(old)} ids) "
+                         "in the same order and repeat no token")
+    W = lm_head.detach().float()
+    E = target_out.detach().float()
+    M = torch.linalg.lstsq(E[old], W).solution  # [H_t, H]
+    added = E[torch.tensor(new[len(old):], dtype=torch.int64)] @ M
+    return torch.cat([W, added], dim=0)
 
 
 @torch.no_grad()
@@ -151,7 +186,7 @@ def ttt_loss(head: Eagle3Head, ids: Tensor, data: dict[str, Tensor], cfg: EagleT
     total = torch.zeros((), device=dev)
     stats: dict[str, float] = {}
     e = torch.arange(T, device=dev)
-    for s in range(cfg.ttt_steps):
+    for s in range(min(cfg.ttt_steps, T)):  # a chunk of T entries has no history for step T or later
         q, k, v, residual = _qkv(head, tokens, feat, cos, sin)
         keys.append(k)
         vals.append(v)
@@ -209,6 +244,8 @@ def train_eagle(target: Any, token_seqs: Sequence[Sequence[int]], out_dir: str |
         layers = tuple(resume["layers"])
     elif init is not None:
         vocab = init.head.target_ids().tolist()
+        if cfg.draft_vocab_size is not None and cfg.draft_vocab_size > len(vocab):
+            vocab = frequent_vocab(chunks, cfg.draft_vocab_size, target.vocab_size, keep=vocab)
         layers = tuple(init.hidden_layers)
     else:
         vocab = frequent_vocab(chunks, cfg.draft_vocab_size or target.vocab_size, target.vocab_size)
@@ -229,8 +266,12 @@ def train_eagle(target: Any, token_seqs: Sequence[Sequence[int]], out_dir: str |
             if final_norm is not None and getattr(final_norm, "weight", None) is not None:
                 head.norm.weight.copy_(final_norm.weight.float())
     if init is not None:
-        head.load_state_dict({k: v.float() if v.is_floating_point() else v
-                              for k, v in init.head.checkpoint_state().items()}, strict=False)
+        state = {k: v.float() if v.is_floating_point() else v for k, v in init.head.checkpoint_state().items()}
+        if len(vocab) > init.head.draft_vocab_size:  # a grown vocabulary: new output rows, the head's own map
+            state = {k: v for k, v in state.items() if k not in ("d2t", "t2d")}
+            state["lm_head.weight"] = grow_draft_vocab(state["lm_head.weight"], init.head.target_ids().tolist(), vocab,
+                                                       tm.get_output_embeddings().weight)
+        head.load_state_dict(state, strict=False)
     step = 0
     if resume is not None:
         head.load_state_dict(resume["head"], strict=False)

@@ -1,0 +1,96 @@
+"""How often the target's next token lies outside an EAGLE head's reduced draft vocabulary
+(docs/distillation.md, "Attempt 9").
+
+A draft over a reduced vocabulary gives q = 0 to every other token (FR-Spec, Zhao et al. 2025;
+EAGLE-3's ``d2t`` map): verification stays lossless, but a target token outside the vocabulary is
+never drafted, so at T = 0 each such token ends the accepted run, and at T = 1 the target's mass
+outside the vocabulary is lost from α. For each prompt set the target decodes greedily (T = 0) and
+samples (T = 1, seed = prompt index); the script reports, per draft, the fraction of those tokens
+outside its draft vocabulary, and at T = 1 the target's mean probability mass outside it. With
+``--grow``, it also reports vocabularies grown from the first draft's by the most frequent tokens
+of the target's sampled answers in ``--data`` (:func:`specot_lab.distill.eagle.frequent_vocab`
+with ``keep``), the rule ``scripts/train_eagle.py --init-head ... --draft-vocab N`` applies.
+
+    python scripts/eval_draft_vocab.py --drafts eagle --grow 12288,16384,24576,32768 --data runs/eagle_samples8
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+from tqdm import tqdm
+
+from specot.api import load_drafter, load_target
+from specot.envinfo import environment_info
+from specot_lab.bench.script_io import add_run_options, write_record
+from specot_lab.corpus import load_prompts
+from specot_lab.distill.data import iter_shards
+from specot_lab.distill.eagle import frequent_vocab, target_features
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--drafts", default="eagle", help="comma-separated EAGLE drafts (eagle or eagle:DIR)")
+    ap.add_argument("--grow", default="", help="comma-separated sizes to grow the first draft's vocabulary to")
+    ap.add_argument("--data", action="append", default=[], help="sampled-answer shards counted for --grow (repeatable)")
+    add_run_options(ap, sets="docs/bench/prompts_code.jsonl,mixed", dtype="bfloat16", threads=2)
+    args = ap.parse_args(argv)
+    grow = [int(s) for s in args.grow.split(",") if s]
+    if grow and not args.data:
+        ap.error("--grow needs --data: the shards whose answer tokens rank the added tokens")
+    torch.set_num_threads(args.threads)
+    tgt = load_target(None, dtype=args.dtype)
+    V = tgt.vocab_size
+    names = [d for d in args.drafts.split(",") if d]
+    vocabs: dict[str, list[int]] = {}
+    for name in names:
+        drafter = load_drafter(name, tgt)
+        vocabs[name] = drafter.head.target_ids().tolist()
+        layers = drafter.hidden_layers
+    if grow:
+        answers = [s["ids"][int(s["n_prompt"]):].tolist() for s in iter_shards(*args.data)]
+        for size in grow:
+            vocabs[f"{names[0]} grown to {size}"] = frequent_vocab(answers, size, V, keep=vocabs[names[0]])
+    masks = {}
+    for name, ids in vocabs.items():
+        m = torch.zeros(V, dtype=torch.bool)
+        m[torch.tensor(ids)] = True
+        masks[name] = m
+    rows = []
+    for set_name in [s for s in args.sets.split(",") if s]:
+        prompts = load_prompts(set_name, args.n_prompts)
+        outside = {(name, T): 0 for name in masks for T in (0, 1)}
+        mass = dict.fromkeys(masks, 0.0)
+        n = {0: 0, 1: 0}
+        for i, p in enumerate(tqdm(prompts, desc=f"decoding {set_name[-24:]}", file=sys.stderr)):
+            ids = tgt.encode_prompt(p)
+            for T in (0, 1):
+                torch.manual_seed(i)
+                kw = dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0) if T else dict(do_sample=False)
+                full = tgt.model.generate(torch.tensor([ids]), max_new_tokens=args.max_new_tokens,
+                                          pad_token_id=tgt.tokenizer.eos_token_id, **kw)[0].tolist()
+                new = torch.tensor(full[len(ids):])  # [N]
+                n[T] += new.numel()
+                for name, m in masks.items():
+                    outside[name, T] += int((~m[new]).sum())
+                if T:
+                    probs = target_features(tgt.model, full, layers)["probs"][len(ids) - 1:-1]  # [N, V]
+                    for name, m in masks.items():
+                        mass[name] += float(probs[:, ~m].sum())
+        for name in masks:
+            row = {"prompt_set": set_name, "vocabulary": name, "size": int(masks[name].sum()),
+                   "outside_T0": outside[name, 0] / n[0], "outside_T1": outside[name, 1] / n[1],
+                   "mass_outside_T1": mass[name] / n[1], "tokens": n}
+            rows.append(row)
+            print(f"{set_name[-28:]:28s} {name[-28:]:28s} outside T=0 {row['outside_T0']:.3f}  "
+                  f"T=1 {row['outside_T1']:.3f}  mass T=1 {row['mass_outside_T1']:.3f}", file=sys.stderr)
+    write_record(args.out, "draft_vocab", "eval_draft_vocab.py", argv, dtype=args.dtype,
+                 max_new_tokens=args.max_new_tokens, n_prompts=args.n_prompts, data=args.data,
+                 environment=environment_info(), rows=rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
