@@ -10,19 +10,25 @@ outside its draft vocabulary, and at T = 1 the target's mean probability mass ou
 ``--grow``, it also reports vocabularies grown from the first draft's by the most frequent tokens
 of the target's sampled answers in ``--data`` (:func:`specot_lab.distill.eagle.frequent_vocab`
 with ``keep``), the rule ``scripts/train_eagle.py --init-head ... --draft-vocab N`` applies.
+With ``--cost``, it first times one head pass over 2 tokens (a 2-child tree level) at each of those
+vocabulary sizes (random heads of the shipped shape; the pass is memory-bound, so the weights
+decide) against a one-token target step, both after 300 tokens of context.
 
     python scripts/eval_draft_vocab.py --drafts eagle --grow 12288,16384,24576,32768 --data runs/eagle_samples8
+    python scripts/eval_draft_vocab.py --cost 8192,16384,32768 --sets ""
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 import torch
 from tqdm import tqdm
 
 from specot.api import load_drafter, load_target
+from specot.drafting import EagleDrafter
 from specot.envinfo import environment_info
 from specot_lab.bench.script_io import add_run_options, write_record
 from specot_lab.corpus import load_prompts
@@ -30,11 +36,48 @@ from specot_lab.distill.data import iter_shards
 from specot_lab.distill.eagle import frequent_vocab, target_features
 
 
+def _per_call_s(fn, reps: int) -> float:
+    for _ in range(max(reps // 10, 3)):
+        fn()
+    start = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    return (time.perf_counter() - start) / reps
+
+
+@torch.no_grad()
+def pass_costs(tgt, sizes: list[int], context: int = 300) -> list[dict]:
+    """Seconds of one target step and of one head pass over 2 tokens per draft vocabulary size."""
+    ids = torch.randint(0, tgt.vocab_size, (1, context))
+    cache = tgt.model(ids, use_cache=True).past_key_values
+
+    def target_step():
+        tgt.model(torch.randint(0, tgt.vocab_size, (1, 1)), past_key_values=cache, use_cache=True)
+        cache.crop(-1)  # back to the context
+
+    t_target = _per_call_s(target_step, 40)
+    rows = []
+    for size in sizes:
+        head = EagleDrafter.random(tgt, draft_vocab=size).head
+        att = head.midlayer.self_attn
+        dt = head.lm_head.weight.dtype
+        pk = torch.randn(att.num_kv, context, att.head_dim, dtype=dt)
+        args = (torch.tensor([5, 6]), torch.randn(2, head.hidden_size, dtype=dt), torch.tensor([context, context]),
+                pk, pk.clone(), torch.ones(2, context + 2, dtype=torch.bool))
+        t_head = _per_call_s(lambda: head.step(*args, fused=False), 300)
+        rows.append({"draft_vocab_size": size, "head_pass_ms": 1e3 * t_head, "target_step_ms": 1e3 * t_target,
+                     "ratio": t_head / t_target})
+        print(f"draft vocabulary {size}: head pass {1e3 * t_head:.2f} ms, target step {1e3 * t_target:.2f} ms, "
+              f"ratio {t_head / t_target:.3f}", file=sys.stderr)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--drafts", default="eagle", help="comma-separated EAGLE drafts (eagle or eagle:DIR)")
     ap.add_argument("--grow", default="", help="comma-separated sizes to grow the first draft's vocabulary to")
     ap.add_argument("--data", action="append", default=[], help="sampled-answer shards counted for --grow (repeatable)")
+    ap.add_argument("--cost", default="", help="comma-separated draft vocabulary sizes to time a head pass at")
     add_run_options(ap, sets="docs/bench/prompts_code.jsonl,mixed", dtype="bfloat16", threads=2)
     args = ap.parse_args(argv)
     grow = [int(s) for s in args.grow.split(",") if s]
@@ -43,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     tgt = load_target(None, dtype=args.dtype)
     V = tgt.vocab_size
+    costs = pass_costs(tgt, [int(s) for s in args.cost.split(",") if s]) if args.cost else []
     names = [d for d in args.drafts.split(",") if d]
     vocabs: dict[str, list[int]] = {}
     for name in names:
@@ -88,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"T=1 {row['outside_T1']:.3f}  mass T=1 {row['mass_outside_T1']:.3f}", file=sys.stderr)
     write_record(args.out, "draft_vocab", "eval_draft_vocab.py", argv, dtype=args.dtype,
                  max_new_tokens=args.max_new_tokens, n_prompts=args.n_prompts, data=args.data,
-                 environment=environment_info(), rows=rows)
+                 environment=environment_info(), costs=costs, rows=rows)
     return 0
 
 
