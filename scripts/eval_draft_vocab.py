@@ -30,6 +30,7 @@ from tqdm import tqdm
 from specot.api import load_drafter, load_target
 from specot.drafting import EagleDrafter
 from specot.envinfo import environment_info
+from specot_lab.bench.acceptance import load_avg
 from specot_lab.bench.script_io import add_run_options, write_record
 from specot_lab.corpus import load_prompts
 from specot_lab.distill.data import iter_shards
@@ -80,17 +81,32 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cost", default="", help="comma-separated draft vocabulary sizes to time a head pass at")
     add_run_options(ap, sets="docs/bench/prompts_code.jsonl,mixed", dtype="bfloat16", threads=2)
     args = ap.parse_args(argv)
-    grow = [int(s) for s in args.grow.split(",") if s]
+
+    def sizes(text: str, flag: str) -> list[int]:
+        try:
+            out = [int(s) for s in text.split(",") if s]
+        except ValueError:
+            ap.error(f"{flag} takes comma-separated vocabulary sizes, got {text!r}")
+        if any(not 0 < s <= 49152 for s in out):
+            ap.error(f"{flag}: every size must lie in [1, 49152] (the target's vocabulary), got {text!r}")
+        return out
+
+    grow, cost_sizes = sizes(args.grow, "--grow"), sizes(args.cost, "--cost")
+    names = [d for d in args.drafts.split(",") if d]
     if grow and not args.data:
         ap.error("--grow needs --data: the shards whose answer tokens rank the added tokens")
+    if not names:
+        ap.error("--drafts is empty: name at least one EAGLE draft (eagle or eagle:DIR)")
     torch.set_num_threads(args.threads)
+    load_start = load_avg()
     tgt = load_target(None, dtype=args.dtype)
     V = tgt.vocab_size
-    costs = pass_costs(tgt, [int(s) for s in args.cost.split(",") if s]) if args.cost else []
-    names = [d for d in args.drafts.split(",") if d]
+    costs = pass_costs(tgt, cost_sizes)
     vocabs: dict[str, list[int]] = {}
     for name in names:
         drafter = load_drafter(name, tgt)
+        if not isinstance(drafter, EagleDrafter):
+            ap.error(f"--drafts {name!r} is not an EAGLE draft; use eagle or eagle:DIR")
         vocabs[name] = drafter.head.target_ids().tolist()
         layers = drafter.hidden_layers
     if grow:
@@ -132,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"T=1 {row['outside_T1']:.3f}  mass T=1 {row['mass_outside_T1']:.3f}", file=sys.stderr)
     write_record(args.out, "draft_vocab", "eval_draft_vocab.py", argv, dtype=args.dtype,
                  max_new_tokens=args.max_new_tokens, n_prompts=args.n_prompts, data=args.data,
-                 environment=environment_info(), costs=costs, rows=rows)
+                 load_avg_start=load_start, load_avg_end=load_avg(), environment=environment_info(), costs=costs,
+                 rows=rows)
     return 0
 
 
