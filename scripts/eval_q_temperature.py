@@ -11,6 +11,9 @@ r = 1 is the head's own law; any r keeps verification lossless (q is whatever th
 It also reports α0 of two children under the GREEDY law (the top token of q and one sampled from q
 without it), verified by the optimal ``greedy`` verifier: p(top) + Σ_{v ≠ top} min(p(v), q_rest(v))
 (:func:`specot.theory.optimal_acceptance`, law ``"greedy"``, n = 2, in closed form).
+For every draft after the first it also reports how much of α0(r) comes from tokens outside the
+first draft's vocabulary, Σ_{v ∉ V_first} min(p(v), q_r(v)): what a grown draft vocabulary adds
+(docs/distillation.md, "Attempt 9").
 
     python scripts/eval_q_temperature.py --sets docs/bench/prompts_general.jsonl,mixed --ratios 1,0.8,0.6
 """
@@ -56,11 +59,16 @@ def main(argv: list[str] | None = None) -> int:
             out = tgt.model.generate(torch.tensor([ids]), do_sample=True, temperature=T, top_k=0, top_p=1.0,
                                      max_new_tokens=args.max_new_tokens, pad_token_id=tgt.tokenizer.eos_token_id)
             seqs.append((ids, out[0].tolist()))
+        first_vocab = None  # [V] bool: the first draft's vocabulary
         for dname in [d for d in args.drafts.split(",") if d]:
             drafter = load_drafter(dname, tgt)
             head, tids = drafter.head, drafter.head.target_ids()  # tids: draft id -> target id
             acc = torch.zeros(len(ratios))
             acc2 = torch.zeros(len(ratios))
+            acc_out = torch.zeros(len(ratios))  # the part of acc from tokens outside the first vocabulary
+            if first_vocab is None:
+                first_vocab = torch.zeros(tgt.vocab_size, dtype=torch.bool)
+                first_vocab[tids] = True
             agree = 0.0
             n = 0
             for ids, full in seqs:
@@ -75,16 +83,20 @@ def main(argv: list[str] | None = None) -> int:
                     for k, r in enumerate(ratios):
                         drafter.q_temperature_ratio = r  # the engine's own draft law at this ratio
                         q = drafter._q_full(z, SamplingConfig(T))  # [N, V]
-                        acc[k] += torch.minimum(p, q).sum()
+                        both = torch.minimum(p, q)  # [N, V]
+                        acc[k] += both.sum()
+                        acc_out[k] += both[:, ~first_vocab].sum()
                         acc2[k] += sum(a.alpha for a in optimal_acceptance(p, q, 2, "greedy"))
                     n += p.shape[0]
             row = {"prompt_set": set_name, "draft": dname, "temperature": T, "positions": n,
                    "argmax_agreement": agree / n,
                    "alpha_first_position": {str(r): float(a / n) for r, a in zip(ratios, acc)},
-                   "alpha_first_position_greedy_2": {str(r): float(a / n) for r, a in zip(ratios, acc2)}}
+                   "alpha_first_position_greedy_2": {str(r): float(a / n) for r, a in zip(ratios, acc2)},
+                   "alpha_first_position_outside_first_vocab": {str(r): float(a / n) for r, a in zip(ratios, acc_out)}}
             rows.append(row)
             print(f"{set_name[-28:]:28s} {dname[-20:]:20s} " + " ".join(
-                f"r={r}:{a / n:.3f}/{b / n:.3f}" for r, a, b in zip(ratios, acc.tolist(), acc2.tolist()))
+                f"r={r}:{a / n:.3f}/{b / n:.3f}/{c / n:.3f}" for r, a, b, c in zip(ratios, acc.tolist(), acc2.tolist(),
+                                                                     acc_out.tolist()))
                 + f" argmax={agree / n:.3f}",
                 file=sys.stderr)
     write_record(args.out, "q_temperature", "eval_q_temperature.py", argv, dtype=args.dtype,
