@@ -31,7 +31,7 @@ from specot.api import load_drafter, load_target
 from specot.drafting import EagleDrafter
 from specot.envinfo import environment_info
 from specot_lab.bench.acceptance import load_avg
-from specot_lab.bench.script_io import add_run_options, write_record
+from specot_lab.bench.script_io import add_run_options, target_continuation, write_record
 from specot_lab.corpus import load_prompts
 from specot_lab.distill.data import iter_shards
 from specot_lab.distill.eagle import frequent_vocab, target_features
@@ -84,12 +84,9 @@ def main(argv: list[str] | None = None) -> int:
 
     def sizes(text: str, flag: str) -> list[int]:
         try:
-            out = [int(s) for s in text.split(",") if s]
+            return [int(s) for s in text.split(",") if s]
         except ValueError:
             ap.error(f"{flag} takes comma-separated vocabulary sizes, got {text!r}")
-        if any(not 0 < s <= 49152 for s in out):
-            ap.error(f"{flag}: every size must lie in [1, 49152] (the target's vocabulary), got {text!r}")
-        return out
 
     grow, cost_sizes = sizes(args.grow, "--grow"), sizes(args.cost, "--cost")
     names = [d for d in args.drafts.split(",") if d]
@@ -101,23 +98,24 @@ def main(argv: list[str] | None = None) -> int:
     load_start = load_avg()
     tgt = load_target(None, dtype=args.dtype)
     V = tgt.vocab_size
+    if any(not 0 < s <= V for s in grow + cost_sizes):
+        ap.error(f"--grow / --cost: every size must lie in [1, {V}] (the target's vocabulary), got {grow + cost_sizes}")
     costs = pass_costs(tgt, cost_sizes)
-    vocabs: dict[str, list[int]] = {}
+    masks: dict[str, torch.Tensor] = {}  # [V] bool per vocabulary: in it or not
     for name in names:
         drafter = load_drafter(name, tgt)
         if not isinstance(drafter, EagleDrafter):
             ap.error(f"--drafts {name!r} is not an EAGLE draft; use eagle or eagle:DIR")
-        vocabs[name] = drafter.head.target_ids().tolist()
+        masks[name] = drafter.head.t2d.cpu().clone()
         layers = drafter.hidden_layers
+        if name == names[0]:
+            first_ids = drafter.head.target_ids().tolist()
     if grow:
         answers = [s["ids"][int(s["n_prompt"]):].tolist() for s in iter_shards(*args.data)]
         for size in grow:
-            vocabs[f"{names[0]} grown to {size}"] = frequent_vocab(answers, size, V, keep=vocabs[names[0]])
-    masks = {}
-    for name, ids in vocabs.items():
-        m = torch.zeros(V, dtype=torch.bool)
-        m[torch.tensor(ids)] = True
-        masks[name] = m
+            m = torch.zeros(V, dtype=torch.bool)
+            m[frequent_vocab(answers, size, V, keep=first_ids)] = True
+            masks[f"{names[0]} grown to {size}"] = m
     rows = []
     for set_name in [s for s in args.sets.split(",") if s]:
         prompts = load_prompts(set_name, args.n_prompts)
@@ -127,10 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         for i, p in enumerate(tqdm(prompts, desc=f"decoding {set_name[-24:]}", file=sys.stderr)):
             ids = tgt.encode_prompt(p)
             for T in (0, 1):
-                torch.manual_seed(i)
-                kw = dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0) if T else dict(do_sample=False)
-                full = tgt.model.generate(torch.tensor([ids]), max_new_tokens=args.max_new_tokens,
-                                          pad_token_id=tgt.tokenizer.eos_token_id, **kw)[0].tolist()
+                full = target_continuation(tgt, ids, float(T), args.max_new_tokens, seed=i)
                 new = torch.tensor(full[len(ids):])  # [N]
                 n[T] += new.numel()
                 for name, m in masks.items():

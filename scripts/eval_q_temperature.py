@@ -31,7 +31,7 @@ from specot.api import load_drafter, load_target
 from specot.envinfo import environment_info
 from specot.sampling import SamplingConfig
 from specot.theory import optimal_acceptance
-from specot_lab.bench.script_io import add_run_options, write_record
+from specot_lab.bench.script_io import add_run_options, target_continuation, write_record
 from specot_lab.corpus import load_prompts
 from specot_lab.distill.eagle import target_features
 
@@ -55,10 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         seqs = []
         for i, p in enumerate(tqdm(prompts, desc=f"sampling {set_name[-24:]}", file=sys.stderr)):
             ids = tgt.encode_prompt(p)
-            torch.manual_seed(i)
-            out = tgt.model.generate(torch.tensor([ids]), do_sample=True, temperature=T, top_k=0, top_p=1.0,
-                                     max_new_tokens=args.max_new_tokens, pad_token_id=tgt.tokenizer.eos_token_id)
-            seqs.append((ids, out[0].tolist()))
+            seqs.append((ids, target_continuation(tgt, ids, T, args.max_new_tokens, seed=i)))
         first_vocab = None  # [V] bool: the first draft's vocabulary
         for dname in [d for d in args.drafts.split(",") if d]:
             drafter = load_drafter(dname, tgt)
@@ -67,8 +64,7 @@ def main(argv: list[str] | None = None) -> int:
             acc2 = torch.zeros(len(ratios))
             acc_out = torch.zeros(len(ratios))  # the part of acc from tokens outside the first vocabulary
             if first_vocab is None:
-                first_vocab = torch.zeros(tgt.vocab_size, dtype=torch.bool)
-                first_vocab[tids] = True
+                first_vocab = head.t2d.cpu().clone()
             agree = 0.0
             n = 0
             for ids, full in seqs:

@@ -1,6 +1,6 @@
 """The shared frame of the lab scripts in ``scripts/`` that decode prompt sets with the embedded
 target (``eval_drafters.py``, ``suffix_cost_ab.py``, ``greedy_shortcut_ab.py``): their common
-options and the JSON record they write."""
+options, the target's seeded continuation of a prompt and the JSON record they write."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from specot.envinfo import environment_info
 
 from .acceptance import load_avg
 
-__all__ = ["add_run_options", "timed_run_fields", "write_record"]
+__all__ = ["add_run_options", "target_continuation", "timed_run_fields", "write_record"]
 
 
 def add_run_options(ap: argparse.ArgumentParser, *, sets: str, dtype: str = "auto", threads: int = 2) -> None:
@@ -28,6 +28,17 @@ def add_run_options(ap: argparse.ArgumentParser, *, sets: str, dtype: str = "aut
     ap.add_argument("--dtype", default=dtype)
     ap.add_argument("--threads", type=int, default=threads)
     ap.add_argument("--out", default=None)
+
+
+def target_continuation(target: Any, ids: Sequence[int], temperature: float, max_new_tokens: int,
+                        seed: int) -> list[int]:
+    """``ids`` and the target's continuation of them: greedy at ``temperature`` 0, else sampled from
+    the full distribution at that temperature (no top-k / top-p) after ``torch.manual_seed(seed)``."""
+    torch.manual_seed(seed)
+    kw = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if temperature > 0 else dict(do_sample=False)
+    out = target.model.generate(torch.tensor([list(ids)]), max_new_tokens=max_new_tokens,
+                                pad_token_id=target.tokenizer.eos_token_id, **kw)
+    return out[0].tolist()
 
 
 def write_record(path: str | None, benchmark: str, script: str, argv: Sequence[str] | None,

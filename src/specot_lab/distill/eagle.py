@@ -269,7 +269,7 @@ def train_eagle(target: Any, token_seqs: Sequence[Sequence[int]], out_dir: str |
         state = {k: v.float() if v.is_floating_point() else v for k, v in init.head.checkpoint_state().items()}
         if len(vocab) > init.head.draft_vocab_size:  # a grown vocabulary: new output rows, the head's own map
             state = {k: v for k, v in state.items() if k not in ("d2t", "t2d")}
-            state["lm_head.weight"] = grow_draft_vocab(state["lm_head.weight"], init.head.target_ids().tolist(), vocab,
+            state["lm_head.weight"] = grow_draft_vocab(state["lm_head.weight"], vocab[:init.head.draft_vocab_size], vocab,
                                                        tm.get_output_embeddings().weight)
         head.load_state_dict(state, strict=False)
     step = 0
