@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from typing import Sequence
 
 import torch
 from tqdm import tqdm
@@ -47,8 +48,9 @@ def _per_call_s(fn, reps: int) -> float:
 
 
 @torch.no_grad()
-def pass_costs(tgt, sizes: list[int], context: int = 300) -> list[dict]:
-    """Seconds of one target step and of one head pass over 2 tokens per draft vocabulary size."""
+def pass_costs(tgt, sizes: list[int], context: int = 300, num_layers: Sequence[int] = (1,)) -> list[dict]:
+    """Milliseconds of one target step and of one head pass over 2 tokens per draft vocabulary
+    size and head depth (decoder layers)."""
     ids = torch.randint(0, tgt.vocab_size, (1, context))
     cache = tgt.model(ids, use_cache=True).past_key_values
 
@@ -59,17 +61,18 @@ def pass_costs(tgt, sizes: list[int], context: int = 300) -> list[dict]:
     t_target = _per_call_s(target_step, 40)
     rows = []
     for size in sizes:
-        head = EagleDrafter.random(tgt, draft_vocab=size).head
-        att = head.midlayer.self_attn
-        dt = head.lm_head.weight.dtype
-        pk = torch.randn(att.num_kv, context, att.head_dim, dtype=dt)
-        args = (torch.tensor([5, 6]), torch.randn(2, head.hidden_size, dtype=dt), torch.tensor([context, context]),
-                pk, pk.clone(), torch.ones(2, context + 2, dtype=torch.bool))
-        t_head = _per_call_s(lambda: head.step(*args, fused=False), 300)
-        rows.append({"draft_vocab_size": size, "head_pass_ms": 1e3 * t_head, "target_step_ms": 1e3 * t_target,
-                     "ratio": t_head / t_target})
-        print(f"draft vocabulary {size}: head pass {1e3 * t_head:.2f} ms, target step {1e3 * t_target:.2f} ms, "
-              f"ratio {t_head / t_target:.3f}", file=sys.stderr)
+        for n_layers in num_layers:
+            head = EagleDrafter.random(tgt, draft_vocab=size, num_layers=n_layers).head
+            att = head.midlayer.self_attn
+            dt = head.lm_head.weight.dtype
+            pk = torch.randn(n_layers, att.num_kv, context, att.head_dim, dtype=dt)
+            args = (torch.tensor([5, 6]), torch.randn(2, head.hidden_size, dtype=dt), torch.tensor([context, context]),
+                    pk, pk.clone(), torch.ones(2, context + 2, dtype=torch.bool))
+            t_head = _per_call_s(lambda: head.step(*args, fused=False), 300)
+            rows.append({"draft_vocab_size": size, "num_layers": n_layers, "head_pass_ms": 1e3 * t_head,
+                         "target_step_ms": 1e3 * t_target, "ratio": t_head / t_target})
+            print(f"draft vocabulary {size}, {n_layers} layer(s): head pass {1e3 * t_head:.2f} ms, target step "
+                  f"{1e3 * t_target:.2f} ms, ratio {t_head / t_target:.3f}", file=sys.stderr)
     return rows
 
 
@@ -79,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--grow", default="", help="comma-separated sizes to grow the first draft's vocabulary to")
     ap.add_argument("--data", action="append", default=[], help="sampled-answer shards counted for --grow (repeatable)")
     ap.add_argument("--cost", default="", help="comma-separated draft vocabulary sizes to time a head pass at")
+    ap.add_argument("--cost-layers", default="1", help="comma-separated head depths (decoder layers) to time (default 1)")
     add_run_options(ap, sets="docs/bench/prompts_code.jsonl,mixed", dtype="bfloat16", threads=2)
     args = ap.parse_args(argv)
 
@@ -89,6 +93,12 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"{flag} takes comma-separated vocabulary sizes, got {text!r}")
 
     grow, cost_sizes = sizes(args.grow, "--grow"), sizes(args.cost, "--cost")
+    try:
+        cost_layers = [int(s) for s in args.cost_layers.split(",") if s]
+    except ValueError:
+        cost_layers = []
+    if not cost_layers or min(cost_layers) < 1:
+        ap.error(f"--cost-layers takes comma-separated integers >= 1, got {args.cost_layers!r}")
     names = [d for d in args.drafts.split(",") if d]
     if grow and not args.data:
         ap.error("--grow needs --data: the shards whose answer tokens rank the added tokens")
@@ -100,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     V = tgt.vocab_size
     if any(not 0 < s <= V for s in grow + cost_sizes):
         ap.error(f"--grow / --cost: every size must lie in [1, {V}] (the target's vocabulary), got {grow + cost_sizes}")
-    costs = pass_costs(tgt, cost_sizes)
+    costs = pass_costs(tgt, cost_sizes, num_layers=cost_layers)
     masks: dict[str, torch.Tensor] = {}  # [V] bool per vocabulary: in it or not
     for name in names:
         drafter = load_drafter(name, tgt)

@@ -84,6 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--autocast", action="store_true", help="bf16 autocast of the head's forward/backward")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--init-head", default=None, help="continue from a trained head (a directory in the published layout)")
+    ap.add_argument("--num-layers", type=int, default=None,
+                    help="decoder layers of the head (default: the initial head's, else 1); above the initial "
+                    "head's adds layers that start as the identity")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     tgt = load_target(None, dtype=args.dtype)
@@ -108,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(seqs)} sequences, {sum(map(len, seqs))} tokens", file=sys.stderr)
     tc = EagleTrainConfig(draft_vocab_size=args.draft_vocab, steps=args.steps, lr=args.lr, max_len=args.max_len,
                           init_from_target=args.init_from_target, autocast=args.autocast, seed=args.seed,
-                          init_head=args.init_head)
+                          init_head=args.init_head, num_layers=args.num_layers)
     train_eagle(tgt, seqs, args.out, tc, max_steps=args.max_steps)
     return 0
 

@@ -121,6 +121,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                     "(float32 weights; 2.2x faster steps where the CPU has native bf16)")
     pg.add_argument("--init-head", type=Path, default=None, help="continue training a head (a directory in the "
                     "published layout, e.g. the shipped one) on new text: its weights, draft vocabulary and layers")
+    pg.add_argument("--num-layers", type=int, default=None, help="decoder layers of the head (default: the "
+                    "initial head's, else 1, as EAGLE-3); above the initial head's adds layers that start as the identity")
     pg.add_argument("--device", default="cpu")
     pg.add_argument("--seed", type=int, default=0)
     pg.add_argument("--threads", type=int, default=0)
@@ -233,7 +235,7 @@ def _run_eagle(args: argparse.Namespace) -> int:
     cfg = EagleTrainConfig(draft_vocab_size=args.draft_vocab, layers=layers, ttt_steps=args.ttt_steps,
                            feat_weight=args.feat_weight, lr=args.lr, steps=args.steps, max_len=args.max_len,
                            seed=args.seed, autocast=args.autocast,
-                           init_head=str(args.init_head) if args.init_head else None)
+                           init_head=str(args.init_head) if args.init_head else None, num_layers=args.num_layers)
     train_eagle(target, seqs, args.out, cfg, max_steps=args.max_steps)
     print(f"EAGLE head -> {args.out / 'head'} (use it with draft='eagle:{args.out / 'head'}')")
     return 0

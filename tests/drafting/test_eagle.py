@@ -215,10 +215,11 @@ def _target_features(target, seq: list[int], layers) -> torch.Tensor:
     return torch.cat([out.hidden_states[i][0] for i in layers], dim=-1)
 
 
+@pytest.mark.parametrize("num_layers", [1, 2])
 @pytest.mark.parametrize("tree", [False, True])
-def test_hidden_states_arrive_with_the_right_positions(tree):
+def test_hidden_states_arrive_with_the_right_positions(tree, num_layers):
     target = _target()
-    dr = _recorder(target)
+    dr = _recorder(target, num_layers=num_layers)
     cfg = GenerationConfig(max_new_tokens=30, gamma=3, sampling=SamplingConfig(1.0), seed=11, stop_at_eos=False)
     if tree:
         res = tree_generate(target, dr, PROMPT, TreeSpec.topology(EAGLE_DEFAULT_TREE, "greedy"), cfg, verifier="greedy")
@@ -280,18 +281,20 @@ def _samples(target, drafter, spec, verifier, n, length, seed=1234):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["chain", "greedy", "wor", "iid", "static_iid", "sharp_chain", "sharp_greedy"])
+@pytest.mark.parametrize("kind", ["chain", "greedy", "wor", "iid", "static_iid", "sharp_chain", "sharp_greedy",
+                                  "deep_chain", "deep_greedy"])
 def test_sampling_is_lossless_chi_square(kind):
     """Empirical law of 4-token continuations == the exact autoregressive joint, with a reduced draft
     vocabulary (4 of 6 tokens): chains, EAGLE-2 dynamic trees under each law, a static i.i.d.
-    prefix tree (equal draws merge, the merged node drafting for all its slots), and a sharpened
-    draft law (``q_temperature_ratio=0.5``). The first iteration is a plain target step (no
-    features yet), the second drafts up to 2 deep."""
+    prefix tree (equal draws merge, the merged node drafting for all its slots), a sharpened
+    draft law (``q_temperature_ratio=0.5``) and a two-layer head (``deep_``). The first iteration
+    is a plain target step (no features yet), the second drafts up to 2 deep."""
     V, L = 6, 4
     target = _target(vocab=V)
     dr = _eagle(target, draft_vocab=[0, 1, 3, 4], seed=2, dynamic=not kind.startswith("static"),
-                q_temperature_ratio=0.5 if kind.startswith("sharp") else 1.0)
-    kind = kind.removeprefix("static_").removeprefix("sharp_")
+                q_temperature_ratio=0.5 if kind.startswith("sharp") else 1.0,
+                num_layers=2 if kind.startswith("deep") else 1)
+    kind = kind.removeprefix("static_").removeprefix("sharp_").removeprefix("deep_")
     assert dr.head.draft_vocab_size < V
     exact = exact_joint(target.model, PROMPT6, L, SamplingConfig(1.0))
     if kind == "chain":
@@ -364,6 +367,48 @@ def test_checkpoint_round_trip_in_the_published_layout(tmp_path):
 
     via_api = load_drafter(f"eagle:{tmp_path}", target)
     assert isinstance(via_api, EagleDrafter)
+
+
+def _deep_keys() -> set[str]:
+    sub = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "input_layernorm",
+           "post_attention_layernorm", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
+    return {f"layers.1.{m}.weight" for m in sub}
+
+
+def test_deeper_head_round_trip_and_greedy_exact(tmp_path):
+    """A two-layer head (``num_hidden_layers=2``): layer 1 is a plain H-wide decoder layer saved as
+    ``layers.1.*``; it loads back with the same outputs, also when layer 0 is named ``layers.0.*``
+    (vLLM's name for ``midlayer``); greedy chains and dynamic trees equal autoregressive decoding."""
+    from safetensors.torch import load_file, save_file
+
+    target = _target()
+    dr = _eagle(target, num_layers=2)
+    H = target.model.config.hidden_size
+    assert dr.head.num_layers == 2 and dr.head.layers["1"].self_attn.q_proj.in_features == H
+    assert tuple(dr.head.empty_kv()[0].shape[:1]) == (2,)
+    dr.head.save_pretrained(tmp_path / "a")
+    state = load_file(str(tmp_path / "a" / "model.safetensors"))
+    assert set(state) == set(EAGLE3_KEYS) | _deep_keys()
+    feats, toks = torch.randn(5, 3 * H), torch.tensor([1, 2, 3, 4, 5])
+    want = dr.head.forward_sequence(toks, feats)[0]
+    renamed = {k.replace("midlayer.", "layers.0."): v for k, v in state.items()}
+    (tmp_path / "b").mkdir()
+    save_file(renamed, str(tmp_path / "b" / "model.safetensors"))
+    cfg = json.loads((tmp_path / "a" / "config.json").read_text())
+    (tmp_path / "b" / "config.json").write_text(json.dumps({**cfg, "num_hidden_layers": 4}))  # weights decide
+    for d in ("a", "b"):
+        loaded = EagleDrafter.from_pretrained(tmp_path / d, target)
+        assert loaded.head.num_layers == 2
+        torch.testing.assert_close(loaded.head.forward_sequence(toks, feats)[0], want)
+    one = _eagle(target)
+    assert not torch.allclose(one.head.forward_sequence(toks, feats)[0], want)  # layer 1 changes the output
+    cfg_g = GenerationConfig(max_new_tokens=32, gamma=3, sampling=GREEDY)
+    ar = autoregressive_generate(target, PROMPT, cfg_g)
+    assert speculative_generate(target, dr, PROMPT, cfg_g).tokens == ar.tokens
+    spec = TreeSpec.topology(EAGLE_DEFAULT_TREE, "greedy")
+    for rerank_on in (True, False):
+        tr = tree_generate(target, _eagle(target, num_layers=2, rerank=rerank_on), PROMPT, spec, cfg_g, verifier="greedy")
+        assert tr.tokens == ar.tokens
 
 
 def test_checkpoint_with_its_own_embedding_and_bin_weights(tmp_path):
@@ -604,3 +649,67 @@ def test_ttt_loss_of_a_chunk_shorter_than_the_unroll_is_finite(trained):
     full, _ = ttt_loss(head, torch.tensor(ids + [4, 1]), target_features(target.model, ids + [4, 1], dr.hidden_layers),
                        EagleTrainConfig(ttt_steps=3))
     assert math.isfinite(float(full))
+
+
+def test_ttt_loss_of_a_deeper_head(trained):
+    """The training unroll of a two-layer head: with layer 1's output projections at zero (how
+    ``num_layers`` adds a layer, attempt 11) every step's loss equals the one-layer head's, and with
+    a random layer 1 the step-0 KL is the one computed from the inference pass
+    (``forward_sequence``), so training and drafting run the same network."""
+    from specot_lab.distill.eagle import EagleTrainConfig, target_features, ttt_loss
+
+    target, out, _, _ = trained
+    one = EagleDrafter.from_pretrained(out / "head", target).head.float()
+    cfg = json.loads((out / "head" / "config.json").read_text())
+    cfg = {k: v for k, v in cfg.items() if k not in ("architectures", "model_type")}
+    deep = Eagle3Head(type(one.config)(**{**cfg, "num_hidden_layers": 2}), num_features=3)
+    deep.load_state_dict(one.checkpoint_state(), strict=False)
+    deep.attach_embedding(target.model.get_input_embeddings())
+    with torch.no_grad():
+        deep.layers["1"].self_attn.o_proj.weight.zero_()
+        deep.layers["1"].mlp.down_proj.weight.zero_()
+    ids = [2, 6, 9, 4, 1, 7, 3, 5, 11, 0]
+    data = target_features(target.model, ids, (1, 2, 2))
+    tc = EagleTrainConfig(ttt_steps=3)
+    l1, s1 = ttt_loss(one, torch.tensor(ids), data, tc)
+    l2, s2 = ttt_loss(deep, torch.tensor(ids), data, tc)
+    torch.testing.assert_close(l2, l1)
+    assert s1 == pytest.approx(s2, rel=1e-5)
+    with torch.no_grad():
+        for w in (deep.layers["1"].self_attn.o_proj.weight, deep.layers["1"].mlp.down_proj.weight):
+            w.normal_(0, 0.3)
+    l3, s3 = ttt_loss(deep, torch.tensor(ids), data, tc)
+    assert abs(s3["kl0"] - s1["kl0"]) > 1e-3
+    logits, _ = deep.forward_sequence(torch.tensor(ids[1:]), data["feats"][:-1])
+    p = data["probs"][1:].index_select(1, deep.target_ids())
+    p = p / p.sum(-1, keepdim=True)
+    kl0 = (p * (p.clamp_min(1e-12).log() - torch.log_softmax(logits, -1))).sum(-1).mean()
+    assert s3["kl0"] == pytest.approx(float(kl0.detach()), rel=1e-4)
+
+
+def test_training_adds_a_layer_that_starts_as_the_identity(trained, tmp_path):
+    """``num_layers`` above ``init_head``'s: the run's first loss is the trained head's (the added
+    layer is the identity at step 0), the exported head has ``layers.1.*`` and greedy decoding with
+    it equals autoregressive decoding; fewer layers than the head's is refused."""
+    from specot_lab.distill.eagle import EagleTrainConfig, train_eagle
+
+    target, out, _, _ = trained
+    seqs = [[i, (3 * i) % 16] + [(5 * i + 7 * j) % 16 for j in range(40)] for i in range(6)]
+    kw = dict(draft_vocab_size=None, ttt_steps=2, steps=3, lr=1e-3, warmup=1, max_len=64, init_head=str(out / "head"))
+    train_eagle(target, seqs, tmp_path / "one", EagleTrainConfig(**kw), progress=False)
+    deep = train_eagle(target, seqs, tmp_path / "two", EagleTrainConfig(**kw, num_layers=2), progress=False)
+    log1, log2 = ([json.loads(line) for line in (tmp_path / d / "log.jsonl").read_text().splitlines()] for d in ("one", "two"))
+    assert log2[0]["loss"] == pytest.approx(log1[0]["loss"], rel=1e-5)
+    assert deep.head.num_layers == 2
+    from safetensors.torch import load_file
+
+    assert _deep_keys() <= set(load_file(str(tmp_path / "two" / "head" / "model.safetensors")))
+    assert float(deep.head.layers["1"].self_attn.o_proj.weight.abs().max()) > 0  # it trained
+    prompt = [2, 6]
+    cfg = GenerationConfig(max_new_tokens=16, sampling=SamplingConfig(0.0), stop_at_eos=False)
+    assert speculative_generate(target, deep, prompt, cfg).tokens == autoregressive_generate(target, prompt, cfg).tokens
+    with pytest.raises(ValueError, match="num_layers"):
+        train_eagle(target, seqs, tmp_path / "bad", EagleTrainConfig(**kw, num_layers=0), progress=False)
+    with pytest.raises(ValueError, match="fewer than"):
+        train_eagle(target, seqs, tmp_path / "bad2", EagleTrainConfig(**{**kw, "init_head": str(tmp_path / "two" / "head")},
+                                                                       num_layers=1), progress=False)

@@ -1,4 +1,5 @@
-"""Feature-level drafting (EAGLE): a one-layer draft head over the target's own hidden states.
+"""Feature-level drafting (EAGLE): a draft head of one decoder layer (or a few) over the target's
+own hidden states.
 
 References:
 
@@ -24,6 +25,7 @@ by vLLM / SGLang)::
                self_attn.{q,k,v}_proj: Linear(2H → ·)  over cat(input_layernorm(emb), hidden_norm(f))
                self_attn.o_proj: Linear(· → H)         residual: the feature f
                post_attention_layernorm, mlp.{gate,up,down}_proj (a Llama MLP)
+    layers.i:  (i = 1..L−1, deeper heads only) plain Llama decoder layers over the layer below
     norm:      RMSNorm(H)
     lm_head:   Linear(H → V_d, no bias)
     d2t:       int64 [V_d]   target_id = draft_id + d2t[draft_id]
@@ -40,7 +42,8 @@ emitted: as a correction or bonus token, from the residual / the target).
 **State and caches.** :meth:`EagleDrafter.update` stores the target's fused features of the
 committed positions (the engine hands them over because the drafter sets ``hidden_layers``). The
 draft keeps its own KV cache of *committed* entries: entry ``j`` reads token ``j`` and the target's
-feature at ``j − 1`` — exactly as in training. Drafted nodes read their parent's draft output
+feature at ``j − 1`` — exactly as in training (keys and values ``[L, kv, P, d]`` for the head's ``L``
+decoder layers). Drafted nodes read their parent's draft output
 feature (EAGLE's feature extrapolation) and live in temporary KV entries discarded after
 :meth:`~EagleDrafter.propose`; accepted drafts are re-run next time with the target's true features
 (as EAGLE does). Until the target has produced the features of the context (the first iteration
@@ -133,9 +136,10 @@ def _llama_config(obj: dict[str, Any]):
 
 def eagle3_config(target_config: Any, *, draft_vocab_size: int | None = None, num_attention_heads: int | None = None,
                   num_key_value_heads: int | None = None, intermediate_size: int | None = None,
-                  layers: Sequence[int] | None = None):
+                  layers: Sequence[int] | None = None, num_layers: int = 1):
     """A ``LlamaConfig`` for an EAGLE-3 head on a target with ``target_config`` (a transformers
-    config): the target's width, vocabulary, RoPE and norm settings, one decoder layer,
+    config): the target's width, vocabulary, RoPE and norm settings, ``num_layers`` decoder layers
+    (EAGLE-3: one),
     ``draft_vocab_size`` (default: the full vocabulary) and the feature layers (default
     :func:`default_eagle_layers`) under ``eagle_config.eagle_aux_hidden_state_layer_ids``."""
     tc = target_config
@@ -148,7 +152,7 @@ def eagle3_config(target_config: Any, *, draft_vocab_size: int | None = None, nu
         hidden_size=H, intermediate_size=intermediate_size or getattr(tc, "intermediate_size", 4 * H),
         num_attention_heads=num_attention_heads or tc.num_attention_heads,
         num_key_value_heads=num_key_value_heads or getattr(tc, "num_key_value_heads", tc.num_attention_heads),
-        num_hidden_layers=1, vocab_size=tc.vocab_size, draft_vocab_size=int(draft_vocab_size or tc.vocab_size),
+        num_hidden_layers=int(num_layers), vocab_size=tc.vocab_size, draft_vocab_size=int(draft_vocab_size or tc.vocab_size),
         max_position_embeddings=tc.max_position_embeddings, rms_norm_eps=getattr(tc, "rms_norm_eps", 1e-6),
         hidden_act=getattr(tc, "hidden_act", "silu"), tie_word_embeddings=False,
         rope_theta=rope.get("rope_theta", getattr(tc, "rope_theta", 10000.0)),
@@ -176,18 +180,20 @@ def _rotate_half(x: Tensor) -> Tensor:
 
 
 class _Eagle3Attention(nn.Module):
-    """Llama attention whose q/k/v projections read the 2H-wide ``[embedding, feature]`` input."""
+    """Llama attention whose q/k/v projections read the 2H-wide ``[embedding, feature]`` input (the
+    first layer) or the H-wide output of the layer below (``in_width=H``, later layers)."""
 
-    def __init__(self, cfg: Any) -> None:
+    def __init__(self, cfg: Any, in_width: int | None = None) -> None:
         super().__init__()
         H = cfg.hidden_size
+        W = 2 * H if in_width is None else in_width  # 2H in the first layer, H in later ones
         self.num_heads = cfg.num_attention_heads
         self.num_kv = getattr(cfg, "num_key_value_heads", None) or self.num_heads
         self.head_dim = getattr(cfg, "head_dim", None) or H // self.num_heads
         bias = bool(getattr(cfg, "attention_bias", False))
-        self.q_proj = nn.Linear(2 * H, self.num_heads * self.head_dim, bias=bias)
-        self.k_proj = nn.Linear(2 * H, self.num_kv * self.head_dim, bias=bias)
-        self.v_proj = nn.Linear(2 * H, self.num_kv * self.head_dim, bias=bias)
+        self.q_proj = nn.Linear(W, self.num_heads * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(W, self.num_kv * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(W, self.num_kv * self.head_dim, bias=bias)
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, H, bias=bias)
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, past_k: Tensor, past_v: Tensor,
@@ -234,6 +240,26 @@ class _Eagle3Layer(nn.Module):
         return h, k, v
 
 
+class _DecoderLayer(nn.Module):
+    """A plain Llama decoder layer (pre-norm, H-wide) stacked on ``midlayer`` in a deeper head
+    (``num_hidden_layers > 1``; published layout ``layers.{i}.*``, i >= 1, as vLLM names the
+    layers of a multi-layer EAGLE-3 head with ``midlayer`` = layer 0)."""
+
+    def __init__(self, cfg: Any) -> None:
+        super().__init__()
+        eps = getattr(cfg, "rms_norm_eps", 1e-6)
+        self.self_attn = _Eagle3Attention(cfg, in_width=cfg.hidden_size)
+        self.mlp = LlamaMLP(cfg)
+        self.input_layernorm = LlamaRMSNorm(cfg.hidden_size, eps=eps)
+        self.post_attention_layernorm = LlamaRMSNorm(cfg.hidden_size, eps=eps)
+
+    def forward(self, h: Tensor, cos: Tensor, sin: Tensor, past_k: Tensor, past_v: Tensor,
+                mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        a, k, v = self.self_attn(self.input_layernorm(h), cos, sin, past_k, past_v, mask)
+        h = h + a
+        return h + self.mlp(self.post_attention_layernorm(h)), k, v
+
+
 class Eagle3Head(nn.Module):
     """The EAGLE-3 draft network (module docstring); parameter names follow the published layout.
 
@@ -256,6 +282,11 @@ class Eagle3Head(nn.Module):
         self.num_features = num_features
         self.fc = nn.Linear(num_features * Ht, H, bias=False)
         self.midlayer = _Eagle3Layer(config)
+        # layers 1.. of a deeper head (EAGLE-3 heads have one layer: an empty list)
+        n_layers = int(getattr(config, "num_hidden_layers", 1) or 1)
+        # keyed "1".."L−1" so the weights are saved as layers.{i}.* (layer 0 is midlayer)
+        self.layers = nn.ModuleDict({str(i): _DecoderLayer(config) for i in range(1, n_layers)})
+        self.num_layers = n_layers
         self.norm = LlamaRMSNorm(H, eps=getattr(config, "rms_norm_eps", 1e-6))
         self.lm_head = nn.Linear(H, Vd, bias=False)
         self.register_buffer("d2t", torch.zeros(Vd, dtype=torch.int64))
@@ -309,18 +340,28 @@ class Eagle3Head(nn.Module):
              mask: Tensor, fused: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """Run ``T`` draft positions: ``tokens [T]``, features ``feats`` (``fused``: the target's
         ``[T, k·H_t]``, through ``fc``; else draft output features ``[T, H]``), rotary ``positions
-        [T]``, ``past_k/v [kv, P, d]``, ``mask [T, P + T]``. Returns (draft logits ``[T, V_d]``,
-        output features ``[T, H]`` (pre-norm, fed to the next draft step), new keys, new values)."""
+        [T]``, ``past_k/v [L, kv, P, d]`` (L = the head's layers), ``mask [T, P + T]``. Returns
+        (draft logits ``[T, V_d]``, output features ``[T, H]`` (pre-norm, fed to the next draft step),
+        new keys, new values ``[L, kv, T, d]``)."""
         dt = self.lm_head.weight.dtype
         f = self.fc(feats.to(dt)) if fused else feats.to(dt)
         cos, sin = self.rotary(f, positions[None])
-        h, k, v = self.midlayer(self.embed(tokens), f, cos[0], sin[0], past_k, past_v, mask)
-        return self.lm_head(self.norm(h)), h, k, v
+        cos, sin = cos[0], sin[0]
+        h, k, v = self.midlayer(self.embed(tokens), f, cos, sin, past_k[0], past_v[0], mask)
+        if not len(self.layers):
+            return self.lm_head(self.norm(h)), h, k[None], v[None]
+        ks, vs = [k], [v]
+        for i, layer in enumerate(self.layers.values(), start=1):
+            h, k, v = layer(h, cos, sin, past_k[i], past_v[i], mask)
+            ks.append(k)
+            vs.append(v)
+        return self.lm_head(self.norm(h)), h, torch.stack(ks), torch.stack(vs)
 
     def empty_kv(self) -> tuple[Tensor, Tensor]:
+        """An empty KV cache ``[L, kv, 0, d]`` (keys, values) of the head's ``L`` layers."""
         att = self.midlayer.self_attn
         w = self.lm_head.weight
-        z = torch.zeros(att.num_kv, 0, att.head_dim, dtype=w.dtype, device=w.device)
+        z = torch.zeros(self.num_layers, att.num_kv, 0, att.head_dim, dtype=w.dtype, device=w.device)
         return z, z.clone()
 
     def forward_sequence(self, tokens: Tensor, feats: Tensor) -> tuple[Tensor, Tensor]:
@@ -477,7 +518,9 @@ class EagleDrafter(Drafter):
     def from_pretrained(cls, path: str | os.PathLike[str], target: Any, **kw: Any) -> "EagleDrafter":
         """Load a published EAGLE-3 head (``config.json`` with ``draft_vocab_size``; weights
         ``fc.weight``, ``midlayer.*``, ``norm.weight``, ``lm_head.weight``, ``d2t``, ``t2d``, and
-        optionally ``embed_tokens.weight``) for ``target``, in the target's dtype and device.
+        optionally ``embed_tokens.weight``) for ``target``, in the target's dtype and device. A
+        deeper head's later decoder layers are ``layers.{i}.*`` (i >= 1; ``layers.0.*`` is read as
+        ``midlayer.*``); the depth comes from the weights, not from ``num_hidden_layers``.
 
         Raises:
             FileNotFoundError: no checkpoint there.
@@ -489,7 +532,12 @@ class EagleDrafter(Drafter):
             raise FileNotFoundError(f"no config.json in EAGLE checkpoint {d}")
         obj = json.loads(cfg_file.read_text(encoding="utf-8"))
         state = {k.removeprefix("model."): v for k, v in _read_state(d).items()}
+        if not any(k.startswith("midlayer.") for k in state):  # vLLM's name for it: layers.0
+            state = {("midlayer." + k.removeprefix("layers.0.")) if k.startswith("layers.0.") else k: v
+                     for k, v in state.items()}
         cfg = _llama_config({k: v for k, v in obj.items() if k not in ("architectures", "model_type")})
+        # the depth is what the weights hold (published configs may copy the target's layer count)
+        cfg.num_hidden_layers = 1 + len({k.split(".")[1] for k in state if k.startswith("layers.")})
         if "draft_vocab_size" not in obj and "lm_head.weight" in state:
             cfg.draft_vocab_size = int(state["lm_head.weight"].shape[0])
         if "fc.weight" not in state:
@@ -529,10 +577,12 @@ class EagleDrafter(Drafter):
 
     @classmethod
     def random(cls, target: Any, *, draft_vocab: Sequence[int] | int | None = None, seed: int = 0,
-               layers: Sequence[int] | None = None, scale: float = 1.0, **kw: Any) -> "EagleDrafter":
+               layers: Sequence[int] | None = None, scale: float = 1.0, num_layers: int = 1,
+               **kw: Any) -> "EagleDrafter":
         """An untrained head for ``target`` (tests, training from scratch): ``draft_vocab`` is the
         list of target ids of the draft vocabulary, or its size (the first ``V_d`` ids), or ``None``
-        (the full vocabulary); ``scale`` multiplies ``lm_head`` (sharper draft distributions)."""
+        (the full vocabulary); ``scale`` multiplies ``lm_head`` (sharper draft distributions);
+        ``num_layers`` decoder layers (EAGLE-3: 1)."""
         tcfg = target.model.config
         if draft_vocab is None:
             ids = list(range(target.vocab_size))
@@ -540,7 +590,7 @@ class EagleDrafter(Drafter):
             ids = list(range(draft_vocab))
         else:
             ids = [int(t) for t in draft_vocab]
-        cfg = eagle3_config(tcfg, draft_vocab_size=len(ids), layers=layers)
+        cfg = eagle3_config(tcfg, draft_vocab_size=len(ids), layers=layers, num_layers=num_layers)
         torch.manual_seed(seed)
         head = Eagle3Head(cfg, num_features=len(_config_layers(cfg) or ()))
         for m in head.modules():
@@ -580,7 +630,7 @@ class EagleDrafter(Drafter):
 
     @property
     def _kend(self) -> int:
-        return self._kbase + self._k.shape[1]
+        return self._kbase + self._k.shape[2]
 
     def _truncate(self, n: int) -> None:
         """Forget everything that depends on tokens at positions ``>= n``."""
@@ -592,7 +642,7 @@ class EagleDrafter(Drafter):
         """Drop the KV entries at positions ``>= n``."""
         if self._kend > n:
             keep = max(0, n - self._kbase)
-            self._k, self._v = self._k[:, :keep], self._v[:, :keep]
+            self._k, self._v = self._k[:, :, :keep], self._v[:, :, :keep]
             self._last = None
 
     def update(self, outcome: DraftOutcome) -> None:
@@ -634,12 +684,12 @@ class EagleDrafter(Drafter):
         lo = self._kend
         toks = torch.tensor([int(t) for t in context[lo:c]], dtype=torch.int64, device=self.device)
         feats = self._feats[lo - 1 - self._fbase: c - 1 - self._fbase]
-        T, P = c - lo, self._k.shape[1]
+        T, P = c - lo, self._k.shape[2]
         mask = torch.ones(T, P + T, dtype=torch.bool, device=self.device)
         mask[:, P:] = torch.ones(T, T, dtype=torch.bool, device=self.device).tril()
         pos = torch.arange(lo - 1, c - 1, device=self.device)  # the draft's own positions (EAGLE: j − 1)
         logits, h, k, v = self.head.step(toks, feats, pos, self._k, self._v, mask, fused=True)
-        self._k, self._v = torch.cat([self._k, k], 1), torch.cat([self._v, v], 1)
+        self._k, self._v = torch.cat([self._k, k], 2), torch.cat([self._v, v], 2)
         self._last = (logits[-1], h[-1])
         self.calls += 1
         return self._last
@@ -806,7 +856,7 @@ class EagleDrafter(Drafter):
         """ONE draft pass over ``nodes`` (a frontier) under the tree mask: each reads the committed KV
         entries, its ancestors' temporary entries and itself. Returns (logits ``[T, V_d]``, output
         features ``[T, H]``, the temporary KV grown by the T new entries)."""
-        P, Tp, T = self._k.shape[1], tk.shape[1], len(nodes)
+        P, Tp, T = self._k.shape[2], tk.shape[2], len(nodes)
         tmask = torch.zeros(T, Tp + T, dtype=torch.bool)  # built on the host, moved once
         for j, nd in enumerate(nodes):
             par = parents[nd]
@@ -817,10 +867,10 @@ class EagleDrafter(Drafter):
         toks = torch.tensor([tokens[nd] for nd in nodes], dtype=torch.int64, device=self.device)
         fin = torch.stack([feat[parents[nd]] for nd in nodes])
         pos = torch.tensor([c - 2 + depths[nd] for nd in nodes], device=self.device)
-        pk, pv = torch.cat([self._k, tk], 1), torch.cat([self._v, tv], 1)
+        pk, pv = torch.cat([self._k, tk], 2), torch.cat([self._v, tv], 2)
         lg, h, k, v = self.head.step(toks, fin, pos, pk, pv, mask, fused=False)
         self.calls += 1
-        return lg, h, torch.cat([tk, k], 1), torch.cat([tv, v], 1)
+        return lg, h, torch.cat([tk, k], 2), torch.cat([tv, v], 2)
 
     @torch.no_grad()
     def _draft_reranked(self, context: list[int], root: tuple[Tensor, Tensor], depth: int, top_k: int,

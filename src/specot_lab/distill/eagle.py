@@ -70,6 +70,10 @@ class EagleTrainConfig:
     # new text with a fresh optimizer and learning-rate schedule (attempt 5). A draft_vocab_size
     # larger than its vocabulary grows it (grow_draft_vocab, attempt 9); smaller or None keeps it.
     init_head: str | None = None
+    # Decoder layers of the head (EAGLE-3: 1). None: the initial head's, else 1. More layers than
+    # the initial head's adds plain decoder layers on top whose output projections (o_proj,
+    # down_proj) start at zero, so the deeper head starts as exactly the initial one (attempt 11).
+    num_layers: int | None = None
 
 
 def chunk_token_ids(seqs: Iterable[Sequence[int]], max_len: int) -> list[list[int]]:
@@ -143,22 +147,23 @@ def target_features(target_model: Any, ids: Sequence[int], layers: Sequence[int]
             "last": hs[-1][0].float()}
 
 
-def _qkv(head: Eagle3Head, tokens: Tensor, feat: Tensor, cos: Tensor, sin: Tensor):
-
-    layer = head.midlayer
-    att = layer.self_attn
-    normed = layer.hidden_norm(feat)
-    residual = normed if layer.norm_before_residual else feat
-    with torch.no_grad():  # the embedding is the target's, frozen
-        emb = head.embed(tokens)
-    x = torch.cat([layer.input_layernorm(emb), normed], dim=-1)
+def _qkv(att: Any, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Rotated queries ``[h, T, d]``, keys and values ``[kv, T, d]`` of attention ``att`` over ``x [T, ·]``."""
     T = x.shape[0]
     q = att.q_proj(x).view(T, att.num_heads, att.head_dim).transpose(0, 1)
     k = att.k_proj(x).view(T, att.num_kv, att.head_dim).transpose(0, 1)
     v = att.v_proj(x).view(T, att.num_kv, att.head_dim).transpose(0, 1)
-    q = q * cos + _rotate_half(q) * sin
-    k = k * cos + _rotate_half(k) * sin
-    return q, k, v, residual
+    return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin, v
+
+
+def _unrolled_attention(att: Any, q: Tensor, keys: list[Tensor], vals: list[Tensor], mask: Tensor) -> Tensor:
+    """``att``'s output ``[T, H]`` for queries ``q`` over the keys / values of every unroll step so
+    far (concatenated along positions) under ``mask [T, (s + 1)·T]``."""
+    rep = att.num_heads // att.num_kv
+    K = torch.cat(keys, dim=1).repeat_interleave(rep, dim=0)
+    V = torch.cat(vals, dim=1).repeat_interleave(rep, dim=0)
+    out = F.scaled_dot_product_attention(q[None], K[None], V[None], attn_mask=mask[None, None])[0]
+    return att.o_proj(out.transpose(0, 1).reshape(q.shape[1], -1))
 
 
 def ttt_loss(head: Eagle3Head, ids: Tensor, data: dict[str, Tensor], cfg: EagleTrainConfig) -> tuple[Tensor, dict[str, float]]:
@@ -178,30 +183,34 @@ def ttt_loss(head: Eagle3Head, ids: Tensor, data: dict[str, Tensor], cfg: EagleT
     pos = torch.arange(T, device=dev)
     cos, sin = head.rotary(last, pos[None])
     cos, sin = cos[0].to(head.lm_head.weight.dtype), sin[0].to(head.lm_head.weight.dtype)
-    att = head.midlayer.self_attn
-    rep = att.num_heads // att.num_kv
-    keys: list[Tensor] = []
-    vals: list[Tensor] = []
+    mid = head.midlayer
+    # keys / values of every layer (midlayer, then head.layers), one entry per unroll step
+    keys: list[list[Tensor]] = [[] for _ in range(head.num_layers)]
+    vals: list[list[Tensor]] = [[] for _ in range(head.num_layers)]
     feat = head.fc(data["feats"][:-1].to(dev, head.lm_head.weight.dtype))  # [T, H]: feature of position e
+    with torch.no_grad():  # the embedding is the target's, frozen
+        emb = head.embed(tokens)
     total = torch.zeros((), device=dev)
     stats: dict[str, float] = {}
     e = torch.arange(T, device=dev)
     for s in range(min(cfg.ttt_steps, T)):  # a chunk of T entries has no history for step T or later
-        q, k, v, residual = _qkv(head, tokens, feat, cos, sin)
-        keys.append(k)
-        vals.append(v)
         # keys: step 0 at entries <= e − s; step r (1..s) at entry e − s + r (the diagonal)
         blocks = [(e[None, :] <= (e[:, None] - s))]
         for r in range(1, s + 1):
             blocks.append(e[None, :] == (e[:, None] - s + r))
         mask = torch.cat(blocks, dim=1)  # [T, (s + 1)·T]
-        K = torch.cat(keys, dim=1).repeat_interleave(rep, dim=0)
-        V = torch.cat(vals, dim=1).repeat_interleave(rep, dim=0)
         valid = e >= s  # entries whose unrolled history exists
         mask = mask | ~valid[:, None]  # rows without history: any keys (masked out of the loss)
-        out = F.scaled_dot_product_attention(q[None], K[None], V[None], attn_mask=mask[None, None])[0]
-        h = residual + att.o_proj(out.transpose(0, 1).reshape(T, -1))
-        h = h + head.midlayer.mlp(head.midlayer.post_attention_layernorm(h))
+        normed_f = mid.hidden_norm(feat)
+        residual = normed_f if mid.norm_before_residual else feat
+        x = torch.cat([mid.input_layernorm(emb), normed_f], dim=-1)  # [T, 2H]
+        h = residual
+        for i, (layer, inp) in enumerate([(mid, x)] + [(lay, None) for lay in head.layers.values()]):
+            q, k, v = _qkv(layer.self_attn, inp if inp is not None else layer.input_layernorm(h), cos, sin)
+            keys[i].append(k)
+            vals[i].append(v)
+            h = h + _unrolled_attention(layer.self_attn, q, keys[i], vals[i], mask)
+            h = h + layer.mlp(layer.post_attention_layernorm(h))
         normed = head.norm(h)
         logq = torch.log_softmax(head.lm_head(normed).float(), dim=-1)
         kl = (p * (p.clamp_min(1e-12).log() - logq)).sum(-1)
@@ -239,9 +248,13 @@ def train_eagle(target: Any, token_seqs: Sequence[Sequence[int]], out_dir: str |
     ckpt_path = out / "ckpt.pt"
     resume = torch.load(ckpt_path, map_location="cpu", weights_only=False) if ckpt_path.exists() else None
     init = EagleDrafter.from_pretrained(cfg.init_head, target) if resume is None and cfg.init_head else None
+    if cfg.num_layers is not None and (isinstance(cfg.num_layers, bool) or int(cfg.num_layers) < 1):
+        raise ValueError(f"num_layers must be an integer >= 1 (EAGLE-3: 1), got {cfg.num_layers!r}")
+    n_layers = cfg.num_layers or (init.head.num_layers if init is not None else 1)
     if resume is not None:
         vocab = resume["draft_vocab"]
         layers = tuple(resume["layers"])
+        n_layers = int(resume.get("num_layers", 1))
     elif init is not None:
         vocab = init.head.target_ids().tolist()
         if cfg.draft_vocab_size is not None and cfg.draft_vocab_size > len(vocab):
@@ -250,7 +263,9 @@ def train_eagle(target: Any, token_seqs: Sequence[Sequence[int]], out_dir: str |
     else:
         vocab = frequent_vocab(chunks, cfg.draft_vocab_size or target.vocab_size, target.vocab_size)
         layers = tuple(cfg.layers) if cfg.layers is not None else None
-    hcfg = eagle3_config(tm.config, draft_vocab_size=len(vocab), layers=layers)
+    if init is not None and n_layers < init.head.num_layers:
+        raise ValueError(f"num_layers={n_layers} is fewer than the initial head's {init.head.num_layers} layers")
+    hcfg = eagle3_config(tm.config, draft_vocab_size=len(vocab), layers=layers, num_layers=n_layers)
     layers = _config_layers(hcfg)
     torch.manual_seed(cfg.seed)
     head = Eagle3Head(hcfg, num_features=len(layers))
@@ -272,6 +287,10 @@ def train_eagle(target: Any, token_seqs: Sequence[Sequence[int]], out_dir: str |
             state["lm_head.weight"] = grow_draft_vocab(state["lm_head.weight"], vocab[:init.head.draft_vocab_size], vocab,
                                                        tm.get_output_embeddings().weight)
         head.load_state_dict(state, strict=False)
+        with torch.no_grad():  # added layers start as the identity: zero output projections
+            for layer in list(head.layers.values())[init.head.num_layers - 1:]:
+                layer.self_attn.o_proj.weight.zero_()
+                layer.mlp.down_proj.weight.zero_()
     step = 0
     if resume is not None:
         head.load_state_dict(resume["head"], strict=False)
@@ -285,7 +304,7 @@ def train_eagle(target: Any, token_seqs: Sequence[Sequence[int]], out_dir: str |
     def save() -> None:
         tmp = ckpt_path.with_suffix(".tmp")
         torch.save({"head": head.checkpoint_state(), "opt": opt.state_dict(), "step": step, "draft_vocab": vocab,
-                    "layers": list(layers)}, tmp)
+                    "layers": list(layers), "num_layers": n_layers}, tmp)
         os.replace(tmp, ckpt_path)
 
     bar = tqdm(total=cfg.steps, initial=step, desc="training EAGLE head", unit="step", disable=not progress,
