@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
                     agree += float((p.argmax(-1) == tids[z.argmax(-1)]).sum())
                     for k, r in enumerate(ratios):
                         drafter.q_temperature_ratio = r  # the engine's own draft law at this ratio
-                        q = drafter._q_full(z, SamplingConfig(T))  # [N, V]
+                        q = drafter.draft_distribution(z, SamplingConfig(T))  # [N, V]
                         both = torch.minimum(p, q)  # [N, V]
                         acc[k] += both.sum()
                         acc_out[k] += both[:, ~first_vocab].sum()

@@ -312,12 +312,12 @@ def test_q_temperature_ratio_sharpens_q_at_positive_temperature_only(tmp_path):
     z = torch.randn(3, len(DRAFT_VOCAB))
     ids = torch.tensor(DRAFT_VOCAB)
     for T in (1.0, 0.7):
-        q = dr._q_full(z, SamplingConfig(T))
+        q = dr.draft_distribution(z, SamplingConfig(T))
         assert q.shape == (3, target.vocab_size)
         torch.testing.assert_close(q[:, ids], torch.softmax(z / (0.5 * T), dim=-1))
         assert float(q.sum(-1).sub(1).abs().max()) < 1e-5 and int((q > 0).sum()) == 3 * len(DRAFT_VOCAB)
-    same = _eagle(target)._q_full(z, GREEDY)
-    assert torch.equal(dr._q_full(z, GREEDY), same)  # temperature 0: the argmax, whatever the ratio
+    same = _eagle(target).draft_distribution(z, GREEDY)
+    assert torch.equal(dr.draft_distribution(z, GREEDY), same)  # temperature 0: the argmax, whatever the ratio
     # the checkpoint carries the calibration; an explicit argument wins; published heads default to 1
     dr.head.save_pretrained(tmp_path)
     assert EagleDrafter.from_pretrained(tmp_path, target).q_temperature_ratio == 1.0

@@ -694,9 +694,12 @@ class EagleDrafter(Drafter):
         self.calls += 1
         return self._last
 
-    def _q_full(self, logits_d: Tensor, sampling: SamplingConfig) -> Tensor:
-        """q ``[B, V]``: the standardized draft distribution over ``V_d`` (at temperature
-        ``q_temperature_ratio · T``) scattered to target ids."""
+    def draft_distribution(self, logits_d: Tensor, sampling: SamplingConfig) -> Tensor:
+        """The draft law q ``[B, V]`` of head logits ``logits_d [B, V_d]``: the standardized
+        distribution over the draft vocabulary (``sampling``'s transform at temperature
+        ``q_temperature_ratio · T``; one-hot at T = 0) scattered to the target ids ``d2t`` maps to,
+        0 on every other target token. Drafts are sampled from exactly this law, so verifying them
+        against it is lossless (module docstring)."""
         if sampling.temperature > 0 and self.q_temperature_ratio != 1.0:
             sampling = dataclasses.replace(sampling, temperature=sampling.temperature * self.q_temperature_ratio)
         qd = standardize(logits_d, sampling)  # [B, V_d]
@@ -782,11 +785,11 @@ class EagleDrafter(Drafter):
             else:
                 plan = [len([cs for s in slots[nd] for cs in spec.children(s)]) for nd in frontier]
             lg = torch.stack([logits[nd] for nd in frontier])  # [F, V_d]
-            q = self._q_full(lg, sampling)  # [F, V]
+            q = self.draft_distribution(lg, sampling)  # [F, V]
             if greedy_target and not chain and any(m > 1 for m in plan):
                 # temperature 0: a one-hot q allows one child only; nodes with several children draw
                 # them from the draft's own softmax (any q is exact for a lossless verifier)
-                soft = self._q_full(lg, SamplingConfig(1.0))
+                soft = self.draft_distribution(lg, SamplingConfig(1.0))
                 multi = torch.tensor([m > 1 for m in plan], device=q.device)[:, None]
                 q = torch.where(multi, soft, q)
             if law != DraftLaw.IID:
