@@ -48,9 +48,10 @@ def _per_call_s(fn, reps: int) -> float:
 
 
 @torch.no_grad()
-def pass_costs(tgt, sizes: list[int], context: int = 300, num_layers: Sequence[int] = (1,)) -> list[dict]:
+def pass_costs(tgt, sizes: list[int], context: int = 300, num_layers: Sequence[int] = (1,),
+               int8: Sequence[bool] = (False,)) -> list[dict]:
     """Milliseconds of one target step and of one head pass over 2 tokens per draft vocabulary
-    size and head depth (decoder layers)."""
+    size, head depth (decoder layers) and weight format (the target's dtype, or int8)."""
     ids = torch.randint(0, tgt.vocab_size, (1, context))
     cache = tgt.model(ids, use_cache=True).past_key_values
 
@@ -62,17 +63,19 @@ def pass_costs(tgt, sizes: list[int], context: int = 300, num_layers: Sequence[i
     rows = []
     for size in sizes:
         for n_layers in num_layers:
-            head = EagleDrafter.random(tgt, draft_vocab=size, num_layers=n_layers).head
-            att = head.midlayer.self_attn
-            dt = head.lm_head.weight.dtype
-            pk = torch.randn(n_layers, att.num_kv, context, att.head_dim, dtype=dt)
-            args = (torch.tensor([5, 6]), torch.randn(2, head.hidden_size, dtype=dt), torch.tensor([context, context]),
-                    pk, pk.clone(), torch.ones(2, context + 2, dtype=torch.bool))
-            t_head = _per_call_s(lambda: head.step(*args, fused=False), 300)
-            rows.append({"draft_vocab_size": size, "num_layers": n_layers, "head_pass_ms": 1e3 * t_head,
-                         "target_step_ms": 1e3 * t_target, "ratio": t_head / t_target})
-            print(f"draft vocabulary {size}, {n_layers} layer(s): head pass {1e3 * t_head:.2f} ms, target step "
-                  f"{1e3 * t_target:.2f} ms, ratio {t_head / t_target:.3f}", file=sys.stderr)
+            for q8 in int8:
+                head = EagleDrafter.random(tgt, draft_vocab=size, num_layers=n_layers, int8=q8).head
+                att = head.midlayer.self_attn
+                dt = head.dtype
+                pk = torch.randn(n_layers, att.num_kv, context, att.head_dim, dtype=dt)
+                args = (torch.tensor([5, 6]), torch.randn(2, head.hidden_size, dtype=dt),
+                        torch.tensor([context, context]), pk, pk.clone(), torch.ones(2, context + 2, dtype=torch.bool))
+                t_head = _per_call_s(lambda: head.step(*args, fused=False), 300)
+                rows.append({"draft_vocab_size": size, "num_layers": n_layers, "int8": q8, "head_pass_ms": 1e3 * t_head,
+                             "target_step_ms": 1e3 * t_target, "ratio": t_head / t_target})
+                print(f"draft vocabulary {size}, {n_layers} layer(s), {'int8' if q8 else dt}: head pass "
+                      f"{1e3 * t_head:.2f} ms, target step {1e3 * t_target:.2f} ms, ratio {t_head / t_target:.3f}",
+                      file=sys.stderr)
     return rows
 
 
@@ -83,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", action="append", default=[], help="sampled-answer shards counted for --grow (repeatable)")
     ap.add_argument("--cost", default="", help="comma-separated draft vocabulary sizes to time a head pass at")
     ap.add_argument("--cost-layers", default="1", help="comma-separated head depths (decoder layers) to time (default 1)")
+    ap.add_argument("--cost-int8", action="store_true", help="also time int8-weight heads (EagleDrafter(int8=True))")
     add_run_options(ap, sets="docs/bench/prompts_code.jsonl,mixed", dtype="bfloat16", threads=2)
     args = ap.parse_args(argv)
 
@@ -110,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     V = tgt.vocab_size
     if any(not 0 < s <= V for s in grow + cost_sizes):
         ap.error(f"--grow / --cost: every size must lie in [1, {V}] (the target's vocabulary), got {grow + cost_sizes}")
-    costs = pass_costs(tgt, cost_sizes, num_layers=cost_layers)
+    costs = pass_costs(tgt, cost_sizes, num_layers=cost_layers, int8=(False, True) if args.cost_int8 else (False,))
     masks: dict[str, torch.Tensor] = {}  # [V] bool per vocabulary: in it or not
     for name in names:
         drafter = load_drafter(name, tgt)

@@ -282,19 +282,20 @@ def _samples(target, drafter, spec, verifier, n, length, seed=1234):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["chain", "greedy", "wor", "iid", "static_iid", "sharp_chain", "sharp_greedy",
-                                  "deep_chain", "deep_greedy"])
+                                  "deep_chain", "deep_greedy", "int8_chain", "int8_greedy"])
 def test_sampling_is_lossless_chi_square(kind):
     """Empirical law of 4-token continuations == the exact autoregressive joint, with a reduced draft
     vocabulary (4 of 6 tokens): chains, EAGLE-2 dynamic trees under each law, a static i.i.d.
     prefix tree (equal draws merge, the merged node drafting for all its slots), a sharpened
-    draft law (``q_temperature_ratio=0.5``) and a two-layer head (``deep_``). The first iteration
-    is a plain target step (no features yet), the second drafts up to 2 deep."""
+    draft law (``q_temperature_ratio=0.5``), a two-layer head (``deep_``) and an int8-weight head
+    (``int8_``). The first iteration is a plain target step (no features yet), the second drafts
+    up to 2 deep."""
     V, L = 6, 4
     target = _target(vocab=V)
     dr = _eagle(target, draft_vocab=[0, 1, 3, 4], seed=2, dynamic=not kind.startswith("static"),
                 q_temperature_ratio=0.5 if kind.startswith("sharp") else 1.0,
-                num_layers=2 if kind.startswith("deep") else 1)
-    kind = kind.removeprefix("static_").removeprefix("sharp_").removeprefix("deep_")
+                num_layers=2 if kind.startswith("deep") else 1, int8=kind.startswith("int8"))
+    kind = kind.split("_")[-1]
     assert dr.head.draft_vocab_size < V
     exact = exact_joint(target.model, PROMPT6, L, SamplingConfig(1.0))
     if kind == "chain":
@@ -409,6 +410,37 @@ def test_deeper_head_round_trip_and_greedy_exact(tmp_path):
     for rerank_on in (True, False):
         tr = tree_generate(target, _eagle(target, num_layers=2, rerank=rerank_on), PROMPT, spec, cfg_g, verifier="greedy")
         assert tr.tokens == ar.tokens
+
+
+def test_int8_head_drafts_what_it_computes_and_stays_greedy_exact(tmp_path):
+    """``int8=True`` (attempt 12): every linear layer becomes an Int8Linear, the logits stay close
+    to the float head's, greedy chains and trees equal autoregressive decoding, ``from_pretrained``
+    reads ``specot_int8_weights`` (an explicit argument wins) and a quantized head refuses to save."""
+    from specot.models.int8 import Int8Linear
+
+    target = _target()
+    dr, dq = _eagle(target, num_layers=2), _eagle(target, num_layers=2, int8=True)
+    assert dq.head.int8 and not dr.head.int8
+    linears = [m for m in dq.head.modules() if isinstance(m, (Int8Linear, torch.nn.Linear))]
+    assert len(linears) == 1 + 7 + 7 + 1 and all(isinstance(m, Int8Linear) for m in linears)
+    H = target.model.config.hidden_size
+    feats, toks = torch.randn(6, 3 * H), torch.tensor([1, 2, 3, 4, 5, 6])
+    with torch.no_grad():
+        zf, zq = dr.head.forward_sequence(toks, feats)[0], dq.head.forward_sequence(toks, feats)[0]
+    assert float((zf - zq).abs().max()) < 0.05 * float(zf.abs().max())
+    cfg_g = GenerationConfig(max_new_tokens=32, gamma=3, sampling=GREEDY)
+    ar = autoregressive_generate(target, PROMPT, cfg_g)
+    assert speculative_generate(target, dq, PROMPT, cfg_g).tokens == ar.tokens
+    spec = TreeSpec.topology(EAGLE_DEFAULT_TREE, "greedy")
+    assert tree_generate(target, _eagle(target, int8=True), PROMPT, spec, cfg_g, verifier="greedy").tokens == ar.tokens
+    with pytest.raises(RuntimeError, match="int8"):
+        dq.head.save_pretrained(tmp_path / "q")
+    dr.head.save_pretrained(tmp_path)
+    assert not EagleDrafter.from_pretrained(tmp_path, target).head.int8
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**cfg, "specot_int8_weights": True}))
+    assert EagleDrafter.from_pretrained(tmp_path, target).head.int8
+    assert not EagleDrafter.from_pretrained(tmp_path, target, int8=False).head.int8
 
 
 def test_checkpoint_with_its_own_embedding_and_bin_weights(tmp_path):

@@ -16,6 +16,7 @@ from specot.drafting import EagleDrafter, HybridDrafter, NGramDrafter
 from specot.drafting.eagle import EAGLE3_KEYS
 from specot.engine import GenerationConfig, autoregressive_generate, speculative_generate
 from specot.models.embedded import embedded_eagle_dir
+from specot.models.int8 import Int8Linear
 from specot.sampling import SamplingConfig
 
 from conftest import tiny_lm
@@ -28,6 +29,7 @@ def test_head_files_layout_and_size():
     cfg = json.loads((d / "config.json").read_text())
     assert cfg["draft_vocab_size"] == 8192 and cfg["hidden_size"] == 576
     assert cfg["specot_q_temperature_ratio"] == 0.75  # measured calibration (docs/results.md, session 8)
+    assert cfg["specot_int8_weights"] is True  # int8 weights on a CPU (docs/distillation.md, attempt 12)
     weights = load_file(str(d / "model.safetensors"))
     assert set(weights) == set(EAGLE3_KEYS)
     assert all(torch.isfinite(w.float()).all() for w in weights.values() if w.is_floating_point())
@@ -68,7 +70,9 @@ def test_auto_plan_for_the_embedded_target():
 @pytest.mark.real_model
 def test_auto_decodes_suffix_eagle_trees_in_bf16_and_the_plan_is_exact_in_float32():
     bf16 = specot.load_embedded_target(dtype="bfloat16")
-    assert isinstance(specot.load_drafter("auto", bf16), HybridDrafter)
+    auto = specot.load_drafter("auto", bf16)
+    assert isinstance(auto, HybridDrafter)
+    assert isinstance(specot.load_drafter("eagle", bf16).head.lm_head, Int8Linear)  # the shipped head on a CPU
     assert auto_plan(bf16) == ("suffix+eagle", 2, 3)
     prompt = "Write a Python function that returns the squares of a list of numbers."
     rep = specot.generate(prompt, target=bf16, temperature=0.0, max_new_tokens=16)

@@ -95,6 +95,7 @@ from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding
 
 from ..laws import DraftLaw, sample_drafts
+from ..models.int8 import Int8Linear, quantize_linears_int8
 from ..sampling import SamplingConfig, standardize
 from .base import DraftOutcome, DraftTree, Drafter, greedy_q
 from .tree import TreeSpec
@@ -296,6 +297,26 @@ class Eagle3Head(nn.Module):
         self._shared_embedding: list[nn.Embedding] = []  # the target's (not a submodule: not saved)
         self.rotary = LlamaRotaryEmbedding(config=config)
 
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype of the head's activations (that of its norms; int8 layers keep it in their scales)."""
+        return self.norm.weight.dtype
+
+    @property
+    def int8(self) -> bool:
+        """Whether :meth:`quantize_int8` has replaced the linear layers."""
+        return isinstance(self.lm_head, Int8Linear)
+
+    def quantize_int8(self) -> "Eagle3Head":
+        """Store every linear layer (``fc``, the decoder layers' projections, ``lm_head``) as int8
+        weights with one scale per output row (:class:`~specot.models.int8.Int8Linear`), in place.
+        A head pass on a CPU reads half the bytes of bfloat16 (attempt 12, docs/distillation.md).
+        The draft law is whatever the quantized head computes, so verification stays lossless.
+        Call after moving the head to its device and dtype; a quantized head cannot be saved."""
+        if not self.int8:
+            quantize_linears_int8(self)
+        return self
+
     # ------------------------------------------------------------------ vocabulary map
     def set_draft_vocab(self, target_ids: Sequence[int] | Tensor) -> None:
         """Use the target tokens ``target_ids`` (distinct, in draft-id order) as the draft
@@ -333,7 +354,7 @@ class Eagle3Head(nn.Module):
             self._shared_embedding[0] if self._shared_embedding else None)
         if emb is None:
             raise RuntimeError("the EAGLE head has no token embedding: attach the target's (attach_embedding)")
-        return emb(tokens.to(emb.weight.device)).to(self.lm_head.weight.dtype)
+        return emb(tokens.to(emb.weight.device)).to(self.dtype)
 
     # ------------------------------------------------------------------ forward
     def step(self, tokens: Tensor, feats: Tensor, positions: Tensor, past_k: Tensor, past_v: Tensor,
@@ -343,7 +364,7 @@ class Eagle3Head(nn.Module):
         [T]``, ``past_k/v [L, kv, P, d]`` (L = the head's layers), ``mask [T, P + T]``. Returns
         (draft logits ``[T, V_d]``, output features ``[T, H]`` (pre-norm, fed to the next draft step),
         new keys, new values ``[L, kv, T, d]``)."""
-        dt = self.lm_head.weight.dtype
+        dt = self.dtype
         f = self.fc(feats.to(dt)) if fused else feats.to(dt)
         cos, sin = self.rotary(f, positions[None])
         cos, sin = cos[0], sin[0]
@@ -360,7 +381,7 @@ class Eagle3Head(nn.Module):
     def empty_kv(self) -> tuple[Tensor, Tensor]:
         """An empty KV cache ``[L, kv, 0, d]`` (keys, values) of the head's ``L`` layers."""
         att = self.midlayer.self_attn
-        w = self.lm_head.weight
+        w = self.norm.weight
         z = torch.zeros(self.num_layers, att.num_kv, 0, att.head_dim, dtype=w.dtype, device=w.device)
         return z, z.clone()
 
@@ -377,7 +398,13 @@ class Eagle3Head(nn.Module):
 
     # ------------------------------------------------------------------ checkpoints
     def checkpoint_state(self) -> dict[str, Tensor]:
-        """The published-layout state dict (no rotary buffers; the embedding only when owned)."""
+        """The published-layout state dict (no rotary buffers; the embedding only when owned).
+
+        Raises:
+            RuntimeError: the head was quantized (:meth:`quantize_int8`); save it before.
+        """
+        if self.int8:
+            raise RuntimeError("an int8-quantized EAGLE head has no published layout; save the head before quantize_int8()")
         return {k: v for k, v in self.state_dict().items() if not k.startswith("rotary.")}
 
     def save_pretrained(self, path: str | os.PathLike[str]) -> None:
@@ -464,6 +491,11 @@ class EagleDrafter(Drafter):
             (``docs/results.md``). Any r keeps verification lossless: q is exactly the law the
             drafts are drawn from. :meth:`from_pretrained` reads ``specot_q_temperature_ratio``
             from the checkpoint's ``config.json`` (absent in published heads: r = 1).
+        int8: store the head's linear layers as int8 weights with a scale per output row
+            (:meth:`Eagle3Head.quantize_int8`): half the bytes of a bfloat16 pass, which is what a
+            CPU head pass is bound by. Lossless all the same (q is what the quantized head
+            computes). :meth:`from_pretrained` reads ``specot_int8_weights`` from ``config.json``
+            (absent: off) and applies it on a CPU only.
 
     Raises:
         ValueError: a head that does not fit the target (vocabulary, feature width, layers),
@@ -473,7 +505,7 @@ class EagleDrafter(Drafter):
     def __init__(self, head: Eagle3Head, target: Any, *, layers: Sequence[int] | None = None, dynamic: bool = True,
                  top_k: int | None = None, total_tokens: int | None = None, width: int | None = None,
                  min_confidence: float | None = None, rerank: bool = True, q_temperature_ratio: float = 1.0,
-                 name: str = "eagle3") -> None:
+                 int8: bool = False, name: str = "eagle3") -> None:
         super().__init__()
         tcfg = target.model.config
         n_layers = int(tcfg.num_hidden_layers)
@@ -504,6 +536,8 @@ class EagleDrafter(Drafter):
         self.q_temperature_ratio = ratio
         self.head = head.to(target.device).eval()
         self.head.requires_grad_(False)
+        if int8:
+            self.head.quantize_int8()
         self.target = target
         self.hidden_layers = layers
         self.dynamic, self.top_k, self.total_tokens, self.width = dynamic, top_k, total_tokens, width
@@ -573,6 +607,8 @@ class EagleDrafter(Drafter):
         head.load_state_dict({k: state[k] for k in expected}, strict=False)
         head.to(dtype=target.dtype)
         kw.setdefault("q_temperature_ratio", float(obj.get("specot_q_temperature_ratio", 1.0)))
+        # a CPU setting: there a head pass is bound by the bytes it reads (on a GPU, by launches)
+        kw.setdefault("int8", bool(obj.get("specot_int8_weights", False)) and torch.device(target.device).type == "cpu")
         return cls(head, target, name=kw.pop("name", d.name or "eagle3"), **kw)
 
     @classmethod
@@ -609,11 +645,11 @@ class EagleDrafter(Drafter):
 
     @property
     def device(self) -> torch.device:
-        return self.head.lm_head.weight.device
+        return self.head.norm.weight.device
 
     def reset(self) -> None:
         self._ids: list[int] = []
-        self._feats = torch.zeros(0, self.head.fc.in_features, dtype=self.head.lm_head.weight.dtype,
+        self._feats = torch.zeros(0, self.head.fc.in_features, dtype=self.head.dtype,
                                   device=self.device)
         self._fbase = 0  # absolute position of _feats[0]
         self._k, self._v = self.head.empty_kv()
