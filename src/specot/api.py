@@ -366,7 +366,8 @@ def generate(
         prompt: text (chat-templated for instruct models unless ``chat=False``) or token ids.
         target: ``None``/``"smollm2"`` (embedded default), a path, a hub id or a :class:`CausalLM`.
         draft: ``"auto"`` (default: the fastest plan measured, :func:`auto_plan` — suffix decoding
-            with the shipped EAGLE head as draft trees for the embedded target in bf16 on a CPU,
+            with the shipped EAGLE head (int8 weights on a CPU) as draft trees for the embedded
+            target in bf16 on a CPU,
             else ``"ngram"``), ``"eagle"`` (the shipped EAGLE-3 head of the embedded target),
             ``"distilled"``, ``"ngram"``, ``"suffix"`` (model-free draft trees, decoded by
             :func:`tree_generate` under the GREEDY law with the ``greedy`` verifier, depth ``gamma``,
