@@ -595,10 +595,16 @@ def test_training_continues_from_a_trained_head(trained, tmp_path):
 
     target, out, _, logs = trained
     seqs = [[i, (3 * i) % 16] + [(5 * i + 7 * j) % 16 for j in range(40)] for i in range(6)]
+    init_dir = tmp_path / "init"  # the head, asking for int8 weights on a CPU as the shipped one does
+    init_dir.mkdir()
+    for f in (out / "head").iterdir():
+        (init_dir / f.name).write_bytes(f.read_bytes())
+    cfg_json = json.loads((init_dir / "config.json").read_text())
+    (init_dir / "config.json").write_text(json.dumps({**cfg_json, "specot_int8_weights": True}))
     cfg = EagleTrainConfig(draft_vocab_size=None, ttt_steps=2, steps=5, lr=1e-6, warmup=1, max_len=64,
-                           init_head=str(out / "head"))
-    drafter = train_eagle(target, seqs, tmp_path, cfg, progress=False)
-    cont = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+                           init_head=str(init_dir))
+    drafter = train_eagle(target, seqs, tmp_path / "run", cfg, progress=False)
+    cont = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
     fresh_dir = tmp_path / "fresh"
     train_eagle(target, seqs, fresh_dir, EagleTrainConfig(draft_vocab_size=12, ttt_steps=2, steps=5, lr=1e-6,
                                                           warmup=1, max_len=64), progress=False)

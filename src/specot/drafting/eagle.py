@@ -266,7 +266,8 @@ class Eagle3Head(nn.Module):
 
     Args:
         config: a ``LlamaConfig`` with ``draft_vocab_size`` (and optionally ``target_hidden_size``,
-            ``eagle_config.eagle_aux_hidden_state_layer_ids``, ``norm_before_residual``).
+            ``eagle_config.eagle_aux_hidden_state_layer_ids``, ``norm_before_residual``, and
+            ``num_hidden_layers``: decoder layers, ``midlayer`` plus plain ``layers.{i}``; 1 in EAGLE-3).
         num_features: how many target layers ``fc`` fuses (3 for EAGLE-3).
         own_embedding: give the head its own ``embed_tokens`` (saved with it) instead of sharing
             the target's (:meth:`attach_embedding`).

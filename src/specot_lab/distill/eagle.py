@@ -247,7 +247,8 @@ def train_eagle(target: Any, token_seqs: Sequence[Sequence[int]], out_dir: str |
     tm = target.model
     ckpt_path = out / "ckpt.pt"
     resume = torch.load(ckpt_path, map_location="cpu", weights_only=False) if ckpt_path.exists() else None
-    init = EagleDrafter.from_pretrained(cfg.init_head, target) if resume is None and cfg.init_head else None
+    # int8=False: training needs the float weights even where the head's config asks for int8 on a CPU
+    init = EagleDrafter.from_pretrained(cfg.init_head, target, int8=False) if resume is None and cfg.init_head else None
     if cfg.num_layers is not None and (isinstance(cfg.num_layers, bool) or int(cfg.num_layers) < 1):
         raise ValueError(f"num_layers must be an integer >= 1 (EAGLE-3: 1), got {cfg.num_layers!r}")
     n_layers = cfg.num_layers or (init.head.num_layers if init is not None else 1)
