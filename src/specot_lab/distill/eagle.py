@@ -174,7 +174,7 @@ def ttt_loss(head: Eagle3Head, ids: Tensor, data: dict[str, Tensor], cfg: EagleT
     token ``e + 1``.
     """
     T = ids.shape[0] - 1
-    dev = head.lm_head.weight.device
+    dev = head.norm.weight.device
     tokens = ids[1:].to(dev)
     tid = head.target_ids()
     p = data["probs"][1:, :].to(dev).index_select(1, tid)  # [T, V_d] the target's law on the draft vocabulary
@@ -182,12 +182,12 @@ def ttt_loss(head: Eagle3Head, ids: Tensor, data: dict[str, Tensor], cfg: EagleT
     last = data["last"][1:].to(dev)
     pos = torch.arange(T, device=dev)
     cos, sin = head.rotary(last, pos[None])
-    cos, sin = cos[0].to(head.lm_head.weight.dtype), sin[0].to(head.lm_head.weight.dtype)
+    cos, sin = cos[0].to(head.dtype), sin[0].to(head.dtype)
     mid = head.midlayer
     # keys / values of every layer (midlayer, then head.layers), one entry per unroll step
     keys: list[list[Tensor]] = [[] for _ in range(head.num_layers)]
     vals: list[list[Tensor]] = [[] for _ in range(head.num_layers)]
-    feat = head.fc(data["feats"][:-1].to(dev, head.lm_head.weight.dtype))  # [T, H]: feature of position e
+    feat = head.fc(data["feats"][:-1].to(dev, head.dtype))  # [T, H]: feature of position e
     with torch.no_grad():  # the embedding is the target's, frozen
         emb = head.embed(tokens)
     total = torch.zeros((), device=dev)
