@@ -197,16 +197,20 @@ class _Eagle3Attention(nn.Module):
         self.v_proj = nn.Linear(W, self.num_kv * self.head_dim, bias=bias)
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, H, bias=bias)
 
+    def project(self, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Rotated queries ``[h, T, d]``, keys and values ``[kv, T, d]`` of ``x [T, ·]``."""
+        T = x.shape[0]
+        q = self.q_proj(x).view(T, self.num_heads, self.head_dim).transpose(0, 1)  # [h, T, d]
+        k = self.k_proj(x).view(T, self.num_kv, self.head_dim).transpose(0, 1)  # [kv, T, d]
+        v = self.v_proj(x).view(T, self.num_kv, self.head_dim).transpose(0, 1)
+        return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin, v
+
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, past_k: Tensor, past_v: Tensor,
                 mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """``x [T, 2H]``, ``cos/sin [T, d]``, ``past_k/v [kv, P, d]``, boolean ``mask [T, P + T]``
         (True: attend). Returns the output ``[T, H]`` and the new keys / values ``[kv, T, d]``."""
         T = x.shape[0]
-        q = self.q_proj(x).view(T, self.num_heads, self.head_dim).transpose(0, 1)  # [h, T, d]
-        k = self.k_proj(x).view(T, self.num_kv, self.head_dim).transpose(0, 1)  # [kv, T, d]
-        v = self.v_proj(x).view(T, self.num_kv, self.head_dim).transpose(0, 1)
-        q = q * cos + _rotate_half(q) * sin
-        k = k * cos + _rotate_half(k) * sin
+        q, k, v = self.project(x, cos, sin)
         keys = torch.cat([past_k, k], dim=1)  # [kv, P + T, d]
         vals = torch.cat([past_v, v], dim=1)
         rep = self.num_heads // self.num_kv

@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from specot.drafting.eagle import Eagle3Head, EagleDrafter, _config_layers, _rotate_half, eagle3_config
+from specot.drafting.eagle import Eagle3Head, EagleDrafter, _config_layers, eagle3_config
 from tqdm import tqdm
 
 __all__ = ["EagleTrainConfig", "frequent_vocab", "grow_draft_vocab", "target_features", "ttt_loss", "train_eagle",
@@ -147,15 +147,6 @@ def target_features(target_model: Any, ids: Sequence[int], layers: Sequence[int]
             "last": hs[-1][0].float()}
 
 
-def _qkv(att: Any, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Rotated queries ``[h, T, d]``, keys and values ``[kv, T, d]`` of attention ``att`` over ``x [T, ·]``."""
-    T = x.shape[0]
-    q = att.q_proj(x).view(T, att.num_heads, att.head_dim).transpose(0, 1)
-    k = att.k_proj(x).view(T, att.num_kv, att.head_dim).transpose(0, 1)
-    v = att.v_proj(x).view(T, att.num_kv, att.head_dim).transpose(0, 1)
-    return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin, v
-
-
 def _unrolled_attention(att: Any, q: Tensor, keys: list[Tensor], vals: list[Tensor], mask: Tensor) -> Tensor:
     """``att``'s output ``[T, H]`` for queries ``q`` over the keys / values of every unroll step so
     far (concatenated along positions) under ``mask [T, (s + 1)·T]``."""
@@ -206,7 +197,7 @@ def ttt_loss(head: Eagle3Head, ids: Tensor, data: dict[str, Tensor], cfg: EagleT
         x = torch.cat([mid.input_layernorm(emb), normed_f], dim=-1)  # [T, 2H]
         h = residual
         for i, (layer, inp) in enumerate([(mid, x)] + [(lay, None) for lay in head.layers.values()]):
-            q, k, v = _qkv(layer.self_attn, inp if inp is not None else layer.input_layernorm(h), cos, sin)
+            q, k, v = layer.self_attn.project(inp if inp is not None else layer.input_layernorm(h), cos, sin)
             keys[i].append(k)
             vals[i].append(v)
             h = h + _unrolled_attention(layer.self_attn, q, keys[i], vals[i], mask)
