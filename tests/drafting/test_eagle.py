@@ -725,6 +725,39 @@ def test_ttt_loss_of_a_deeper_head(trained):
     assert s3["kl0"] == pytest.approx(float(kl0.detach()), rel=1e-4)
 
 
+def test_batched_ttt_loss_equals_the_single_sequence_losses(trained):
+    """A right-padded batch of two sequences of different lengths (attempt 13's GPU training): the
+    batched features equal the single pass's (the law on the draft vocabulary renormalized), and
+    every step's KL is the entry-weighted mean of the two single-sequence KLs, so padding leaks
+    into neither the attention nor the loss."""
+    from specot_lab.distill.eagle import (EagleTrainConfig, epoch_batches, target_features, target_features_batch,
+                                          ttt_loss, ttt_loss_batch)
+
+    target, out, _, _ = trained
+    dr = EagleDrafter.from_pretrained(out / "head", target)
+    head = dr.head.float()
+    a, b = [2, 6, 9, 4, 1, 7, 3], [5, 11, 0, 2, 6, 9, 4, 8, 1, 3, 7]
+    tc = EagleTrainConfig(ttt_steps=3, feat_weight=0.0)
+    batch = target_features_batch(target.model, [a, b], dr.hidden_layers, head.target_ids())
+    single = target_features(target.model, a, dr.hidden_layers)
+    torch.testing.assert_close(batch["feats"][0, :len(a) - 1], single["feats"][:-1], rtol=1e-5, atol=1e-5)
+    p = single["probs"][1:].index_select(1, head.target_ids())
+    torch.testing.assert_close(batch["p"][0, :len(a) - 1], p / p.sum(-1, keepdim=True), rtol=1e-5, atol=1e-6)
+    assert batch["lengths"].tolist() == [len(a) - 1, len(b) - 1]
+    _, sb = ttt_loss_batch(head, batch["tokens"], batch["feats"], batch["p"], batch["last"], batch["lengths"], tc)
+    _, sa1 = ttt_loss(head, torch.tensor(a), single, tc)
+    _, sb1 = ttt_loss(head, torch.tensor(b), target_features(target.model, b, dr.hidden_layers), tc)
+    for s in range(3):
+        na, nb = len(a) - 1 - s, len(b) - 1 - s
+        assert sb[f"kl{s}"] == pytest.approx((na * sa1[f"kl{s}"] + nb * sb1[f"kl{s}"]) / (na + nb), rel=1e-4)
+    # batches: every chunk once an epoch, similar lengths together, the same batches on a resume
+    lengths = [3, 50, 4, 49, 5, 48, 6, 47]
+    ep = epoch_batches(lengths, 2, seed=0, epoch=0, window=4)
+    assert sorted(i for bt in ep for i in bt) == list(range(8))
+    assert ep == epoch_batches(lengths, 2, seed=0, epoch=0, window=4) != epoch_batches(lengths, 2, seed=0, epoch=1, window=4)
+    assert epoch_batches(lengths, 1, seed=0, epoch=0) == [[i] for bt in epoch_batches(lengths, 1, 0, 0) for i in bt]
+
+
 def test_training_adds_a_layer_that_starts_as_the_identity(trained, tmp_path):
     """``num_layers`` above ``init_head``'s: the run's first loss is the trained head's (the added
     layer is the identity at step 0), the exported head has ``layers.1.*`` and greedy decoding with

@@ -198,11 +198,12 @@ class _Eagle3Attention(nn.Module):
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, H, bias=bias)
 
     def project(self, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Rotated queries ``[h, T, d]``, keys and values ``[kv, T, d]`` of ``x [T, ·]``."""
-        T = x.shape[0]
-        q = self.q_proj(x).view(T, self.num_heads, self.head_dim).transpose(0, 1)  # [h, T, d]
-        k = self.k_proj(x).view(T, self.num_kv, self.head_dim).transpose(0, 1)  # [kv, T, d]
-        v = self.v_proj(x).view(T, self.num_kv, self.head_dim).transpose(0, 1)
+        """Rotated queries ``[..., h, T, d]``, keys and values ``[..., kv, T, d]`` of ``x [..., T, ·]``
+        (a leading batch dimension is kept: training runs batches of sequences)."""
+        *lead, T, _ = x.shape
+        q = self.q_proj(x).view(*lead, T, self.num_heads, self.head_dim).transpose(-3, -2)  # [..., h, T, d]
+        k = self.k_proj(x).view(*lead, T, self.num_kv, self.head_dim).transpose(-3, -2)  # [..., kv, T, d]
+        v = self.v_proj(x).view(*lead, T, self.num_kv, self.head_dim).transpose(-3, -2)
         return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin, v
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, past_k: Tensor, past_v: Tensor,

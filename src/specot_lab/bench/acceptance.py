@@ -237,7 +237,7 @@ class BenchDraft:
         return {"name": self.name, "kind": self.kind, "available": self.available, "reason": self.reason}
 
 
-def load_bench_draft(spec: str, target: Any, *, dtype: str = "float32") -> BenchDraft:
+def load_bench_draft(spec: str, target: Any, *, dtype: str = "float32", device: str = "cpu") -> BenchDraft:
     """Resolve a draft name (see module docstring). Two drafts exist only in the lab (``ngram-lm``,
     ``early-exit:K``); every other name is resolved by :func:`specot.api.load_drafter`, the one
     draft registry. A draft that cannot be loaded (e.g. the distilled draft is not installed) gives
@@ -252,7 +252,7 @@ def load_bench_draft(spec: str, target: Any, *, dtype: str = "float32") -> Bench
         return BenchDraft(spec, "model", early_exit_draft(target, k))
     corpus = "pydoc" if target.tokenizer is not None else None
     try:
-        drafter = load_drafter(spec, target, dtype=dtype, ngram_corpus=corpus)
+        drafter = load_drafter(spec, target, dtype=dtype, device=device, ngram_corpus=corpus)
     except (FileNotFoundError, OSError) as exc:
         return BenchDraft(spec, "model", None, False, f"draft {spec!r} not available: {exc}")
     if isinstance(drafter, NGramDrafter):

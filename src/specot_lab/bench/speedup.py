@@ -97,13 +97,21 @@ class Method:
     verifier: str | None = None
 
 
+def _sync(device: Any) -> None:
+    """Wait for queued kernels on a CUDA ``device`` (host clocks time nothing of asynchronous work)."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def _pass_ms(model: Any, context_len: int, n: int, vocab: int, gen: torch.Generator) -> float:
     """Wall time (ms) of a rollback to ``context_len`` cached tokens plus one ``model`` pass over
-    ``n`` random tokens (ids below ``vocab``)."""
+    ``n`` random tokens (ids below ``vocab``), device-synchronised."""
     toks = torch.randint(0, vocab, (n,), generator=gen).tolist()
+    _sync(model.device)
     t0 = time.perf_counter()
     model.rollback(context_len)
     model.forward(toks)
+    _sync(model.device)
     return 1000.0 * (time.perf_counter() - t0)
 
 
@@ -159,12 +167,14 @@ def hf_generate(model: Any, ids: Sequence[int], temperature: float, max_new_toke
         kw["assistant_model"] = assistant
     if prompt_lookup is not None:
         kw["prompt_lookup_num_tokens"] = int(prompt_lookup)
-    inp = torch.tensor([list(ids)], dtype=torch.long)
+    inp = torch.tensor([list(ids)], dtype=torch.long, device=model.device)
     try:
         torch.manual_seed(seed)
+        _sync(model.device)
         t0 = time.perf_counter()
         with torch.inference_mode():
             out = model.generate(inp, attention_mask=torch.ones_like(inp), **kw)
+        _sync(model.device)
         dt = time.perf_counter() - t0
     finally:
         h.remove()
@@ -300,16 +310,18 @@ def run_speedup_bench(*, target: Any = None, draft: str | BenchDraft | None = "d
                       gammas: Sequence[int] = (2, 4), trees: Sequence[tuple[int, int]] = ((2, 4), (4, 4)),
                       tree_verifiers: Sequence[str] = ("kseq", "rrs_wor", "greedy"), peers: bool = True,
                       max_new_tokens: int = 64, seed: int = 0, dtype: str = "float32", cost_reps: int = 5,
-                      progress: bool = True, log: Any = sys.stderr, extra_drafts: Sequence[str] = ()) -> dict[str, Any]:
-    """Run the speedup benchmark (module docstring); returns the JSON-ready dict."""
+                      progress: bool = True, log: Any = sys.stderr, extra_drafts: Sequence[str] = (),
+                      device: str = "cpu") -> dict[str, Any]:
+    """Run the speedup benchmark (module docstring) with the target on ``device``; returns the
+    JSON-ready dict."""
 
 
     t_start = time.perf_counter()
     load_start = load_avg()
-    tgt = load_target(target, dtype=dtype)
+    tgt = load_target(target, dtype=dtype, device=device)
     bd: BenchDraft | None = None
     if draft is not None:
-        bd = draft if isinstance(draft, BenchDraft) else load_bench_draft(draft, tgt, dtype=dtype)
+        bd = draft if isinstance(draft, BenchDraft) else load_bench_draft(draft, tgt, dtype=dtype, device=device)
         if not bd.available:
             print(f"[bench speedup] no draft model: {bd.reason}; running the n-gram and AR rows only", file=log)
     ngram = load_drafter("ngram", tgt, ngram_corpus="pydoc") if tgt.tokenizer is not None else load_drafter("ngram", tgt, ngram_corpus=None)
@@ -378,6 +390,8 @@ def run_speedup_bench(*, target: Any = None, draft: str | BenchDraft | None = "d
         "schema_version": 1,
         "target": tgt.name,
         "target_dtype": str(tgt.dtype).replace("torch.", ""),
+        "device": str(tgt.device),
+        "device_name": torch.cuda.get_device_name(tgt.device) if tgt.device.type == "cuda" else None,
         "draft": bd.name if bd is not None else None,
         "draft_available": bool(bd is not None and bd.available),
         "draft_reason": bd.reason if bd is not None else None,

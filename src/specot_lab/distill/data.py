@@ -28,6 +28,8 @@ import torch
 from transformers import DynamicCache
 from tqdm import tqdm
 
+from specot.engine import make_generator
+
 __all__ = ["generate_shards", "teacher_force_shards", "iter_shards", "shard_stats", "SampleConfig", "sample_batch",
            "label_batch"]
 
@@ -121,8 +123,9 @@ def sample_batch(target: Any, prompts: Sequence[Sequence[int]], cfg: SampleConfi
             probs = torch.softmax(last / cfg.temperature, dim=-1)
             nxt = torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # [B']
         keep_rows = []
+        nxt_ids = nxt.tolist()  # one device sync per step, not one per row
         for j, b in enumerate(alive):
-            tok = int(nxt[j])
+            tok = nxt_ids[j]
             resp[b].append(tok)
             if tok not in eos_ids and len(resp[b]) < cfg.max_new_tokens:
                 keep_rows.append(j)
@@ -151,7 +154,7 @@ def sample_batch(target: Any, prompts: Sequence[Sequence[int]], cfg: SampleConfi
         tpb = torch.cat(seq_tp[b])[: L - 1]
         tib = torch.cat(seq_ti[b])[: L - 1]
         seqs.append({"ids": torch.tensor(full, dtype=torch.int32), "n_prompt": len(p),
-                     "topk_ids": tib.clone(), "topk_p": tpb.clone(), "kind": "sample"})
+                     "topk_ids": tib.to("cpu", copy=True), "topk_p": tpb.to("cpu", copy=True), "kind": "sample"})
     return seqs
 
 
@@ -228,7 +231,7 @@ def generate_shards(target: Any, prompts: Sequence[str], out_dir: str | os.PathL
         if path.exists():
             continue
         t0 = time.perf_counter()
-        gen = torch.Generator().manual_seed(cfg.seed + bi)
+        gen = make_generator(cfg.seed + bi, getattr(target, "device", "cpu"))  # on the target's device (multinomial needs it there)
         seqs = sample_batch(target, [ids for _, ids in batch], cfg, eos_ids=eos or None, generator=gen)
         for s, (pi, _) in zip(seqs, batch):
             s["prompt_index"] = pi

@@ -27,6 +27,7 @@ import json
 import math
 import os
 import sys
+import time
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -39,8 +40,8 @@ from torch import Tensor
 from specot.drafting.eagle import Eagle3Head, EagleDrafter, _config_layers, eagle3_config
 from tqdm import tqdm
 
-__all__ = ["EagleTrainConfig", "frequent_vocab", "grow_draft_vocab", "target_features", "ttt_loss", "train_eagle",
-           "chunk_token_ids"]
+__all__ = ["EagleTrainConfig", "frequent_vocab", "grow_draft_vocab", "target_features", "target_features_batch",
+           "ttt_loss", "ttt_loss_batch", "train_eagle", "chunk_token_ids", "epoch_batches"]
 
 
 @dataclass
@@ -74,6 +75,14 @@ class EagleTrainConfig:
     # the initial head's adds plain decoder layers on top whose output projections (o_proj,
     # down_proj) start at zero, so the deeper head starts as exactly the initial one (attempt 11).
     num_layers: int | None = None
+    # Sequences per optimizer step (right-padded, of similar lengths: epoch_batches). 1 on a CPU,
+    # where a step is compute-bound; on a GPU a batch of one leaves it idle between kernel
+    # launches, and 16 sequences cost about as much wall time as one (attempt 13).
+    batch_size: int = 1
+    # A fixed wall-time slot (seconds; a lent GPU's lease): after 30 steps the run measures its
+    # step rate and shortens ``steps`` so that it ends within the slot, with the learning-rate
+    # schedule completed. None: run ``steps``.
+    time_budget_s: float | None = None
 
 
 def chunk_token_ids(seqs: Iterable[Sequence[int]], max_len: int) -> list[list[int]]:
@@ -147,30 +156,77 @@ def target_features(target_model: Any, ids: Sequence[int], layers: Sequence[int]
             "last": hs[-1][0].float()}
 
 
+@torch.no_grad()
+def target_features_batch(target_model: Any, chunks: Sequence[Sequence[int]], layers: Sequence[int],
+                          target_ids: Tensor) -> dict[str, Tensor]:
+    """Teacher-forced target pass over a right-padded batch of ``B`` token sequences, arranged as the
+    training-time test's entries (:func:`ttt_loss_batch`): entry ``e`` of row ``b`` reads token
+    ``chunks[b][e + 1]`` and the target's feature of position ``e``.
+
+    Returns (float32 except ``tokens`` / ``lengths``): ``tokens [B, T]``, ``feats [B, T, k·H]`` (fused
+    features of ``layers``), ``p [B, T, V_d]`` (the target's next-token law after token ``e + 1``
+    restricted to the draft vocabulary ``target_ids [V_d]`` and renormalized, i.e. a softmax over
+    those logits), ``last [B, T, H]`` (its last hidden state there) and ``lengths [B]`` (entries of
+    each row, ``len(chunk) − 1``); ``T`` is the longest chunk's length − 1.
+    """
+    dev = next(target_model.parameters()).device
+    B, L = len(chunks), max(len(c) for c in chunks)
+    ids = torch.zeros((B, L), dtype=torch.int64)
+    mask = torch.zeros((B, L), dtype=torch.int64)
+    for b, c in enumerate(chunks):
+        ids[b, :len(c)] = torch.as_tensor(list(c), dtype=torch.int64)
+        mask[b, :len(c)] = 1
+    ids, mask = ids.to(dev), mask.to(dev)
+    out = target_model(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+    hs = out.hidden_states
+    logits = out.logits[:, 1:].index_select(-1, target_ids.to(dev))  # [B, T, V_d]
+    return {"tokens": ids[:, 1:],
+            "feats": torch.cat([hs[i][:, :-1] for i in layers], dim=-1).float(),
+            "p": torch.softmax(logits.float(), dim=-1),
+            "last": hs[-1][:, 1:].float(),
+            "lengths": mask.sum(-1) - 1}
+
+
 def _unrolled_attention(att: Any, q: Tensor, keys: list[Tensor], vals: list[Tensor], mask: Tensor) -> Tensor:
-    """``att``'s output ``[T, H]`` for queries ``q`` over the keys / values of every unroll step so
-    far (concatenated along positions) under ``mask [T, (s + 1)·T]``."""
+    """``att``'s output ``[B, T, H]`` for queries ``q [B, h, T, d]`` over the keys / values
+    ``[B, kv, T, d]`` of every unroll step so far (concatenated along positions) under
+    ``mask [T, (s + 1)·T]``."""
     rep = att.num_heads // att.num_kv
-    K = torch.cat(keys, dim=1).repeat_interleave(rep, dim=0)
-    V = torch.cat(vals, dim=1).repeat_interleave(rep, dim=0)
-    out = F.scaled_dot_product_attention(q[None], K[None], V[None], attn_mask=mask[None, None])[0]
-    return att.o_proj(out.transpose(0, 1).reshape(q.shape[1], -1))
+    K = torch.cat(keys, dim=-2).repeat_interleave(rep, dim=-3)
+    V = torch.cat(vals, dim=-2).repeat_interleave(rep, dim=-3)
+    out = F.scaled_dot_product_attention(q, K, V, attn_mask=mask[None, None])  # [B, h, T, d]
+    B, _, T, _ = q.shape
+    return att.o_proj(out.transpose(1, 2).reshape(B, T, -1))
 
 
 def ttt_loss(head: Eagle3Head, ids: Tensor, data: dict[str, Tensor], cfg: EagleTrainConfig) -> tuple[Tensor, dict[str, float]]:
-    """The training-time-test loss of one sequence (module docstring).
+    """The training-time-test loss of one sequence ``ids [T + 1]`` with ``data`` from
+    :func:`target_features` (module docstring; :func:`ttt_loss_batch` with a batch of one).
 
-    Entry ``e = 0..T−2`` reads token ``ids[e+1]`` and (step 0) the target's feature of position
+    Entry ``e = 0..T−1`` reads token ``ids[e+1]`` and (step 0) the target's feature of position
     ``e``; it predicts token ``e + 2`` and is scored against the target's distribution after
     token ``e + 1``.
     """
-    T = ids.shape[0] - 1
     dev = head.norm.weight.device
-    tokens = ids[1:].to(dev)
     tid = head.target_ids()
     p = data["probs"][1:, :].to(dev).index_select(1, tid)  # [T, V_d] the target's law on the draft vocabulary
     p = p / p.sum(-1, keepdim=True).clamp_min(1e-12)
-    last = data["last"][1:].to(dev)
+    T = ids.shape[0] - 1
+    return ttt_loss_batch(head, ids[None, 1:].to(dev), data["feats"][None, :-1], p[None], data["last"][None, 1:],
+                          torch.tensor([T], device=dev), cfg)
+
+
+def ttt_loss_batch(head: Eagle3Head, tokens: Tensor, feats: Tensor, p: Tensor, last: Tensor, lengths: Tensor,
+                   cfg: EagleTrainConfig) -> tuple[Tensor, dict[str, float]]:
+    """The training-time-test loss (module docstring) of a batch of ``B`` right-padded rows of
+    entries (:func:`target_features_batch`): ``tokens [B, T]``, target features ``feats [B, T, k·H]``,
+    the target's law on the draft vocabulary ``p [B, T, V_d]``, its last hidden state
+    ``last [B, T, H]`` and the entries of each row ``lengths [B]``. The token loss is the mean
+    forward KL over every valid entry of the batch, per unroll step.
+    """
+    B, T = tokens.shape
+    dev = head.norm.weight.device
+    tokens, p, last, lengths = tokens.to(dev), p.to(dev), last.to(dev), lengths.to(dev)
     pos = torch.arange(T, device=dev)
     cos, sin = head.rotary(last, pos[None])
     cos, sin = cos[0].to(head.dtype), sin[0].to(head.dtype)
@@ -178,23 +234,25 @@ def ttt_loss(head: Eagle3Head, ids: Tensor, data: dict[str, Tensor], cfg: EagleT
     # keys / values of every layer (midlayer, then head.layers), one entry per unroll step
     keys: list[list[Tensor]] = [[] for _ in range(head.num_layers)]
     vals: list[list[Tensor]] = [[] for _ in range(head.num_layers)]
-    feat = head.fc(data["feats"][:-1].to(dev, head.dtype))  # [T, H]: feature of position e
+    feat = head.fc(feats.to(dev, head.dtype))  # [B, T, H]: feature of position e
     with torch.no_grad():  # the embedding is the target's, frozen
         emb = head.embed(tokens)
     total = torch.zeros((), device=dev)
     stats: dict[str, float] = {}
     e = torch.arange(T, device=dev)
+    real = e[None, :] < lengths[:, None]  # [B, T] entries that are not padding
     for s in range(min(cfg.ttt_steps, T)):  # a chunk of T entries has no history for step T or later
         # keys: step 0 at entries <= e − s; step r (1..s) at entry e − s + r (the diagonal)
         blocks = [(e[None, :] <= (e[:, None] - s))]
         for r in range(1, s + 1):
             blocks.append(e[None, :] == (e[:, None] - s + r))
         mask = torch.cat(blocks, dim=1)  # [T, (s + 1)·T]
-        valid = e >= s  # entries whose unrolled history exists
-        mask = mask | ~valid[:, None]  # rows without history: any keys (masked out of the loss)
+        has_history = e >= s  # entries whose unrolled history exists
+        mask = mask | ~has_history[:, None]  # rows without history: any keys (masked out of the loss)
+        valid = has_history[None, :] & real  # [B, T]
         normed_f = mid.hidden_norm(feat)
         residual = normed_f if mid.norm_before_residual else feat
-        x = torch.cat([mid.input_layernorm(emb), normed_f], dim=-1)  # [T, 2H]
+        x = torch.cat([mid.input_layernorm(emb), normed_f], dim=-1)  # [B, T, 2H]
         h = residual
         for i, (layer, inp) in enumerate([(mid, x)] + [(lay, None) for lay in head.layers.values()]):
             q, k, v = layer.self_attn.project(inp if inp is not None else layer.input_layernorm(h), cos, sin)
@@ -203,8 +261,8 @@ def ttt_loss(head: Eagle3Head, ids: Tensor, data: dict[str, Tensor], cfg: EagleT
             h = h + _unrolled_attention(layer.self_attn, q, keys[i], vals[i], mask)
             h = h + layer.mlp(layer.post_attention_layernorm(h))
         normed = head.norm(h)
-        logq = torch.log_softmax(head.lm_head(normed).float(), dim=-1)
-        kl = (p * (p.clamp_min(1e-12).log() - logq)).sum(-1)
+        logq = torch.log_softmax(head.lm_head(normed).float(), dim=-1)  # [B, T, V_d]
+        kl = (p * (p.clamp_min(1e-12).log() - logq)).sum(-1)  # [B, T]
         tok = kl[valid].mean()
         reg = F.smooth_l1_loss(normed.float()[valid], last[valid]) if cfg.feat_weight else torch.zeros((), device=dev)
         w = cfg.step_decay ** s
@@ -213,14 +271,32 @@ def ttt_loss(head: Eagle3Head, ids: Tensor, data: dict[str, Tensor], cfg: EagleT
             acc = (logq.argmax(-1) == p.argmax(-1))[valid].float().mean()
         stats[f"kl{s}"], stats[f"acc{s}"] = float(tok.detach()), float(acc)
         # the next step's input: entry e reads this step's output of entry e−1 (entry 0's is unused)
-        feat = torch.cat([h[:1], h[:-1]], dim=0)
+        feat = torch.cat([h[:, :1], h[:, :-1]], dim=1)
     return total, stats
 
 
-def _lr(step: int, cfg: EagleTrainConfig) -> float:
+def epoch_batches(lengths: Sequence[int], batch_size: int, seed: int, epoch: int, window: int = 8) -> list[list[int]]:
+    """Chunk indices per optimizer step for one epoch: a seeded permutation of the chunks, cut into
+    windows of ``window`` batches, each window sorted by length (less padding) and cut into batches
+    of ``batch_size``, then the batches shuffled. Deterministic in ``(seed, epoch)``, so a resumed
+    run sees the same batches. With ``batch_size == 1``: the permutation itself."""
+    g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    order = torch.randperm(len(lengths), generator=g).tolist()
+    if batch_size == 1:
+        return [[i] for i in order]
+    span = batch_size * window
+    batches = []
+    for w in range(0, len(order), span):
+        chunk = sorted(order[w:w + span], key=lambda i: lengths[i])
+        batches.extend(chunk[j:j + batch_size] for j in range(0, len(chunk), batch_size))
+    return [batches[i] for i in torch.randperm(len(batches), generator=g).tolist()]
+
+
+def _lr(step: int, cfg: EagleTrainConfig, total: int) -> float:
+    """Linear warm-up, then a cosine decay to a tenth of ``cfg.lr`` at step ``total``."""
     if step < cfg.warmup:
         return cfg.lr * (step + 1) / cfg.warmup
-    prog = min((step - cfg.warmup) / max(cfg.steps - cfg.warmup, 1), 1.0)
+    prog = min((step - cfg.warmup) / max(total - cfg.warmup, 1), 1.0)
     return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * prog)))
 
 
@@ -289,9 +365,14 @@ def train_eagle(target: Any, token_seqs: Sequence[Sequence[int]], out_dir: str |
         opt.load_state_dict(resume["opt"])
         step = int(resume["step"])
     (out / "train_config.json").write_text(json.dumps({**asdict(cfg), "layers": list(layers)}, indent=2))
-    stop = min(cfg.steps, step + max_steps) if max_steps is not None else cfg.steps
-    rng = torch.Generator().manual_seed(cfg.seed)
-    order = torch.randperm(len(chunks), generator=rng).tolist()
+    total = cfg.steps  # the schedule's length (a time budget may shorten it)
+    stop = min(total, step + max_steps) if max_steps is not None else total
+    start_step, t_start = step, time.perf_counter()
+    if isinstance(cfg.batch_size, bool) or int(cfg.batch_size) < 1:
+        raise ValueError(f"batch_size must be an integer >= 1, got {cfg.batch_size!r}")
+    lengths = [len(c) for c in chunks]
+    n_batches = -(-len(chunks) // cfg.batch_size)  # optimizer steps per epoch
+    epoch_of: dict[int, list[list[int]]] = {}
 
     def save() -> None:
         tmp = ckpt_path.with_suffix(".tmp")
@@ -304,18 +385,28 @@ def train_eagle(target: Any, token_seqs: Sequence[Sequence[int]], out_dir: str |
     head.train()
     with open(out / "log.jsonl", "a", encoding="utf-8") as log:
         while step < stop:
-            ids = chunks[order[step % len(chunks)]]
-            data = target_features(tm, ids, layers)
+            epoch = step // n_batches
+            if epoch not in epoch_of:
+                epoch_of.clear()
+                epoch_of[epoch] = epoch_batches(lengths, cfg.batch_size, cfg.seed, epoch)
+            batch = [chunks[i] for i in epoch_of[epoch][step % n_batches]]
+            data = target_features_batch(tm, batch, layers, head.target_ids())
             for g in opt.param_groups:
-                g["lr"] = _lr(step, cfg)
+                g["lr"] = _lr(step, cfg, total)
             with torch.autocast(device_type=torch.device(target.device).type, dtype=torch.bfloat16,
                                 enabled=cfg.autocast):
-                loss, st = ttt_loss(head, torch.tensor(ids), data, cfg)
+                loss, st = ttt_loss_batch(head, data["tokens"], data["feats"], data["p"], data["last"],
+                                          data["lengths"], cfg)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             opt.step()
             step += 1
+            if cfg.time_budget_s is not None and step == start_step + 30:
+                rate = (time.perf_counter() - t_start) / 30  # seconds per step, the first steps included
+                total = min(total, step + max(int((cfg.time_budget_s - 30 * rate) / rate), 0))
+                stop = min(stop, total)
+                bar.total = total
             log.write(json.dumps({"step": step, "loss": float(loss.detach()), **st}) + "\n")
             bar.update(1)
             bar.set_postfix(loss=f"{float(loss.detach()):.3f}", acc0=f"{st.get('acc0', 0):.2f}")
