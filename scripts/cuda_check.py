@@ -78,7 +78,8 @@ def verifier_check(name: str, law: DraftLaw, n: int, device: str) -> dict[str, A
     out = get_verifier(name).verify(P, Q, drafts, generator=g)
     assert out.tokens.device == p.device, f"tokens on {out.tokens.device}"
     counts = torch.bincount(out.tokens, minlength=V).cpu().numpy().astype(float)
-    pval = float(scipy.stats.chisquare(counts, p.double().cpu().numpy() * B).pvalue)
+    expected = p.double().cpu().numpy()
+    pval = float(scipy.stats.chisquare(counts, expected / expected.sum() * counts.sum()).pvalue)  # sums must match exactly
     return {"ok": pval > 1e-4, "p_value": pval, "acceptance": float(out.accepted.float().mean())}
 
 
