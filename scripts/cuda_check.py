@@ -27,7 +27,6 @@ import time
 import traceback
 from typing import Any, Callable
 
-import numpy as np
 import scipy.stats
 import torch
 
@@ -168,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.skip_graphs and cuda:  # last: the static caches stay on the target afterwards
             for label, plan in (PLANS[0], PLANS[3], PLANS[5]):
                 check(f"greedy {dtype} CUDA graphs: {label}", lambda: greedy_check(tgt, plan, True, exact))
-        del tgt
+        tgt = None  # free the GPU memory before the next dtype
         _EARLY_EXIT.clear()
         if cuda:
             torch.cuda.empty_cache()
