@@ -758,6 +758,18 @@ def test_batched_ttt_loss_equals_the_single_sequence_losses(trained):
     assert epoch_batches(lengths, 1, seed=0, epoch=0) == [[i] for bt in epoch_batches(lengths, 1, 0, 0) for i in bt]
 
 
+def test_time_budget_fits_the_remaining_slot_and_padding_is_right_aligned():
+    """``--time-budget-min``: the steps that fit what is left of the slot at the measured rate, none
+    once it is spent; ``right_padded`` puts every sequence at the left with its mask."""
+    from specot_lab.distill.data import right_padded
+    from specot_lab.distill.eagle import _steps_within
+
+    assert _steps_within(300.0, 0.25) == 1200
+    assert _steps_within(-4.0, 0.25) == 0 and _steps_within(10.0, 0.0) == 0
+    ids, mask = right_padded([[4, 5, 6], [7]], pad=9)
+    assert ids.tolist() == [[4, 5, 6], [7, 9, 9]] and mask.tolist() == [[1, 1, 1], [1, 0, 0]]
+
+
 def test_training_adds_a_layer_that_starts_as_the_identity(trained, tmp_path):
     """``num_layers`` above ``init_head``'s: the run's first loss is the trained head's (the added
     layer is the identity at step 0), the exported head has ``layers.1.*`` and greedy decoding with

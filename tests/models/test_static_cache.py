@@ -63,3 +63,28 @@ def test_greedy_decoding_with_static_caches_equals_autoregressive(kind):
     else:
         res = tree_generate(target, draft, PROMPT, TreeSpec.prefix([2, 2, 1], "wor"), cfg, verifier="rrs_wor")
     assert res.tokens == ar.tokens
+
+
+def test_compiled_passes_never_allocate_the_static_cache():
+    """The CUDA-graph path (found on an H100): a static cache allocated inside a captured graph
+    becomes a graph output that the next replay overwrites. Prefills must run eagerly, so the
+    compiled step only ever sees an allocated cache, and a new sequence reuses the same buffers."""
+    target = CausalLM(tiny_llama(0, dtype=torch.float32), name="t").use_static_cache(96)
+    seen = []
+
+    def spy(**kwargs):  # stands in for torch.compile(model.forward): records the cache it was given
+        cache = kwargs["past_key_values"]
+        seen.append((kwargs["input_ids"].shape[1], all(layer.is_initialized for layer in cache.layers), id(cache)))
+        return target.model(**kwargs)
+
+    target._compiled = spy
+    draft = CausalLM(tiny_llama(1, dtype=torch.float32), name="d")
+    cfg = GenerationConfig(max_new_tokens=16, gamma=3, sampling=SamplingConfig(0.0))
+    ar = autoregressive_generate(CausalLM(target.model, name="ref"), PROMPT, cfg)
+    first = speculative_generate(target, ModelDrafter(draft), PROMPT, cfg)
+    second = speculative_generate(target, ModelDrafter(draft), [2] + PROMPT, cfg)
+    assert first.tokens == ar.tokens
+    assert second.tokens == autoregressive_generate(CausalLM(target.model, name="ref"), [2] + PROMPT, cfg).tokens
+    assert seen and all(ok for _, ok, _ in seen)  # no compiled pass met an unallocated cache
+    assert all(t <= 4 for t, _, _ in seen)  # the prefills (5 and 6 tokens here) ran eagerly
+    assert len({c for _, _, c in seen}) == 1  # one cache, reused across sequences (graph addresses stay valid)

@@ -20,11 +20,15 @@ import torch
 from torch import Tensor
 from transformers import DynamicCache, StaticCache
 
-from .cache import crop_cache, keep_cache_positions
+from .cache import crop_cache, is_static, keep_cache_positions
 from .chat import decode_tokens, encode_prompt
 from .device import install_small_batch_head
 
 __all__ = ["CausalLM", "tree_attention_mask"]
+
+#: Passes of more new tokens than this run eagerly under :meth:`CausalLM.use_static_cache`
+#: (prompt prefills; compiling them would capture one CUDA graph per prompt length).
+COMPILE_MAX_TOKENS = 64
 
 
 def tree_attention_mask(visible: Tensor, dtype: torch.dtype) -> Tensor:
@@ -112,6 +116,7 @@ class CausalLM:
             raise ValueError(f"static cache length {max_len} must lie in [2, {self.max_context}] (the model's context)")
         self.static_cache_len = int(max_len)
         self._compiled = torch.compile(self.model.forward, mode="reduce-overhead", dynamic=False) if compile else None
+        self._cache = None  # a cache of the new length is made by the next pass
         self.reset()
         return self
 
@@ -160,8 +165,12 @@ class CausalLM:
         return self._ids
 
     def reset(self) -> None:
-        """Empty the KV cache (a new sequence starts)."""
-        self._cache = None
+        """Empty the KV cache (a new sequence starts). A static cache keeps its buffers (their
+        addresses are baked into the captured CUDA graphs) and only moves its length to 0."""
+        if self._cache is not None and is_static(self._cache):
+            crop_cache(self._cache, 0)
+        else:
+            self._cache = None
         self._ids = []
         self._pending = []
         self._clear_tree()
@@ -268,8 +277,15 @@ class CausalLM:
         return logits
 
     def _run(self, ids: Tensor, kwargs: dict[str, Any], cached: int) -> Any:
-        """One model call, compiled when :meth:`use_static_cache` asked for it (eager fallback)."""
-        if self._compiled is not None:
+        """One model call, compiled when :meth:`use_static_cache` asked for it (eager fallback).
+
+        Passes over an empty cache (the prefill) and passes longer than :data:`COMPILE_MAX_TOKENS`
+        run eagerly: the static cache allocates its buffers on its first update, and transformers
+        pins them as static addresses only outside a compiled region. Allocated inside a CUDA graph
+        they become graph outputs that the next replay overwrites (found on an H100: "accessing
+        tensor output of CUDAGraphs that has been overwritten"). Long passes would also compile one
+        graph per prompt length."""
+        if self._compiled is not None and cached > 0 and ids.shape[1] <= COMPILE_MAX_TOKENS:
             try:
                 torch.compiler.cudagraph_mark_step_begin()  # a new step: earlier graph outputs may be reused
                 return self._compiled(input_ids=ids, **kwargs)

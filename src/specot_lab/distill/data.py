@@ -25,13 +25,14 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 import torch
+from torch import Tensor
 from transformers import DynamicCache
 from tqdm import tqdm
 
 from specot.engine import make_generator
 
 __all__ = ["generate_shards", "teacher_force_shards", "iter_shards", "shard_stats", "SampleConfig", "sample_batch",
-           "label_batch"]
+           "label_batch", "right_padded"]
 
 
 @dataclass
@@ -60,6 +61,18 @@ def _topk(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     probs = torch.softmax(logits.float(), dim=-1)
     p, i = torch.topk(probs, k, dim=-1)
     return p.to(torch.float16), i.to(torch.int32)
+
+
+def right_padded(seqs: Sequence[Sequence[int]], pad: int) -> tuple[Tensor, Tensor]:
+    """Token sequences as one right-padded batch: ids ``[B, L]`` (``pad`` after each sequence) and
+    the attention mask ``[B, L]`` (1 on real tokens), int64 on the CPU; ``L`` the longest length."""
+    B, L = len(seqs), max(len(s) for s in seqs)
+    ids = torch.full((B, L), int(pad), dtype=torch.int64)
+    mask = torch.zeros((B, L), dtype=torch.int64)
+    for b, s in enumerate(seqs):
+        ids[b, : len(s)] = torch.as_tensor(list(s), dtype=torch.int64)
+        mask[b, : len(s)] = 1
+    return ids, mask
 
 
 def _model_and_pad(target: Any) -> tuple[Any, int]:
@@ -165,12 +178,7 @@ def label_batch(target: Any, texts: Sequence[Sequence[int]], top_k: int = 32) ->
     model, pad = _model_and_pad(target)
     dev = next(model.parameters()).device
     vocab = int(getattr(target, "vocab_size", 0) or model.config.vocab_size)
-    B, T = len(texts), max(len(t) for t in texts)
-    ids = torch.full((B, T), pad, dtype=torch.int64)
-    mask = torch.zeros((B, T), dtype=torch.int64)
-    for b, t in enumerate(texts):
-        ids[b, : len(t)] = torch.as_tensor(list(t), dtype=torch.int64)
-        mask[b, : len(t)] = 1
+    ids, mask = right_padded(texts, pad)
     out = model(input_ids=ids.to(dev), attention_mask=mask.to(dev), use_cache=False)
     tp, ti = _topk(out.logits[:, :, :vocab], top_k)
     return [{"ids": torch.tensor(list(t), dtype=torch.int32), "n_prompt": 0, "topk_ids": ti[b, : len(t) - 1].clone(),
