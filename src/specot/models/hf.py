@@ -107,7 +107,9 @@ class CausalLM:
         and transformers' static-cache generation do. Rollback moves the cache's running length
         back; compaction moves entries in place. Off by default on the CPU (attention then spans
         all ``max_len`` slots); :func:`specot.api.generate` turns it on for CUDA. If compilation
-        fails at run time the wrapper warns once and runs eagerly.
+        fails at run time the wrapper warns once and runs eagerly. The cache's buffers are made by
+        the first pass and kept across sequences (captured graphs hold their addresses): call this
+        again after moving the model to another device or dtype.
 
         Raises:
             ValueError: ``max_len`` below 2 or above the model's context.
