@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from typing import Sequence
 
 import torch
@@ -32,19 +31,11 @@ from specot.api import load_drafter, load_target
 from specot.drafting import EagleDrafter
 from specot.envinfo import environment_info
 from specot_lab.bench.acceptance import load_avg
+from specot_lab.bench.head_speed import median_ms
 from specot_lab.bench.script_io import add_run_options, target_continuation, write_record
 from specot_lab.corpus import load_prompts
 from specot_lab.distill.data import iter_shards
 from specot_lab.distill.eagle import frequent_vocab, target_features
-
-
-def _per_call_s(fn, reps: int) -> float:
-    for _ in range(max(reps // 10, 3)):
-        fn()
-    start = time.perf_counter()
-    for _ in range(reps):
-        fn()
-    return (time.perf_counter() - start) / reps
 
 
 @torch.no_grad()
@@ -59,7 +50,7 @@ def pass_costs(tgt, sizes: list[int], context: int = 300, num_layers: Sequence[i
         tgt.model(torch.randint(0, tgt.vocab_size, (1, 1)), past_key_values=cache, use_cache=True)
         cache.crop(-1)  # back to the context
 
-    t_target = _per_call_s(target_step, 40)
+    t_target = median_ms(target_step, 40) / 1e3
     rows = []
     for size in sizes:
         for n_layers in num_layers:
@@ -70,7 +61,7 @@ def pass_costs(tgt, sizes: list[int], context: int = 300, num_layers: Sequence[i
                 pk = torch.randn(n_layers, att.num_kv, context, att.head_dim, dtype=dt)
                 args = (torch.tensor([5, 6]), torch.randn(2, head.hidden_size, dtype=dt),
                         torch.tensor([context, context]), pk, pk.clone(), torch.ones(2, context + 2, dtype=torch.bool))
-                t_head = _per_call_s(lambda: head.step(*args, fused=False), 300)
+                t_head = median_ms(lambda: head.step(*args, fused=False), 300) / 1e3
                 rows.append({"draft_vocab_size": size, "num_layers": n_layers, "int8": q8, "head_pass_ms": 1e3 * t_head,
                              "target_step_ms": 1e3 * t_target, "ratio": t_head / t_target})
                 print(f"draft vocabulary {size}, {n_layers} layer(s), {'int8' if q8 else dt}: head pass "
@@ -90,17 +81,15 @@ def main(argv: list[str] | None = None) -> int:
     add_run_options(ap, sets="docs/bench/prompts_code.jsonl,mixed", dtype="bfloat16", threads=2)
     args = ap.parse_args(argv)
 
-    def sizes(text: str, flag: str) -> list[int]:
+    def ints(text: str, flag: str, what: str) -> list[int]:
         try:
             return [int(s) for s in text.split(",") if s]
         except ValueError:
-            ap.error(f"{flag} takes comma-separated vocabulary sizes, got {text!r}")
+            ap.error(f"{flag} takes comma-separated {what}, got {text!r}")
 
-    grow, cost_sizes = sizes(args.grow, "--grow"), sizes(args.cost, "--cost")
-    try:
-        cost_layers = [int(s) for s in args.cost_layers.split(",") if s]
-    except ValueError:
-        cost_layers = []
+    grow = ints(args.grow, "--grow", "vocabulary sizes")
+    cost_sizes = ints(args.cost, "--cost", "vocabulary sizes")
+    cost_layers = ints(args.cost_layers, "--cost-layers", "integers >= 1")
     if not cost_layers or min(cost_layers) < 1:
         ap.error(f"--cost-layers takes comma-separated integers >= 1, got {args.cost_layers!r}")
     names = [d for d in args.drafts.split(",") if d]

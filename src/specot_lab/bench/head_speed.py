@@ -24,10 +24,11 @@ import torch
 import torch.nn.functional as F
 from specot.envinfo import environment_info
 
-__all__ = ["measure_head", "add_arguments", "run"]
+__all__ = ["measure_head", "median_ms", "add_arguments", "run"]
 
 
-def _median_ms(fn: Any, reps: int) -> float:
+def median_ms(fn: Any, reps: int) -> float:
+    """Median wall time of ``fn()`` in milliseconds over ``reps`` calls, after 3 warm-up calls."""
     for _ in range(3):
         fn()
     times = []
@@ -45,8 +46,8 @@ def measure_head(vocab: int, hidden: int, rows: list[int], reps: int, dtype: tor
     out = []
     for M in rows:
         x = torch.randn(M, hidden, generator=g).to(dtype)  # [M, d]
-        a = _median_ms(lambda: F.linear(x, W), reps)
-        b = _median_ms(lambda: (W @ x.t()).t().contiguous(), reps)
+        a = median_ms(lambda: F.linear(x, W), reps)
+        b = median_ms(lambda: (W @ x.t()).t().contiguous(), reps)
         out.append({"dtype": str(dtype).removeprefix("torch."), "M": M, "f_linear_ms": round(a, 3), "w_xt_ms": round(b, 3), "ratio": round(a / b, 3)})
     return out
 
