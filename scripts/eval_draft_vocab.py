@@ -50,7 +50,7 @@ def pass_costs(tgt, sizes: list[int], context: int = 300, num_layers: Sequence[i
         tgt.model(torch.randint(0, tgt.vocab_size, (1, 1)), past_key_values=cache, use_cache=True)
         cache.crop(-1)  # back to the context
 
-    t_target = median_ms(target_step, 40) / 1e3
+    target_ms = median_ms(target_step, 40)
     rows = []
     for size in sizes:
         for n_layers in num_layers:
@@ -61,11 +61,11 @@ def pass_costs(tgt, sizes: list[int], context: int = 300, num_layers: Sequence[i
                 pk = torch.randn(n_layers, att.num_kv, context, att.head_dim, dtype=dt)
                 args = (torch.tensor([5, 6]), torch.randn(2, head.hidden_size, dtype=dt),
                         torch.tensor([context, context]), pk, pk.clone(), torch.ones(2, context + 2, dtype=torch.bool))
-                t_head = median_ms(lambda: head.step(*args, fused=False), 300) / 1e3
-                rows.append({"draft_vocab_size": size, "num_layers": n_layers, "int8": q8, "head_pass_ms": 1e3 * t_head,
-                             "target_step_ms": 1e3 * t_target, "ratio": t_head / t_target})
+                head_ms = median_ms(lambda: head.step(*args, fused=False), 300)
+                rows.append({"draft_vocab_size": size, "num_layers": n_layers, "int8": q8, "head_pass_ms": head_ms,
+                             "target_step_ms": target_ms, "ratio": head_ms / target_ms})
                 print(f"draft vocabulary {size}, {n_layers} layer(s), {'int8' if q8 else dt}: head pass "
-                      f"{1e3 * t_head:.2f} ms, target step {1e3 * t_target:.2f} ms, ratio {t_head / t_target:.3f}",
+                      f"{head_ms:.2f} ms, target step {target_ms:.2f} ms, ratio {head_ms / target_ms:.3f}",
                       file=sys.stderr)
     return rows
 
