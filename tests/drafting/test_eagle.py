@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specot.drafting import EAGLE_DEFAULT_TREE, EagleDrafter, TreeSpec
-from specot.drafting.eagle import EAGLE3_KEYS, Eagle3Head, default_eagle_layers, rerank
+from specot.drafting.eagle import EAGLE3_KEYS, Eagle3Head, _attend, default_eagle_layers, rerank
 from specot.engine import GenerationConfig, autoregressive_generate, make_generator, speculative_generate, tree_generate
 from specot.laws import top_tokens
 from specot.sampling import SamplingConfig
@@ -796,3 +796,42 @@ def test_training_adds_a_layer_that_starts_as_the_identity(trained, tmp_path):
     with pytest.raises(ValueError, match="fewer than"):
         train_eagle(target, seqs, tmp_path / "bad2", EagleTrainConfig(**{**kw, "init_head": str(tmp_path / "two" / "head")},
                                                                        num_layers=1), progress=False)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("T,P", [(1, 0), (1, 37), (3, 20)])
+def test_grouped_attention_equals_repeated_heads_in_float64(dtype, T, P):
+    """The head's attention (float32 on a CPU, grouped-query) equals attention over repeated
+    key/value heads computed in float64, under a causal mask over the new entries."""
+    g = torch.Generator().manual_seed(T * 100 + P)
+    h, kv, d = 6, 2, 8
+    q = torch.randn(h, T, d, generator=g).to(dtype)
+    keys = torch.randn(kv, P + T, d, generator=g).to(dtype)
+    vals = torch.randn(kv, P + T, d, generator=g).to(dtype)
+    mask = torch.ones(T, P + T, dtype=torch.bool)
+    mask[:, P:] = torch.ones(T, T, dtype=torch.bool).tril()
+    mask[0, 0] = P == 0  # one masked committed entry when there is one
+    K = keys.double().repeat_interleave(h // kv, 0)
+    V = vals.double().repeat_interleave(h // kv, 0)
+    s = (q.double() @ K.transpose(1, 2)) / math.sqrt(d)
+    ref = torch.softmax(s.masked_fill(~mask, -math.inf), -1) @ V
+    out = _attend(q, keys, vals, mask)
+    assert out.dtype == dtype and out.shape == (h, T, d)
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(out.double(), ref, atol=tol, rtol=tol)
+
+
+def test_last_logits_are_the_last_row_of_the_full_pass():
+    target = _target()
+    head = _eagle(target).head
+    T = 5
+    ids = torch.tensor([1, 5, 3, 7, 2])
+    feats = torch.randn(T, head.fc.in_features, generator=torch.Generator().manual_seed(0))
+    pk, pv = head.empty_kv()
+    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    full = head.step(ids, feats, torch.arange(T), pk, pv, mask, fused=True)
+    last = head.step(ids, feats, torch.arange(T), pk, pv, mask, fused=True, last_logits=True)
+    assert last[0].shape == (1, head.draft_vocab_size)
+    torch.testing.assert_close(last[0], full[0][-1:])
+    for a, b in zip(full[1:], last[1:]):
+        torch.testing.assert_close(a, b)
