@@ -36,7 +36,8 @@ by vLLM / SGLang)::
 engine's standardized-sampling transform, at temperature ``q_temperature_ratio · T``, a per-head
 calibration) is scattered to the target ids ``d2t`` maps to; every
 other target token has q = 0. Drafts are sampled from exactly this ``q [·, V]`` (under the tree's
-law), so every lossless verifier stays lossless (a token outside the draft vocabulary can still be
+law; drawn over the ``V_d`` draft ids and mapped by ``d2t``, which is the same law), so every
+lossless verifier stays lossless (a token outside the draft vocabulary can still be
 emitted: as a correction or bonus token, from the residual / the target).
 
 **State and caches.** :meth:`EagleDrafter.update` stores the target's fused features of the
