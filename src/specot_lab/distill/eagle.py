@@ -77,9 +77,11 @@ class EagleTrainConfig:
     # the initial head's adds plain decoder layers on top whose output projections (o_proj,
     # down_proj) start at zero, so the deeper head starts as exactly the initial one (attempt 11).
     num_layers: int | None = None
-    # Sequences per optimizer step (right-padded, of similar lengths: epoch_batches). 1 on a CPU,
-    # where a step is compute-bound; on a GPU a batch of one leaves it idle between kernel
-    # launches, and 16 sequences cost about as much wall time as one (attempt 13).
+    # Sequences per optimizer step (right-padded, of similar lengths: epoch_batches). On a GPU a
+    # batch of one leaves it idle between kernel launches, and 16 sequences cost about as much wall
+    # time as one (attempt 13). On a CPU a step costs about 16x more, but continuing a trained head
+    # with batches of one at lr 1e-4 lost accuracy (attempt 14) where batches of 16 at 1.5e-4
+    # gained (attempt 15): Adam's step is about lr whatever the batch.
     batch_size: int = 1
     # A fixed wall-time slot (seconds; a lent GPU's lease): the run measures its step rate over
     # steps 10-40 (after start-up, which made a first-30-steps estimate 3x too slow on the H100)
