@@ -762,10 +762,13 @@ def test_time_budget_fits_the_remaining_slot_and_padding_is_right_aligned():
     """``--time-budget-min``: the steps that fit what is left of the slot at the measured rate, none
     once it is spent; ``right_padded`` puts every sequence at the left with its mask."""
     from specot_lab.distill.data import right_padded
-    from specot_lab.distill.eagle import _steps_within
+    from specot_lab.distill.eagle import _budget_total, _steps_within
 
     assert _steps_within(300.0, 0.25) == 1200
     assert _steps_within(-4.0, 0.25) == 0 and _steps_within(10.0, 0.0) == 0
+    # re-estimated: a faster rate later lengthens the schedule, never past the configured steps
+    assert _budget_total(40, 100_000, 300.0, 0.5) == 640 and _budget_total(640, 100_000, 240.0, 0.25) == 1600
+    assert _budget_total(40, 500, 300.0, 0.25) == 500 and _budget_total(90, 500, -1.0, 0.25) == 90
     ids, mask = right_padded([[4, 5, 6], [7]], pad=9)
     assert ids.tolist() == [[4, 5, 6], [7, 9, 9]] and mask.tolist() == [[1, 1, 1], [1, 0, 0]]
 

@@ -48,7 +48,11 @@ def _full_probs(model, ids):
         return torch.softmax(model(input_ids=torch.tensor([ids])).logits[0].double(), -1)
 
 
-def test_sample_batch_left_padding_matches_unpadded_model():
+@pytest.mark.parametrize("rows", [D.PREFILL_TOPK_ROWS, 1, 2])
+def test_sample_batch_left_padding_matches_unpadded_model(rows, monkeypatch):
+    """Every soft label equals the unpadded model's law, also when the prefill's top-k runs a
+    few prompts at a time (``PREFILL_TOPK_ROWS`` below the batch)."""
+    monkeypatch.setattr(D, "PREFILL_TOPK_ROWS", rows)
     model = tiny_llama(0, vocab=16, dtype=torch.float32, eos=0)
     lm = CausalLM(model, name="tiny")
     prompts = [[3, 4, 5], [7, 8, 9, 10, 11, 12, 13], [2]]

@@ -34,6 +34,8 @@ from specot.engine import make_generator
 __all__ = ["generate_shards", "teacher_force_shards", "iter_shards", "shard_stats", "SampleConfig", "sample_batch",
            "label_batch", "right_padded"]
 
+PREFILL_TOPK_ROWS = 8  # prompts whose prefill logits are soft-maxed at once in sample_batch (memory)
+
 
 @dataclass
 class SampleConfig:
@@ -119,13 +121,17 @@ def sample_batch(target: Any, prompts: Sequence[Sequence[int]], cfg: SampleConfi
     cache = DynamicCache(config=model.config)
     out = model(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev),
                 past_key_values=cache, use_cache=True)
-    logits = out.logits[:, :, :vocab].float()  # [B, T, V]
-    tp, ti = _topk(logits, cfg.top_k)  # [B, T, k]
+    logits = out.logits[:, :, :vocab]  # [B, T, V] in the model's dtype
     del out
+    # top-k a few rows at a time: a float32 copy of all [B, T, V] logits is 19 GB for 160 prompts of
+    # 600 tokens, and four sampling processes on one H100 ran out of memory (session 15)
+    parts = [_topk(logits[b0:b0 + PREFILL_TOPK_ROWS], cfg.top_k) for b0 in range(0, B, PREFILL_TOPK_ROWS)]
+    tp, ti = torch.cat([t for t, _ in parts]), torch.cat([i for _, i in parts])  # [B, T, k]
+    del parts
     seq_tp = [[tp[b, T - len(p):]] for b, p in enumerate(prompts)]  # rows for positions of the prompt
     seq_ti = [[ti[b, T - len(p):]] for b, p in enumerate(prompts)]
     resp: list[list[int]] = [[] for _ in range(B)]
-    last = logits[:, -1]  # [B, V]
+    last = logits[:, -1].float()  # [B, V]
     del logits
     alive = list(range(B))  # original row of each live batch row
     cur_pos = pos[:, -1].clone()

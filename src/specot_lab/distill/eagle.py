@@ -83,16 +83,22 @@ class EagleTrainConfig:
     # with batches of one at lr 1e-4 lost accuracy (attempt 14) where batches of 16 at 1.5e-4
     # gained (attempt 15): Adam's step is about lr whatever the batch.
     batch_size: int = 1
-    # A fixed wall-time slot (seconds; a lent GPU's lease): the run measures its step rate over
-    # steps 10-40 (after start-up, which made a first-30-steps estimate 3x too slow on the H100)
-    # and shortens ``steps`` so that it ends within the slot, with the learning-rate schedule
-    # completed. None: run ``steps``.
+    # A fixed wall-time slot (seconds; a lent GPU's lease): from step 40 on, every 40 steps, the
+    # run measures its mean step rate since step 10 (start-up made a first-30-steps estimate 3x
+    # too slow on the H100) and sets the schedule's length so that it ends within the slot, with
+    # the learning-rate schedule completed. None: run ``steps``.
     time_budget_s: float | None = None
 
 
 def _steps_within(seconds_left: float, seconds_per_step: float) -> int:
     """Steps that fit in ``seconds_left`` at ``seconds_per_step`` (0 when the slot is spent)."""
     return max(int(seconds_left / seconds_per_step), 0) if seconds_per_step > 0 else 0
+
+
+def _budget_total(step: int, steps: int, seconds_left: float, seconds_per_step: float) -> int:
+    """The schedule's length under a time budget: ``step`` plus the steps that fit in
+    ``seconds_left``, at most ``steps`` (the configured schedule)."""
+    return min(steps, step + _steps_within(seconds_left, seconds_per_step))
 
 
 def chunk_token_ids(seqs: Iterable[Sequence[int]], max_len: int) -> list[list[int]]:
@@ -372,6 +378,7 @@ def train_eagle(target: Any, token_seqs: Sequence[Sequence[int]], out_dir: str |
     (out / "train_config.json").write_text(json.dumps({**asdict(cfg), "layers": list(layers)}, indent=2))
     total = cfg.steps  # the schedule's length (a time budget may shorten it)
     stop = min(total, step + max_steps) if max_steps is not None else total
+    stop_cap = stop  # a time budget may end training earlier than this, never later
     start_step, t_start = step, time.perf_counter()
     t_warm = t_start
     if isinstance(cfg.batch_size, bool) or int(cfg.batch_size) < 1:
@@ -410,10 +417,13 @@ def train_eagle(target: Any, token_seqs: Sequence[Sequence[int]], out_dir: str |
             step += 1
             if cfg.time_budget_s is not None and step == start_step + 10:
                 t_warm = time.perf_counter()  # start-up (compilation, allocation, caches) is over
-            if cfg.time_budget_s is not None and step == start_step + 40:
+            if cfg.time_budget_s is not None and step >= start_step + 40 and (step - start_step) % 40 == 0:
+                # re-estimated every 40 steps from the mean rate since step 10: on the H100 in session
+                # 15, steps 10-40 ran at half the later rate and one estimate ended a 9-minute slot at 4
                 now = time.perf_counter()
-                total = min(total, step + _steps_within(cfg.time_budget_s - (now - t_start), (now - t_warm) / 30))
-                stop = min(stop, total)
+                total = _budget_total(step, cfg.steps, cfg.time_budget_s - (now - t_start),
+                                      (now - t_warm) / (step - start_step - 10))
+                stop = min(stop_cap, total)
                 bar.total = total
             log.write(json.dumps({"step": step, "loss": float(loss.detach()), **st}) + "\n")
             bar.update(1)

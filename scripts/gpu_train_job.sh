@@ -1,0 +1,28 @@
+#!/bin/bash
+# The EAGLE data-and-training job of a lent GPU (session 15, attempt 16), run DETACHED on the device
+# so that it outlives the call that starts it (scripts/device_kit.sh ships the target and wheels):
+#
+#   run: bash .dev/setup.sh && cp -r .dev/job /tmp/job && cd /tmp/repo && \
+#        SAMPLE_S=420 TRAIN_MIN=9 setsid nohup bash /tmp/job/gpu_train_job.sh > /tmp/job/job.log 2>&1 < /dev/null &
+#   run (at once, to keep the machine warm): sleep 540; tail /tmp/job/log/*.log
+#   run: wait for /tmp/job/log/trained, then tar /tmp/e16/ship, /tmp/job/log and /tmp/samples_* into
+#        $OUT (split under 16 MiB): session 15 left the samples behind, so no CPU session could reuse them
+#
+# .dev/job holds this script and the prompts split in four (pr0..pr3, from scripts/build_eagle_prompts.py).
+# Four sampling processes share the GPU: one is Python-bound at about 1 900 tokens/s. Then the head
+# in src/specot/data/eagle is continued with attempt 13's recipe (batches of 16, lr 1.5e-4).
+source /tmp/env.sh
+J=/tmp/job; OUTDIR=${OUTDIR:-/tmp/e16}; mkdir -p $J/log
+for i in 0 1 2 3; do
+  timeout ${SAMPLE_S:-420} python3 scripts/train_eagle.py --data /tmp/samples_$i --out /tmp/sampler_$i --prompts $J/pr$i \
+    --samples-per-prompt 1 --batch-size 160 --max-new-tokens 224 --max-tokens 3000000 --dtype bfloat16 \
+    --sample-only --device cuda --seed 16$i > $J/log/sample$i.log 2>&1 &
+done
+wait
+date > $J/log/sampled
+python3 scripts/train_eagle.py --data /tmp/samples_0 --data /tmp/samples_1 --data /tmp/samples_2 --data /tmp/samples_3 \
+  --skip-data --out $OUTDIR --steps 100000 --lr 1.5e-4 --max-len 512 --dtype bfloat16 --autocast --seed 16 \
+  --init-head src/specot/data/eagle --device cuda --train-batch-size 16 --save-every 500 \
+  --time-budget-min ${TRAIN_MIN:-9} > $J/log/train.log 2>&1
+mkdir -p $OUTDIR/ship && cp $OUTDIR/head/* $OUTDIR/ship/ && cp src/specot/data/eagle/config.json $OUTDIR/ship/
+date > $J/log/trained
