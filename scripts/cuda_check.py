@@ -8,7 +8,7 @@ runs even if an earlier one fails; each prints one line and all go to ``--out`` 
    chi-square, failing below p-value 1e-4 (so a correct verifier fails 1 time in 10 000 per check).
 2. **Greedy ≡ autoregressive in float32 on CUDA** for every drafter and draft shape (chains, draft
    trees, the n-gram and suffix drafters, the EAGLE head, an early-exit model draft), eager and
-   with CUDA graphs (``specot.generate``'s default on CUDA): the speculative tokens must equal the
+   with CUDA graphs (``specot.generate(cuda_graphs=True)``): the speculative tokens must equal the
    autoregressive tokens of the same run.
 3. **bfloat16 on CUDA**: the same runs, which may part from autoregressive decoding only at
    near-ties; the first divergence is reported, not failed.
@@ -134,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="cuda_check.json")
     ap.add_argument("--skip-graphs", action="store_true", help="leave out the CUDA-graph runs (slow first compile)")
     ap.add_argument("--device", default="cuda", help="cuda (default); cpu only to dry-run this script")
+    ap.add_argument("--only", default="", help="comma-separated parts of check names: run only the checks that "
+                    "contain one (e.g. 'CUDA graphs,refused' when a lease is short)")
     args = ap.parse_args(argv)
     cuda = args.device.startswith("cuda")
     if cuda and not torch.cuda.is_available():
@@ -149,7 +151,11 @@ def main(argv: list[str] | None = None) -> int:
                        "results": results, "failed": failed}, f, indent=2)
         return failed
 
+    only = [w for w in args.only.split(",") if w]
+
     def check(name: str, fn: Callable[[], dict[str, Any]]) -> None:
+        if only and not any(w in name for w in only):
+            return
         run_check(name, fn, results)
         write()
 

@@ -358,7 +358,7 @@ def generate(
     ngram_corpus: str | None = "pydoc",
     repeats: int = 1,
     generator: torch.Generator | None = None,
-    cuda_graphs: bool | None = None,
+    cuda_graphs: bool = False,
 ) -> GenerateReport:
     """Speculative decoding of ``prompt`` with ``target`` and ``draft`` (see ``specot generate``).
 
@@ -400,8 +400,9 @@ def generate(
         ngram_n, ngram_corpus: the n-gram drafter's order and table text (``"pydoc"``, a text
             file, or ``None`` for prompt lookup only), when the draft is ``"ngram"``.
         cuda_graphs: decode over static KV caches with every pass captured as a CUDA graph
-            (:meth:`CausalLM.use_static_cache` with ``compile=True``); ``None`` (default): on for a
-            CUDA device, off elsewhere.
+            (:meth:`CausalLM.use_static_cache` with ``compile=True``). Off by default: each pass
+            shape compiles once (tens of seconds each on an H100; docs/engine.md), which a server
+            amortizes and a one-off call does not.
 
     Exactness: with a lossless verifier the output is lossless in distribution given the target's
     logits; greedy (temperature 0) equals autoregressive decoding token for token in float32, and
@@ -471,7 +472,7 @@ def generate(
     ids = tgt.encode_prompt(prompt, chat=chat) if isinstance(prompt, str) else [int(t) for t in prompt]
     if not ids:
         raise ValueError("the prompt is empty after tokenization: pass some text (or use the chat template)")
-    if cuda_graphs if cuda_graphs is not None else tgt.device.type == "cuda":
+    if cuda_graphs:
         # room for the prompt, the output and one draft tree (a chain may grow to 2γ)
         span = len(ids) + max_new_tokens + (spec.num_slots if spec is not None else 2 * cfg.gamma) + 8
         models = [tgt, drafter.model] if isinstance(drafter, ModelDrafter) else [tgt]

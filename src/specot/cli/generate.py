@@ -70,9 +70,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                         "greedy output equals autoregressive decoding token for token in float32 (bf16/fp16: up to "
                         "near-ties)")
     p.add_argument("--device", default="cpu", help="torch device: cpu (default), cuda, cuda:N")
-    p.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=None,
-                   help="static KV caches with every pass captured as a CUDA graph (default: on with a CUDA "
-                        "device, off elsewhere)")
+    p.add_argument("--cuda-graphs", action="store_true",
+                   help="static KV caches with every pass captured as a CUDA graph (off by default: each pass "
+                        "shape compiles first, minutes in all; docs/engine.md)")
     p.add_argument("--baseline", action="store_true",
                    help="also run autoregressive decoding for the same number of tokens and print the measured speedup")
     p.add_argument("--repeats", type=int, default=1,
