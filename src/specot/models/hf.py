@@ -105,8 +105,9 @@ class CausalLM:
         run every forward pass through ``torch.compile(mode="reduce-overhead")`` — CUDA graphs on a
         GPU, one graph per pass shape (1-token steps, (γ+1)-token verification passes), as gpt-fast
         and transformers' static-cache generation do. Rollback moves the cache's running length
-        back; compaction moves entries in place. Off by default on the CPU (attention then spans
-        all ``max_len`` slots); :func:`specot.api.generate` turns it on for CUDA. If compilation
+        back; compaction moves entries in place. Off by default, on every device (on the CPU
+        attention would span all ``max_len`` slots); ``specot.generate(cuda_graphs=True)`` turns it
+        on. Each new pass shape compiles first (minutes in all on an H100, docs/engine.md). If compilation
         fails at run time the wrapper warns once and runs eagerly. The cache's buffers are made by
         the first pass and kept across sequences (captured graphs hold their addresses): call this
         again after moving the model to another device or dtype.
