@@ -401,8 +401,8 @@ def generate(
             file, or ``None`` for prompt lookup only), when the draft is ``"ngram"``.
         cuda_graphs: decode over static KV caches with every pass captured as a CUDA graph
             (:meth:`CausalLM.use_static_cache` with ``compile=True``). Off by default: each pass
-            shape compiles once (tens of seconds each on an H100; docs/engine.md), which a server
-            amortizes and a one-off call does not.
+            shape compiles first (one n-gram run on an H100 compiled for over four minutes;
+            docs/engine.md), which a server amortizes and a one-off call does not.
 
     Exactness: with a lossless verifier the output is lossless in distribution given the target's
     logits; greedy (temperature 0) equals autoregressive decoding token for token in float32, and

@@ -70,7 +70,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                         "greedy output equals autoregressive decoding token for token in float32 (bf16/fp16: up to "
                         "near-ties)")
     p.add_argument("--device", default="cpu", help="torch device: cpu (default), cuda, cuda:N")
-    p.add_argument("--cuda-graphs", action="store_true",
+    p.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=False,
                    help="static KV caches with every pass captured as a CUDA graph (off by default: each pass "
                         "shape compiles first, minutes in all; docs/engine.md)")
     p.add_argument("--baseline", action="store_true",
