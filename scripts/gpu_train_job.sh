@@ -3,16 +3,21 @@
 # so that it outlives the call that starts it (scripts/device_kit.sh ships the target and wheels):
 #
 #   run: bash .dev/setup.sh && cp -r .dev/job /tmp/job && cd /tmp/repo && \
-#        SAMPLE_S=420 TRAIN_MIN=9 setsid nohup bash /tmp/job/gpu_train_job.sh > /tmp/job/job.log 2>&1 < /dev/null &
+#        SAMPLE_S=420 TRAIN_MIN=9 setsid nohup bash scripts/gpu_train_job.sh > /tmp/job/job.log 2>&1 < /dev/null &
 #   run (at once, to keep the machine warm): sleep 540; tail /tmp/job/log/*.log
-#   run: wait for /tmp/job/log/trained, then tar /tmp/e16/ship, /tmp/job/log and /tmp/samples_* into
-#        $OUT (split under 16 MiB): session 15 left the samples behind, so no CPU session could reuse them
+#   run: once /tmp/job/log/trained exists: bash /tmp/repo/scripts/gpu_train_job.sh collect  (the head, logs and
+#        samples into $OUT in parts under 16 MiB; here: cat job.tgz.* | tar xz). Session 15 left the
+#        samples behind, so no CPU session could train on them again.
 #
-# .dev/job holds this script and the prompts split in four (pr0..pr3, from scripts/build_eagle_prompts.py).
+# .dev/job holds the prompts split in four (pr0..pr3, from scripts/build_eagle_prompts.py).
 # Four sampling processes share the GPU: one is Python-bound at about 1 900 tokens/s. Then the head
 # in src/specot/data/eagle is continued with attempt 13's recipe (batches of 16, lr 1.5e-4).
 source /tmp/env.sh
 J=/tmp/job; OUTDIR=${OUTDIR:-/tmp/e16}; mkdir -p $J/log
+if [ "${1:-}" = collect ]; then  # in the last call: the head, the logs and the samples, in parts under 16 MiB
+  cd /tmp && tar czf - "${OUTDIR#/tmp/}/ship" "${OUTDIR#/tmp/}/log.jsonl" job/log samples_* | split -b 15m -d -a 1 - "$OUT/job.tgz."
+  ls -l "$OUT"; exit 0
+fi
 for i in 0 1 2 3; do
   timeout ${SAMPLE_S:-420} python3 scripts/train_eagle.py --data /tmp/samples_$i --out /tmp/sampler_$i --prompts $J/pr$i \
     --samples-per-prompt 1 --batch-size 160 --max-new-tokens 224 --max-tokens 3000000 --dtype bfloat16 \
