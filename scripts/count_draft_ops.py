@@ -71,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
                                                                     sampling=SamplingConfig(t)),
                                          generator=specot.make_generator(0, args.device))
         print(f"T={t}: autoregressive, {counter.counts['target'] / len(ar.tokens):.0f} operations per token")
-        counter.counts.clear(), counter.draft_ops.clear(), counter.calls.clear()
+        for tally in (counter.counts, counter.draft_ops, counter.calls):
+            tally.clear()
         with counter:
             rep = specot.generate(PROMPT, target=tgt, draft="eagle", temperature=t, device=args.device,
                                   max_new_tokens=args.max_new_tokens, seed=0)

@@ -107,8 +107,8 @@ class CausalLM:
         and transformers' static-cache generation do. Rollback moves the cache's running length
         back; compaction moves entries in place. Off by default, on every device (on the CPU
         attention would span all ``max_len`` slots); ``specot.generate(cuda_graphs=True)`` turns it
-        on. Each new pass shape compiles first (minutes in all on an H100, docs/engine.md). If compilation
-        fails at run time the wrapper warns once and runs eagerly. The cache's buffers are made by
+        on. Each new pass shape compiles first (minutes in all on an H100, docs/engine.md). If
+        compilation fails at run time the wrapper warns once and runs eagerly. The cache's buffers are made by
         the first pass and kept across sequences (captured graphs hold their addresses): call this
         again after moving the model to another device or dtype.
 
