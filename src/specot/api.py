@@ -429,7 +429,7 @@ def generate(
         raise TypeError(f"seed must be an int or None, got {type(seed).__name__}; pass a torch.Generator to "
                         "specot.speculative_generate(generator=...) instead")
     if _is_auto(draft):  # the fastest measured plan for this target and device (one rule: auto_plan)
-        draft, drafts, gamma = auto_plan(target, device, dtype=dtype, drafts=drafts,
+        draft, drafts, gamma = auto_plan(target, device, dtype=dtype, temperature=temperature, drafts=drafts,
                                          gamma=gamma, tree=tree, verifier=verifier, verifier_params=verifier_params)
     cfg = GenerationConfig(max_new_tokens=max_new_tokens, gamma=DEFAULT_GAMMA if gamma is None else gamma, seed=seed,
                            gamma_schedule=gamma_schedule,
@@ -634,21 +634,24 @@ def _check_target_source(target: Any) -> Any:
 
 
 #: ``draft="auto"`` on the embedded target in bfloat16 on a CPU: suffix decoding with the shipped
-#: EAGLE head (:class:`HybridDrafter`), drafting GREEDY-law trees of ``(children per node, depth)``
-#: at every temperature: the fastest plan measured on six held-out prompt sets (README "Results";
-#: docs/results.md "Session 9 runs": at T = 0 the 2 x 3 tree beat 4 x 3 on the mean in two runs,
-#: same block efficiency from a 7-node instead of a 13-node target pass). Elsewhere ``"ngram"``: in
-#: float32 (CPUs without native bf16) the head's passes cost too much (n-gram drafting measured
-#: faster), and on CUDA the plan was not measured.
+#: EAGLE head (:class:`HybridDrafter`), drafting GREEDY-law trees of ``(children per node, depth)``:
+#: :data:`AUTO_TREE` at temperatures > 0, :data:`AUTO_TREE_GREEDY` at temperature 0 — the fastest
+#: plans measured on held-out prompt sets (docs/results.md "Session 16 runs": at T = 0 the 3 x 6
+#: tree gained 4 % on the mean of eight sets, on six of them, from a re-ranked tree that prunes
+#: itself; at T = 1 it lost on all three sets measured, and 2 x 3 has stayed the fastest shape
+#: there since session 9). Elsewhere ``"ngram"``: in float32 (CPUs without
+#: native bf16) the head's passes cost too much (n-gram drafting measured faster), and on CUDA the
+#: plan was not measured.
 AUTO_HYBRID = "suffix+eagle"
 AUTO_TREE = (2, 3)
+AUTO_TREE_GREEDY = (3, 6)
 
 
 def _is_auto(draft: Any) -> bool:
     return isinstance(draft, str) and draft == "auto"
 
 
-def auto_plan(target: Any, device: str = "cpu", *, dtype: str | torch.dtype = "auto",
+def auto_plan(target: Any, device: str = "cpu", *, dtype: str | torch.dtype = "auto", temperature: float = 1.0,
               drafts: int | None = None, gamma: int | None = None, tree: Any = None, verifier: str = "speculative",
               verifier_params: dict[str, Any] | None = None) -> tuple[str, int | None, int | None]:
     """What ``draft="auto"`` decodes with: ``(draft name, drafts, gamma)``.
@@ -656,8 +659,9 @@ def auto_plan(target: Any, device: str = "cpu", *, dtype: str | torch.dtype = "a
     * The embedded target (``None``, ``"smollm2"`` or its loaded :class:`CausalLM`) in bfloat16
       (``dtype``, or the loaded target's; ``"auto"`` is bf16 where matmuls are native) on a CPU:
       ``"suffix+eagle"``. With no tree options and the default verifier, as draft trees of
-      :data:`AUTO_TREE` — 2 children per node, depth 3, at every temperature (``gamma`` given: that
-      depth); with another verifier, as chains. With tree options (``drafts`` / ``tree``):
+      :data:`AUTO_TREE` — 2 children per node, depth 3 — at ``temperature`` > 0 and of
+      :data:`AUTO_TREE_GREEDY` — 3 children per node, depth 6 — at temperature 0 (``gamma`` given:
+      that depth); with another verifier, as chains. With tree options (``drafts`` / ``tree``):
       GREEDY-law trees of ``"suffix+eagle"`` as given, and for any other tree law or verifier
       ``"eagle"``, whose trees take every draft law.
     * Anything else: ``"ngram"`` (prompt lookup + an n-gram table), the options unchanged.
@@ -671,7 +675,7 @@ def auto_plan(target: Any, device: str = "cpu", *, dtype: str | torch.dtype = "a
         return "ngram", drafts, gamma
     if drafts is None and tree is None:
         if verifier == "speculative" and not verifier_params:
-            drafts, depth = AUTO_TREE
+            drafts, depth = AUTO_TREE_GREEDY if temperature == 0 else AUTO_TREE
             gamma = depth if gamma is None else gamma
         return AUTO_HYBRID, drafts, gamma  # trees, or chains under the caller's verifier
     greedy_tree = tree is None or (isinstance(tree, str) and _names_greedy_tree(tree))

@@ -44,7 +44,7 @@ def test_auto_is_ngram_and_eagle_refuses_another_target():
 
 
 def test_auto_plan_for_the_embedded_target():
-    """suffix+eagle trees in bf16 on a CPU: 2 x 3 at every temperature; chains with another
+    """suffix+eagle trees in bf16 on a CPU: 3 x 6 at temperature 0, 2 x 3 above; chains with another
     verifier; GREEDY-law tree options stay with the hybrid, others go to the EAGLE head; ngram in
     float32 and on CUDA (measured slower / not measured there)."""
     def plan(target=None, device="cpu", **kw):
@@ -52,6 +52,10 @@ def test_auto_plan_for_the_embedded_target():
 
     for target in (None, "smollm2"):
         assert plan(target) == ("suffix+eagle", 2, 3)
+        assert plan(target, temperature=0.7) == ("suffix+eagle", 2, 3)
+        assert plan(target, temperature=0.0) == ("suffix+eagle", 3, 6)
+    assert plan(temperature=0.0, gamma=4) == ("suffix+eagle", 3, 4)
+    assert plan(temperature=0.0, drafts=2) == ("suffix+eagle", 2, None)  # tree options as given
     assert plan(gamma=5) == ("suffix+eagle", 2, 5)
     assert plan(verifier="block") == ("suffix+eagle", None, None)  # a chain: any single-draft verifier
     assert plan(verifier_params={"lenience": 0.5}, verifier="lenient") == ("suffix+eagle", None, None)
@@ -76,7 +80,7 @@ def test_auto_decodes_suffix_eagle_trees_in_bf16_and_the_plan_is_exact_in_float3
     assert auto_plan(bf16) == ("suffix+eagle", 2, 3)
     prompt = "Write a Python function that returns the squares of a list of numbers."
     rep = specot.generate(prompt, target=bf16, temperature=0.0, max_new_tokens=16)
-    assert rep.draft == "suffix+eagle, tree 2x3" and rep.result.method == "tree"
+    assert rep.draft == "suffix+eagle, tree 3x6" and rep.result.method == "tree"
     f32 = specot.load_embedded_target(dtype="float32")
     assert isinstance(specot.load_drafter("auto", f32), NGramDrafter)
     rep = specot.generate(prompt, target=f32, draft="suffix+eagle", drafts=4, gamma=3, temperature=0.0,

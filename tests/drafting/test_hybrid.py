@@ -31,16 +31,16 @@ def _hybrid(target, draft_vocab=None, seed: int = 1, **kw) -> HybridDrafter:
     return HybridDrafter(SuffixDrafter(vocab_size=target.vocab_size), eagle, **kw)
 
 
-@pytest.mark.parametrize("drafts", [None, 2])
-def test_greedy_identical_to_autoregressive_and_both_drafters_draft(drafts):
+@pytest.mark.parametrize(("drafts", "gamma"), [(None, 3), (2, 3), (3, 6)])  # (3, 6): auto's tree at T = 0
+def test_greedy_identical_to_autoregressive_and_both_drafters_draft(drafts, gamma):
     target = _target()
-    cfg = GenerationConfig(max_new_tokens=40, gamma=3, sampling=GREEDY, stop_at_eos=False)
+    cfg = GenerationConfig(max_new_tokens=40, gamma=gamma, sampling=GREEDY, stop_at_eos=False)
     ar = autoregressive_generate(target, PROMPT, cfg)
     hy = _hybrid(target, draft_cost=0.0)
     if drafts is None:
         res = speculative_generate(target, hy, PROMPT, cfg)
     else:
-        spec, ver = decoding_plan(hy, get_verifier("speculative"), gamma=3, drafts=drafts)
+        spec, ver = decoding_plan(hy, get_verifier("speculative"), gamma=gamma, drafts=drafts)
         assert spec.law == DraftLaw.GREEDY and ver.name == "greedy"
         res = tree_generate(target, hy, PROMPT, spec, cfg, verifier=ver)
     assert res.tokens == ar.tokens

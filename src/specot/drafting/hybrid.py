@@ -19,7 +19,9 @@ draft model), the drafter keeps the suffix tree when
 model drafter's value is below 1, the value of a plain target step (no draft): then nothing is
 drafted, except that every ``probe_every``-th such iteration the model drafts anyway, so that its
 averages follow the text (a model that stops paying for itself on one stretch of text may pay again
-on the next). The suffix drafter's own budget already returns the empty tree when no suffix tree
+on the next). By default ``probe_every = 1``: the model drafts on every such iteration — with the
+shipped EAGLE head on a CPU the plain steps lost more block efficiency than the skipped draft
+passes saved (docs/results.md, "Session 16 runs"). The suffix drafter's own budget already returns the empty tree when no suffix tree
 beats a plain step. The model drafter does no work on iterations it does not draft: an EAGLE head
 catches up on the target's features of those positions in one pass the next time it drafts.
 
@@ -54,18 +56,20 @@ class HybridDrafter(Drafter):
         model: the draft model's drafter (an :class:`~specot.drafting.EagleDrafter` or a
             :class:`~specot.drafting.ModelDrafter`); its ``hidden_layers`` become this drafter's.
         draft_cost: c_d, the cost of one draft pass of ``model`` in autoregressive target steps
-            (default 0.08: the shipped EAGLE head of SmolLM2-135M on a 2-core CPU in bf16).
+            (default 0.03: the shipped int8 EAGLE head of SmolLM2-135M on a 2-core CPU in bf16,
+            about 1 ms a pass against a 32 ms target step; docs/results.md "Session 16 runs").
         decay: weight of the past in the model drafter's moving averages (default 0.9).
         probe_every: while the model drafter's value is below a plain step's, it still drafts every
-            ``probe_every``-th iteration (default 8; 0: never).
+            ``probe_every``-th iteration (default 1: every time — no plain steps while the model
+            drafts at all; measured with the default ``draft_cost`` against 8 in session 16; 0: never).
 
     Raises:
         ValueError: drafters with different vocabulary sizes, ``draft_cost < 0``, ``decay``
             outside [0, 1) or ``probe_every < 0``.
     """
 
-    def __init__(self, suffix: SuffixDrafter, model: Drafter, *, draft_cost: float = 0.08, decay: float = 0.9,
-                 probe_every: int = 8) -> None:
+    def __init__(self, suffix: SuffixDrafter, model: Drafter, *, draft_cost: float = 0.03, decay: float = 0.9,
+                 probe_every: int = 1) -> None:
         super().__init__()
         if not isinstance(suffix, SuffixDrafter):
             raise TypeError(f"suffix must be a SuffixDrafter, got {type(suffix).__name__}")

@@ -253,13 +253,14 @@ def _build_methods(tgt: Any, ngram: Any, draft: BenchDraft | None, gammas: Seque
 
 def _auto_runner(tgt: Any, cfg: Callable[..., Any], wrap: Callable[[Any], _Run]) -> Callable[[list[int], float, int], _Run]:
     """A run of ``draft="auto"`` exactly as :func:`specot.generate` plans it: :func:`auto_plan`'s
-    drafter (loaded once) and its chain or tree, through :func:`decoding_plan`."""
-    name, drafts, gamma = auto_plan(tgt)
-    ed = load_drafter(name, tgt)
-    spec, ver = decoding_plan(ed, get_verifier("speculative"), drafts=drafts, gamma=gamma)
-    L = gamma or GenerationConfig.gamma
+    drafter (loaded once) and its chain or tree at each temperature, through :func:`decoding_plan`."""
+    drafters: dict[str, Any] = {}
 
     def run(ids: list[int], t: float, s: int) -> _Run:
+        name, drafts, gamma = auto_plan(tgt, temperature=t)
+        ed = drafters.get(name) or drafters.setdefault(name, load_drafter(name, tgt))
+        spec, ver = decoding_plan(ed, get_verifier("speculative"), drafts=drafts, gamma=gamma)
+        L = gamma or GenerationConfig.gamma
         if spec is None:
             return wrap(speculative_generate(tgt, ed, ids, cfg(t, s, L), verifier=ver))
         return wrap(tree_generate(tgt, ed, ids, spec, cfg(t, s, L), verifier=ver))
