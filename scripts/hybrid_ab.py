@@ -5,8 +5,10 @@ run with every tree shape, beside autoregressive decoding and n-gram drafting.
     python scripts/hybrid_ab.py --prompts docs/bench/prompts_code.jsonl --trees 2x3,3x6 \
         --variants default,p1-d0.03 --out runs/ab_code.json
 
-A variant is ``default`` (the shipped settings) or dash-separated options: ``pK`` (probe_every=K),
-``dX`` (draft_cost=X), ``sN`` (the suffix drafter's trees N deep instead of the spec's depth).
+A variant is ``default`` (the settings shipped until session 15: probe_every=8, draft_cost=0.08 —
+not HybridDrafter's defaults since) or dash-separated options, each replacing one of those:
+``pK`` (probe_every=K), ``dX`` (draft_cost=X), ``sN`` (the suffix drafter's trees N deep instead of
+the spec's depth).
 """
 
 from __future__ import annotations

@@ -258,7 +258,9 @@ def _auto_runner(tgt: Any, cfg: Callable[..., Any], wrap: Callable[[Any], _Run])
 
     def run(ids: list[int], t: float, s: int) -> _Run:
         name, drafts, gamma = auto_plan(tgt, temperature=t)
-        ed = drafters.get(name) or drafters.setdefault(name, load_drafter(name, tgt))
+        if name not in drafters:
+            drafters[name] = load_drafter(name, tgt)
+        ed = drafters[name]
         spec, ver = decoding_plan(ed, get_verifier("speculative"), drafts=drafts, gamma=gamma)
         L = gamma or GenerationConfig.gamma
         if spec is None:
