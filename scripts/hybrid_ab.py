@@ -8,7 +8,8 @@ run with every tree shape, beside autoregressive decoding and n-gram drafting.
 A variant is ``default`` (the settings shipped until session 15: probe_every=8, draft_cost=0.08 —
 not HybridDrafter's defaults since) or dash-separated options, each replacing one of those:
 ``pK`` (probe_every=K), ``dX`` (draft_cost=X), ``sN`` (the suffix drafter's trees N deep instead of
-the spec's depth).
+the spec's depth), ``cX`` (the EAGLE head's ``min_confidence`` τ = X: expand only paths whose
+cumulative draft probability is at least X).
 """
 
 from __future__ import annotations
@@ -27,9 +28,11 @@ from specot_lab.corpus import load_prompts
 def _variant(name: str, target: Any) -> HybridDrafter:
     base = load_drafter("suffix+eagle", target)
     opts = {} if name == "default" else {x[0]: x[1:] for x in name.split("-")}
-    unknown = set(opts) - {"p", "d", "s"}
+    unknown = set(opts) - {"p", "d", "s", "c"}
     if unknown:
-        raise SystemExit(f"variant {name!r}: unknown option(s) {sorted(unknown)}; use pK, dX, sN")
+        raise SystemExit(f"variant {name!r}: unknown option(s) {sorted(unknown)}; use pK, dX, sN, cX")
+    if "c" in opts:
+        base.model.min_confidence = float(opts["c"])
     hd = HybridDrafter(base.suffix, base.model, probe_every=int(opts.get("p", 8)),
                        draft_cost=float(opts.get("d", 0.08)))
     if "s" in opts:  # the suffix drafter's own depth, after start() gave it the spec's
