@@ -26,14 +26,14 @@ from specot_lab.corpus import load_prompts
 
 
 def _variant(name: str, target: Any) -> HybridDrafter:
-    base = load_drafter("suffix+eagle", target)
+    suffix, eagle = load_drafter("suffix", target), load_drafter("eagle", target)
     opts = {} if name == "default" else {x[0]: x[1:] for x in name.split("-")}
     unknown = set(opts) - {"p", "d", "s", "c"}
     if unknown:
         raise SystemExit(f"variant {name!r}: unknown option(s) {sorted(unknown)}; use pK, dX, sN, cX")
     if "c" in opts:
-        base.model.min_confidence = float(opts["c"])
-    hd = HybridDrafter(base.suffix, base.model, probe_every=int(opts.get("p", 8)),
+        eagle.min_confidence = float(opts["c"])
+    hd = HybridDrafter(suffix, eagle, probe_every=int(opts.get("p", 8)),
                        draft_cost=float(opts.get("d", 0.08)))
     if "s" in opts:  # the suffix drafter's own depth, after start() gave it the spec's
         depth, start = int(opts["s"]), hd.start

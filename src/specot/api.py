@@ -639,9 +639,8 @@ def _check_target_source(target: Any) -> Any:
 #: plans measured on held-out prompt sets (docs/results.md "Session 16 runs": at T = 0 the 3 x 6
 #: tree gained 4 % on the mean of eight sets, on six of them, from a re-ranked tree that prunes
 #: itself; at T = 1 it lost on all three sets measured, and 2 x 3 has stayed the fastest shape
-#: there since session 9). Elsewhere ``"ngram"``: in float32 (CPUs without
-#: native bf16) the head's passes cost too much (n-gram drafting measured faster), and on CUDA the
-#: plan was not measured.
+#: there since session 9). Elsewhere ``"ngram"``: in float32 (CPUs without native bf16) the head's
+#: passes cost too much (n-gram drafting measured faster), and on CUDA the plan was not measured.
 AUTO_HYBRID = "suffix+eagle"
 AUTO_TREE = (2, 3)
 AUTO_TREE_GREEDY = (3, 6)
