@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file
 
 import specot
-from specot.api import auto_plan
+from specot.api import AUTO_MIN_CONFIDENCE_GREEDY, AutoPlan, auto_plan
 from specot.drafting import EagleDrafter, HybridDrafter, NGramDrafter
 from specot.drafting.eagle import EAGLE3_KEYS
 from specot.engine import GenerationConfig, autoregressive_generate, speculative_generate
@@ -38,36 +38,58 @@ def test_head_files_layout_and_size():
 def test_auto_is_ngram_and_eagle_refuses_another_target():
     target = tiny_lm(0)
     assert isinstance(specot.load_drafter("auto", target), NGramDrafter)
-    assert auto_plan(target) == ("ngram", None, None)
+    assert auto_plan(target) == AutoPlan("ngram", None, None)
     with pytest.raises(ValueError, match="eagle:PATH"):
         specot.load_drafter("eagle", target)
 
 
 def test_auto_plan_for_the_embedded_target():
-    """suffix+eagle trees in bf16 on a CPU: 3 x 6 at temperature 0, 2 x 3 above; chains with another
-    verifier; GREEDY-law tree options stay with the hybrid, others go to the EAGLE head; ngram in
-    float32 and on CUDA (measured slower / not measured there)."""
+    """suffix+eagle trees in bf16 on a CPU: 3 x 6 gated by the head's confidence at temperature 0,
+    2 x 3 ungated above; chains with another verifier; GREEDY-law tree options stay with the hybrid
+    (as given, no gate), others go to the EAGLE head; ngram in float32 and on CUDA (measured slower /
+    not measured there)."""
     def plan(target=None, device="cpu", **kw):
-        return auto_plan(target, device, dtype=kw.pop("dtype", "bfloat16"), **kw)
+        got = auto_plan(target, device, dtype=kw.pop("dtype", "bfloat16"), **kw)
+        assert isinstance(got, AutoPlan)
+        return (got.draft, got.drafts, got.gamma, got.min_confidence)
 
+    tau = AUTO_MIN_CONFIDENCE_GREEDY
+    assert 0 < tau < 1
     for target in (None, "smollm2"):
-        assert plan(target) == ("suffix+eagle", 2, 3)
-        assert plan(target, temperature=0.7) == ("suffix+eagle", 2, 3)
-        assert plan(target, temperature=0.0) == ("suffix+eagle", 3, 6)
-    assert plan(temperature=0.0, gamma=4) == ("suffix+eagle", 3, 4)
-    assert plan(temperature=0.0, drafts=2) == ("suffix+eagle", 2, None)  # tree options as given
-    assert plan(gamma=5) == ("suffix+eagle", 2, 5)
-    assert plan(verifier="block") == ("suffix+eagle", None, None)  # a chain: any single-draft verifier
-    assert plan(verifier_params={"lenience": 0.5}, verifier="lenient") == ("suffix+eagle", None, None)
-    assert plan(drafts=3) == ("suffix+eagle", 3, None)  # GREEDY-law trees as given
-    assert plan(tree="greedy", verifier="greedy") == ("suffix+eagle", None, None)
-    assert plan(tree="wor", gamma=2) == ("eagle", None, 2)  # EAGLE trees take every law
-    assert plan(drafts=2, verifier="kseq") == ("eagle", 2, None)
-    assert plan(tree="prefix:2,1") == ("eagle", None, None)
-    assert plan(dtype="float32") == ("ngram", None, None)
-    assert plan(None, "cuda") == ("ngram", None, None)
-    assert plan(None, "cuda:1") == ("ngram", None, None)
-    assert plan("some/other-model") == ("ngram", None, None)
+        assert plan(target) == ("suffix+eagle", 2, 3, None)
+        assert plan(target, temperature=0.7) == ("suffix+eagle", 2, 3, None)
+        assert plan(target, temperature=0.0) == ("suffix+eagle", 3, 6, tau)
+    assert plan(temperature=0.0, gamma=4) == ("suffix+eagle", 3, 4, tau)
+    assert plan(temperature=0.0, drafts=2) == ("suffix+eagle", 2, None, None)  # tree options as given
+    assert plan(temperature=0.0, verifier="block") == ("suffix+eagle", None, None, None)  # a chain: no gate
+    assert plan(gamma=5) == ("suffix+eagle", 2, 5, None)
+    assert plan(verifier="block") == ("suffix+eagle", None, None, None)  # a chain: any single-draft verifier
+    assert plan(verifier_params={"lenience": 0.5}, verifier="lenient") == ("suffix+eagle", None, None, None)
+    assert plan(drafts=3) == ("suffix+eagle", 3, None, None)  # GREEDY-law trees as given
+    assert plan(tree="greedy", verifier="greedy") == ("suffix+eagle", None, None, None)
+    assert plan(tree="wor", gamma=2) == ("eagle", None, 2, None)  # EAGLE trees take every law
+    assert plan(drafts=2, verifier="kseq") == ("eagle", 2, None, None)
+    assert plan(tree="prefix:2,1") == ("eagle", None, None, None)
+    assert plan(dtype="float32", temperature=0.0) == ("ngram", None, None, None)
+    assert plan(None, "cuda") == ("ngram", None, None, None)
+    assert plan(None, "cuda:1") == ("ngram", None, None, None)
+    assert plan("some/other-model") == ("ngram", None, None, None)
+
+
+def test_load_drafter_gates_eagle_heads_only():
+    """``min_confidence`` reaches the EAGLE head (alone or inside the hybrid) and is refused, in one
+    line, for drafts without one and for values outside (0, 1)."""
+    target = specot.load_embedded_target(dtype="float32")
+    assert specot.load_drafter("eagle", target, min_confidence=0.1).min_confidence == 0.1
+    assert specot.load_drafter("eagle", target).min_confidence is None
+    hybrid = specot.load_drafter("suffix+eagle", target, min_confidence=0.25)
+    assert isinstance(hybrid, HybridDrafter) and hybrid.model.min_confidence == 0.25
+    for bad in ("ngram", "suffix", "distilled", "suffix+distilled", "auto"):  # auto: ngram in float32
+        with pytest.raises(ValueError, match="has none"):
+            specot.load_drafter(bad, target, min_confidence=0.1)
+    for bad in (0, 1.0, -0.5, True, "0.1"):
+        with pytest.raises(ValueError, match=r"min_confidence must be a number in \(0, 1\)"):
+            specot.load_drafter("eagle", target, min_confidence=bad)
 
 
 @pytest.mark.slow
@@ -77,10 +99,11 @@ def test_auto_decodes_suffix_eagle_trees_in_bf16_and_the_plan_is_exact_in_float3
     auto = specot.load_drafter("auto", bf16)
     assert isinstance(auto, HybridDrafter)
     assert isinstance(specot.load_drafter("eagle", bf16).head.lm_head, Int8Linear)  # the shipped head on a CPU
-    assert auto_plan(bf16) == ("suffix+eagle", 2, 3)
+    assert auto_plan(bf16) == AutoPlan("suffix+eagle", 2, 3)
     prompt = "Write a Python function that returns the squares of a list of numbers."
     rep = specot.generate(prompt, target=bf16, temperature=0.0, max_new_tokens=16)
-    assert rep.draft == "suffix+eagle, tree 3x6" and rep.result.method == "tree"
+    assert rep.draft == f"suffix+eagle, tree 3x6, min_confidence {AUTO_MIN_CONFIDENCE_GREEDY:g}"
+    assert rep.result.method == "tree"
     f32 = specot.load_embedded_target(dtype="float32")
     assert isinstance(specot.load_drafter("auto", f32), NGramDrafter)
     rep = specot.generate(prompt, target=f32, draft="suffix+eagle", drafts=4, gamma=3, temperature=0.0,

@@ -254,15 +254,16 @@ def _build_methods(tgt: Any, ngram: Any, draft: BenchDraft | None, gammas: Seque
 def _auto_runner(tgt: Any, cfg: Callable[..., Any], wrap: Callable[[Any], _Run]) -> Callable[[list[int], float, int], _Run]:
     """A run of ``draft="auto"`` exactly as :func:`specot.generate` plans it: :func:`auto_plan`'s
     drafter (loaded once) and its chain or tree at each temperature, through :func:`decoding_plan`."""
-    drafters: dict[str, Any] = {}
+    drafters: dict[tuple[str, float | None], Any] = {}
 
     def run(ids: list[int], t: float, s: int) -> _Run:
-        name, drafts, gamma = auto_plan(tgt, temperature=t)
-        if name not in drafters:
-            drafters[name] = load_drafter(name, tgt)
-        ed = drafters[name]
-        spec, ver = decoding_plan(ed, get_verifier("speculative"), drafts=drafts, gamma=gamma)
-        L = gamma or GenerationConfig.gamma
+        plan = auto_plan(tgt, temperature=t)
+        key = (plan.draft, plan.min_confidence)
+        if key not in drafters:
+            drafters[key] = load_drafter(plan.draft, tgt, min_confidence=plan.min_confidence)
+        ed = drafters[key]
+        spec, ver = decoding_plan(ed, get_verifier("speculative"), drafts=plan.drafts, gamma=plan.gamma)
+        L = plan.gamma or GenerationConfig.gamma
         if spec is None:
             return wrap(speculative_generate(tgt, ed, ids, cfg(t, s, L), verifier=ver))
         return wrap(tree_generate(tgt, ed, ids, spec, cfg(t, s, L), verifier=ver))
