@@ -20,6 +20,7 @@ import sys
 from typing import Any
 
 from specot.api import load_drafter
+from specot.envinfo import environment_info
 from specot.drafting import DraftSchedule, HybridDrafter
 from specot_lab.bench import speedup
 from specot_lab.corpus import load_prompts
@@ -67,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         trees=[tuple(int(x) for x in t.split("x")) for t in args.trees.split(",")], peers=False,
         max_new_tokens=args.max_new_tokens, dtype="auto", progress=False, extra_drafts=variants)
     res["command"] = "python scripts/hybrid_ab.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    res["environment"] = environment_info()  # CPU flags, library versions
     with open(args.out, "w") as f:
         json.dump(res, f, indent=1, default=str)
     for r in res["rows"]:
