@@ -31,12 +31,14 @@ def _hybrid(target, draft_vocab=None, seed: int = 1, **kw) -> HybridDrafter:
     return HybridDrafter(SuffixDrafter(vocab_size=target.vocab_size), eagle, **kw)
 
 
-@pytest.mark.parametrize(("drafts", "gamma"), [(None, 3), (2, 3), (3, 6)])  # (3, 6): auto's tree at T = 0
-def test_greedy_identical_to_autoregressive_and_both_drafters_draft(drafts, gamma):
+# (3, 6, 0.1): auto's tree at T = 0, gated by the head's confidence (api.AUTO_MIN_CONFIDENCE_GREEDY)
+@pytest.mark.parametrize(("drafts", "gamma", "tau"), [(None, 3, None), (2, 3, None), (3, 6, None), (3, 6, 0.1)])
+def test_greedy_identical_to_autoregressive_and_both_drafters_draft(drafts, gamma, tau):
     target = _target()
     cfg = GenerationConfig(max_new_tokens=40, gamma=gamma, sampling=GREEDY, stop_at_eos=False)
     ar = autoregressive_generate(target, PROMPT, cfg)
     hy = _hybrid(target, draft_cost=0.0)
+    hy.model.min_confidence = tau
     if drafts is None:
         res = speculative_generate(target, hy, PROMPT, cfg)
     else:
