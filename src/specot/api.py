@@ -389,7 +389,7 @@ def generate(
         target: ``None``/``"smollm2"`` (embedded default), a path, a hub id or a :class:`CausalLM`.
         draft: ``"auto"`` (default: the fastest plan measured, :func:`auto_plan` — suffix decoding
             with the shipped EAGLE head (int8 weights on a CPU) as draft trees for the embedded
-            target in bf16 on a CPU,
+            target in bf16 on a CPU, at temperature 0 pruned by the head's confidence,
             else ``"ngram"``), ``"eagle"`` (the shipped EAGLE-3 head of the embedded target),
             ``"distilled"``, ``"ngram"``, ``"suffix"`` (model-free draft trees, decoded by
             :func:`tree_generate` under the GREEDY law with the ``greedy`` verifier, depth ``gamma``,
