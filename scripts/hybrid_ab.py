@@ -27,13 +27,12 @@ from specot_lab.corpus import load_prompts
 
 
 def _variant(name: str, target: Any) -> HybridDrafter:
-    suffix, eagle = load_drafter("suffix", target), load_drafter("eagle", target)
     opts = {} if name == "default" else {x[0]: x[1:] for x in name.split("-")}
     unknown = set(opts) - {"p", "d", "s", "c"}
     if unknown:
         raise SystemExit(f"variant {name!r}: unknown option(s) {sorted(unknown)}; use pK, dX, sN, cX")
-    if "c" in opts:
-        eagle.min_confidence = float(opts["c"])
+    suffix = load_drafter("suffix", target)
+    eagle = load_drafter("eagle", target, min_confidence=float(opts["c"]) if "c" in opts else None)
     hd = HybridDrafter(suffix, eagle, probe_every=int(opts.get("p", 8)),
                        draft_cost=float(opts.get("d", 0.08)))
     if "s" in opts:  # the suffix drafter's own depth, after start() gave it the spec's
