@@ -10,7 +10,8 @@ import torch
 from specot.cli.main import main as cli_main
 from specot.drafting import ModelDrafter, NGramDrafter, NGramTable, check_vocab_compatible
 from specot.models import load_model, resolve_dtype
-from specot.models.device import SmallBatchHead, install_small_batch_head, small_batch_linear
+from specot.models.device import (GQA_SDPA, SmallBatchHead, gqa_sdpa_attention, install_gqa_sdpa,
+                                  install_small_batch_head, small_batch_linear)
 from specot.sampling import SamplingConfig
 
 from conftest import tiny_lm
@@ -179,3 +180,52 @@ def test_prefill_computes_only_the_needed_logit_rows():
     out = lm.forward(seq, last=2)
     assert out.shape == (2, lm.vocab_size)
     torch.testing.assert_close(out, full[-2:], atol=1e-10, rtol=0)
+
+
+class _Groups(torch.nn.Module):
+    """What transformers' attention functions read off an attention module."""
+
+    def __init__(self, groups: int) -> None:
+        super().__init__()
+        self.num_key_value_groups, self.is_causal, self.training = groups, True, False
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("T", [1, 2, 7])
+def test_gqa_sdpa_attention_equals_transformers_sdpa(dtype, T):
+    """The same attention as transformers' SDPA function, with or without a mask, for one query
+    token (delegated) and several (the kernel's own GQA)."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    g = torch.Generator().manual_seed(T)
+    S, h, kv, d = 23, 6, 2, 8
+    q = torch.randn(1, h, T, d, generator=g).to(dtype)  # [B, H, T, D]
+    k, v = (torch.randn(1, kv, S, d, generator=g).to(dtype) for _ in range(2))  # [B, H_kv, S, D]
+    visible = torch.ones(T, S, dtype=torch.bool)
+    visible[:, S - T:] = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    visible[-1, 3] = False  # not a plain causal pattern: a tree mask
+    mask = torch.zeros(T, S, dtype=dtype).masked_fill(~visible, torch.finfo(dtype).min)[None, None]
+    mod = _Groups(h // kv)
+    for m in (mask, None):
+        ref, _ = sdpa_attention_forward(mod, q, k, v, m, scaling=d ** -0.5)
+        out, none = gqa_sdpa_attention(mod, q, k, v, m, scaling=d ** -0.5)
+        assert none is None and out.shape == (1, T, h, d) and out.dtype == dtype
+        torch.testing.assert_close(out, ref, atol=0, rtol=0)  # the same products in the same order
+
+
+def test_install_gqa_sdpa_only_on_grouped_sdpa_models():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    lm = tiny_lm(0, dtype=torch.float32)  # 4 query heads over 2 KV heads, SDPA: installed by CausalLM
+    assert lm.model.config._attn_implementation == GQA_SDPA
+    assert install_gqa_sdpa(lm.model)  # again: a no-op
+    ctx, toks, parents = [1, 4, 2, 9, 9, 3], [5, 6, 7, 8, 2], [-1, -1, 0, 0, 2]
+    new = lm.tree_logits_after(ctx, toks, parents)  # [1 + N, V], a tree mask: the new kernel path
+    lm.reset()
+    lm.model.set_attn_implementation("sdpa")
+    torch.testing.assert_close(lm.tree_logits_after(ctx, toks, parents), new, atol=0, rtol=0)
+    base = dict(vocab_size=16, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4)
+    mha = LlamaForCausalLM(LlamaConfig(**base, num_key_value_heads=4))  # no head groups
+    assert not install_gqa_sdpa(mha) and mha.config._attn_implementation == "sdpa"
+    eager = LlamaForCausalLM(LlamaConfig(**base, num_key_value_heads=2, attn_implementation="eager"))
+    assert not install_gqa_sdpa(eager) and eager.config._attn_implementation == "eager"

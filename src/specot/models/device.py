@@ -1,5 +1,6 @@
-"""Device and dtype choice: bf16 where the hardware has native bf16 matmuls, and a CPU-friendly
-output head for the few-row passes of speculative verification."""
+"""Device and dtype choice: bf16 where the hardware has native bf16 matmuls, and CPU-friendly
+kernels for the few-row passes of speculative verification: the output head and grouped-query
+attention."""
 
 from __future__ import annotations
 
@@ -7,8 +8,12 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 
-__all__ = ["cpu_has_native_bf16", "resolve_dtype", "SmallBatchHead", "small_batch_linear", "install_small_batch_head"]
+__all__ = ["cpu_has_native_bf16", "resolve_dtype", "SmallBatchHead", "small_batch_linear", "install_small_batch_head",
+           "GQA_SDPA", "gqa_sdpa_attention", "install_gqa_sdpa"]
 
 
 def cpu_has_native_bf16() -> bool:
@@ -96,3 +101,58 @@ def install_small_batch_head(model: Any, min_size: int = 1 << 22) -> bool:
     new.weight = head.weight  # the same Parameter: ties and dtype kept, nothing copied
     model.set_output_embeddings(new)
     return True
+
+
+#: The name under which :func:`gqa_sdpa_attention` is registered in transformers' ``AttentionInterface``.
+GQA_SDPA = "specot_gqa_sdpa"
+
+
+def gqa_sdpa_attention(module: Any, query: Tensor, key: Tensor, value: Tensor, attention_mask: Tensor | None,
+                       dropout: float = 0.0, scaling: float | None = None, is_causal: bool | None = None,
+                       **kwargs: Any) -> tuple[Tensor, None]:
+    """transformers' SDPA attention, with grouped-query attention left to the kernel on multi-token
+    CPU passes under a mask.
+
+    Shapes: ``query [B, H, T, D]``, ``key``/``value [B, H_kv, S, D]``, ``attention_mask [B, 1, T, S]``
+    (additive or bool) → ``[B, T, H, D]``.
+
+    For ``T > 1`` with a mask — every speculative verification pass after the prompt: a chain over
+    the cache, or a draft tree under its tree mask — transformers' ``sdpa_attention_forward``
+    copies the whole cached K and V ``H / H_kv`` times per layer (``repeat_kv``), because CUDA's
+    masked GQA kernels fall back to slow math. PyTorch's CPU kernel takes ``enable_gqa`` with a mask
+    directly, with the same result bit for bit (the same products in the same order): SmolLM2-135M
+    (9 query heads, 3 KV heads) over 300 cached positions, a 2-token pass cost 1.13x a 1-token step
+    with the copies and about 1.09x without (docs/results.md, "Session 18 runs"). Every other case
+    (one query token, no mask, a CUDA tensor, no head groups, position biases, paged caches,
+    attention sinks) is transformers' own function, unchanged.
+    """
+    groups = getattr(module, "num_key_value_groups", 1)
+    if (query.device.type != "cpu" or groups <= 1 or query.shape[2] == 1 or attention_mask is None
+            or kwargs.get("position_bias") is not None or kwargs.get("cache") is not None
+            or kwargs.get("s_aux") is not None or kwargs.get("sinks") is not None
+            or kwargs.get("softcap") is not None or kwargs.get("output_attentions", False)):
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      is_causal=is_causal, **kwargs)
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query, key, value, attn_mask=attention_mask[:, :, :, : key.shape[2]], dropout_p=dropout, scale=scaling,
+        enable_gqa=True)  # [B, H, T, D]
+    return out.transpose(1, 2).contiguous(), None
+
+
+def install_gqa_sdpa(model: Any) -> bool:
+    """Run ``model``'s attention through :func:`gqa_sdpa_attention` when it uses transformers' SDPA
+    attention with grouped-query heads (registered as :data:`GQA_SDPA`, with SDPA's mask builder;
+    transformers' documented ``AttentionInterface`` route, no method patching). Returns whether it
+    was installed; models on other attention implementations, or without head groups, are left as
+    they are."""
+    cfg = model.config
+    if getattr(cfg, "_attn_implementation", None) not in ("sdpa", GQA_SDPA):
+        return False
+    heads, kv_heads = getattr(cfg, "num_attention_heads", None), getattr(cfg, "num_key_value_heads", None)
+    if not heads or not kv_heads or kv_heads >= heads:
+        return False
+    AttentionInterface.register(GQA_SDPA, gqa_sdpa_attention)  # idempotent: a dict update
+    AttentionMaskInterface.register(GQA_SDPA, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
+    if cfg._attn_implementation != GQA_SDPA:
+        model.set_attn_implementation(GQA_SDPA)
+    return cfg._attn_implementation == GQA_SDPA

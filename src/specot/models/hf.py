@@ -22,7 +22,7 @@ from transformers import DynamicCache, StaticCache
 
 from .cache import crop_cache, is_static, keep_cache_positions
 from .chat import decode_tokens, encode_prompt
-from .device import install_small_batch_head
+from .device import install_gqa_sdpa, install_small_batch_head
 
 __all__ = ["CausalLM", "tree_attention_mask"]
 
@@ -99,6 +99,7 @@ class CausalLM:
         self._keeps_logits = "logits_to_keep" in params
         if self.device.type == "cpu":
             install_small_batch_head(self.model)  # a faster output head for 2–32-row passes (CPU)
+            install_gqa_sdpa(self.model)  # masked multi-token passes without copying K/V per head group
 
     def use_static_cache(self, max_len: int, *, compile: bool = False) -> "CausalLM":
         """Decode over a fixed-size ``StaticCache`` of ``max_len`` positions and, with ``compile``,
