@@ -122,7 +122,7 @@ def gqa_sdpa_attention(module: Any, query: Tensor, key: Tensor, value: Tensor, a
     masked GQA kernels fall back to slow math. PyTorch's CPU kernel takes ``enable_gqa`` with a mask
     directly, with the same result bit for bit (the same products in the same order): SmolLM2-135M
     (9 query heads, 3 KV heads) over 300 cached positions, a 2-token pass cost 1.13x a 1-token step
-    with the copies and about 1.09x without (docs/results.md, "Session 18 runs"). Every other case
+    with the copies and 1.04x without (docs/results.md, "Session 18 runs"). Every other case
     (one query token, no mask, a CUDA tensor, no head groups, position biases, paged caches,
     attention sinks) is transformers' own function, unchanged.
     """
