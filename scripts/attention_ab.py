@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     temps = [float(t) for t in args.temperatures.split(",")]
     for temp in temps:
-        tot = {k: {"time_s": 0.0, "tokens": 0, "iterations": 0, "accepted": 0} for k in ("ar", *IMPLEMENTATIONS)}
+        tot = {k: {"time_s": 0.0, "tokens": 0, "iterations": 0} for k in ("ar", *IMPLEMENTATIONS)}
         for i, prompt in enumerate(tqdm(prompts, desc=f"T={temp:g}")):
             ids = tgt.encode_prompt(prompt)
             order = list(IMPLEMENTATIONS) if i % 2 == 0 else list(IMPLEMENTATIONS)[::-1]
@@ -62,7 +62,6 @@ def main(argv: list[str] | None = None) -> int:
                 tot[name]["time_s"] += s.total_time_s / s.new_tokens
                 tot[name]["tokens"] += s.new_tokens
                 tot[name]["iterations"] += s.iterations
-                tot[name]["accepted"] += s.new_tokens
         for name in IMPLEMENTATIONS:
             t = tot[name]
             rows.append({"temperature": temp, "attention": IMPLEMENTATIONS[name],

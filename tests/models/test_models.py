@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from specot.cli.main import main as cli_main
 from specot.drafting import ModelDrafter, NGramDrafter, NGramTable, check_vocab_compatible
@@ -195,8 +196,6 @@ class _Groups(torch.nn.Module):
 def test_gqa_sdpa_attention_equals_transformers_sdpa(dtype, T):
     """The same attention as transformers' SDPA function, with or without a mask, for one query
     token (delegated) and several (the kernel's own GQA)."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
     g = torch.Generator().manual_seed(T)
     S, h, kv, d = 23, 6, 2, 8
     q = torch.randn(1, h, T, d, generator=g).to(dtype)  # [B, H, T, D]
