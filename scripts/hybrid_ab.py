@@ -9,7 +9,11 @@ A variant is ``default`` (the settings shipped until session 15: probe_every=8, 
 not HybridDrafter's defaults since) or dash-separated options, each replacing one of those:
 ``pK`` (probe_every=K), ``dX`` (draft_cost=X), ``sN`` (the suffix drafter's trees N deep instead of
 the spec's depth), ``cX`` (the EAGLE head's ``min_confidence`` τ = X: expand only paths whose
-cumulative draft probability is at least X).
+cumulative draft probability is at least X), ``hK`` (the K-th head of ``--heads`` instead of the
+shipped one; ``h0`` is the shipped head), so that two heads meet in one run:
+
+    python scripts/hybrid_ab.py --prompts code --trees 2x3 --temperatures 1 \
+        --heads runs/e17/ship --variants p1-d0.03,p1-d0.03-h1 --out runs/ab_heads_code.json
 """
 
 from __future__ import annotations
@@ -26,13 +30,17 @@ from specot_lab.bench import speedup
 from specot_lab.corpus import load_prompts
 
 
-def _variant(name: str, target: Any) -> HybridDrafter:
+def _variant(name: str, target: Any, heads: list[str]) -> HybridDrafter:
     opts = {} if name == "default" else {x[0]: x[1:] for x in name.split("-")}
-    unknown = set(opts) - {"p", "d", "s", "c"}
+    unknown = set(opts) - {"p", "d", "s", "c", "h"}
     if unknown:
-        raise SystemExit(f"variant {name!r}: unknown option(s) {sorted(unknown)}; use pK, dX, sN, cX")
+        raise SystemExit(f"variant {name!r}: unknown option(s) {sorted(unknown)}; use pK, dX, sN, cX, hK")
+    k = int(opts.get("h", 0))
+    if not 0 <= k <= len(heads):
+        raise SystemExit(f"variant {name!r}: head h{k} not given; pass --heads DIR[,DIR...] (h0 is the shipped head)")
     suffix = load_drafter("suffix", target)
-    eagle = load_drafter("eagle", target, min_confidence=float(opts["c"]) if "c" in opts else None)
+    eagle = load_drafter("eagle" if k == 0 else f"eagle:{heads[k - 1]}", target,
+                         min_confidence=float(opts["c"]) if "c" in opts else None)
     hd = HybridDrafter(suffix, eagle, probe_every=int(opts.get("p", 8)),
                        draft_cost=float(opts.get("d", 0.08)))
     if "s" in opts:  # the suffix drafter's own depth, after start() gave it the spec's
@@ -54,13 +62,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variants", default="default,p1-d0.03")
     ap.add_argument("--temperatures", default="0,1")
     ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--heads", default="", help="EAGLE head directories, comma-separated: variant option hK uses "
+                    "the K-th (h0, the default, is the shipped head)")
     ap.add_argument("--out", required=True, help="JSON file")
     args = ap.parse_args(argv)
+    heads = [h for h in args.heads.split(",") if h]
     variants = args.variants.split(",")
     bench_load = speedup.load_drafter
     # the bench resolves extra drafts by name: the variants' names resolve to their hybrids
     speedup.load_drafter = lambda name, tgt, **kw: (  # type: ignore[assignment]
-        _variant(name, tgt) if name in variants else bench_load(name, tgt, **kw))
+        _variant(name, tgt, heads) if name in variants else bench_load(name, tgt, **kw))
     res = speedup.run_speedup_bench(
         target=None, draft=None, prompts=load_prompts(args.prompts, args.n_prompts), prompt_set=args.prompts,
         temperatures=tuple(float(t) for t in args.temperatures.split(",")), gammas=(4,),
