@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specot.drafting import ModelDrafter, NGramDrafter, NGramTable
+from specot.drafting import ModelDrafter, NGramDrafter, NGramTable, SuffixDrafter, TreeSpec
 from specot.drafting import DraftSchedule
-from specot.engine import GenerationConfig, autoregressive_generate, make_generator, speculative_generate
+from specot.engine import GenerationConfig, autoregressive_generate, make_generator, speculative_generate, tree_generate
 from specot.models import CausalLM
 from specot.sampling import SamplingConfig
 from specot.verifiers import LenientVerifier, get_verifier
@@ -203,3 +203,28 @@ def test_multi_draft_verifier_rejected_for_single_draft_engine(tiny_target, tiny
         except ValueError:
             with pytest.raises(ValueError):
                 speculative_generate(tiny_target, ModelDrafter(tiny_draft), PROMPT, GenerationConfig(), verifier=v)
+
+
+@pytest.mark.parametrize("drafter_kind", ["ngram chain", "suffix tree"])
+@pytest.mark.parametrize("temperature", [0.8, 1.0])
+def test_deterministic_drafts_sample_what_autoregressive_decoding_samples(drafter_kind, temperature):
+    """On the CPU a deterministic draft is verified by one draw from p per VISITED node, each taking
+    the generator's next uniform as an autoregressive step does: with one seed the speculative
+    output IS the autoregressive one, token for token (a coupling, stronger than equality in law).
+    Float64 tiny target: a multi-token pass and a one-token pass agree to ~1e-15, far finer than
+    the chance that a uniform falls between their CDFs. Drawing every node's row at once (the
+    batched path) would consume extra uniforms and break the equality after the first draft."""
+    target = tiny_lm(0)
+    accepted = 0
+    for seed in range(4):
+        cfg = GenerationConfig(max_new_tokens=40, gamma=3, sampling=SamplingConfig(temperature), seed=seed,
+                               stop_at_eos=False)
+        ar = autoregressive_generate(target, PROMPT, cfg)
+        if drafter_kind == "ngram chain":
+            sd = speculative_generate(target, NGramDrafter(n=2), PROMPT, cfg)
+        else:
+            sd = tree_generate(target, SuffixDrafter(vocab_size=16), PROMPT, TreeSpec.sequences(2, 3, "greedy"), cfg,
+                               verifier="greedy")
+        assert sd.tokens == ar.tokens, f"seed {seed}"
+        accepted += sd.stats.accepted
+    assert accepted >= 10  # the walks went past the root: the equality covers accepted drafts

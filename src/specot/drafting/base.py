@@ -82,13 +82,15 @@ class DraftTree:
 
     @classmethod
     def chain(cls, root: int, tokens: Sequence[int], q: Tensor | None = None) -> "DraftTree":
-        """A chain of draft ``tokens`` after ``root``; ``q [len(tokens), V]`` or ``None`` (deterministic)."""
+        """A chain of draft ``tokens`` after ``root``; ``q [len(tokens), V]``, or ``None`` for a
+        deterministic draft (then :attr:`deterministic`)."""
         tree = cls.root(root)
         for i, t in enumerate(tokens):
             tree.add_children(i, [int(t)])
         if q is not None:
             tree.q = q
             tree.q_row = {i: i for i in range(len(tokens))}
+        tree.deterministic = q is None
         return tree
 
     def add_children(self, node: int, drafts: Sequence[int]) -> list[int]:

@@ -149,18 +149,24 @@ def verify_draft_tree(tree: DraftTree, logits: Tensor, sampling, verifier: AnyVe
     Two shortcuts give the same law with less work: at temperature 0 with a verifier whose rule is
     "accept iff the draft is the argmax" one argmax per node; for a deterministic tree
     (:attr:`DraftTree.deterministic`) and any lossless verifier one draw from p per node. Both then
-    walk down the matching children.
+    walk down the matching children. On the CPU the deterministic tree's draws are made lazily, one
+    per VISITED node in visiting order (a host read costs nothing there): only those rows are
+    normalised, and each emitted token takes the generator's next uniform exactly as an
+    autoregressive step does, so with one seed the output equals autoregressive sampling's (up to
+    the rounding of the target's logits). Elsewhere every row is drawn at once, with one host read.
     """
     if sampling.greedy and tree.size and getattr(verifier, "argmax_at_temperature_0", False) and verifier.lossless:
         step = _verify_argmax(tree, logits)
         if step is not None:
             return step
+    lossless = getattr(verifier, "lossless", False)
+    if (tree.size == 0 or (tree.deterministic and lossless)) and logits.device.type == "cpu":
+        # deterministic drafts: a lossless verifier emits y ~ p at every node (the autoregressive
+        # step is the empty tree); drawn node by node along the walk
+        return _walk(tree, lambda n: int(sample_categorical(standardize(logits[n:n + 1], sampling), generator)[0]))
     p = standardize(logits, sampling)  # [1 + N, V]
-    if tree.size == 0:  # autoregressive step
-        return TreeStep([int(sample_categorical(p[0:1], generator)[0])], [], [])
-    if tree.deterministic and getattr(verifier, "lossless", False):
-        # deterministic drafts: a lossless verifier emits y ~ p at every node; draw them all at once
-        return _walk(tree, sample_categorical(p, generator).tolist())  # [1 + N], the one host read
+    if tree.size == 0 or (tree.deterministic and lossless):  # all rows at once, the one host read
+        return _walk(tree, sample_categorical(p, generator).tolist().__getitem__)  # [1 + N]
     if tree.q is not None and not tree.q_standardized:  # a drafter's own q: checked once, here
         check_prob_values(tree.q, f"q (draft probabilities of the drafter's tree, shape {tuple(tree.q.shape)})")
     with trusted_inputs():  # p from standardize, q checked: the verifiers skip their value checks
@@ -180,21 +186,21 @@ def _verify_argmax(tree: DraftTree, logits: Tensor) -> TreeStep | None:
     flat = torch.where(torch.isfinite(best), top, -1).tolist()  # the one host read
     if min(flat) < 0:
         return None
-    return _walk(tree, flat)
+    return _walk(tree, flat.__getitem__)
 
 
-def _walk(tree: DraftTree, token_at: list[int]) -> TreeStep:
-    """Walk down from the root, emitting ``token_at[node]`` ``[1 + N]`` (the token the target emits
-    at each node) and descending while it is one of the node's children: the emitted tokens, the
-    accepted path and the per-depth acceptances. Exact whenever ``token_at[node]`` follows the
-    verified law at every node (the argmax at temperature 0; an independent draw from p for a
-    deterministic tree, where the draws of the nodes off the path are simply unused)."""
+def _walk(tree: DraftTree, token_at: Callable[[int], int]) -> TreeStep:
+    """Walk down from the root, emitting ``token_at(node)`` (the token the target emits at each
+    visited node, asked once per node in visiting order) and descending while it is one of the
+    node's children: the emitted tokens, the accepted path and the per-depth acceptances. Exact
+    whenever ``token_at(node)`` follows the verified law at every node (the argmax at temperature 0;
+    an independent draw from p for a deterministic tree, where nodes off the path need no draw)."""
     emitted: list[int] = []
     path: list[int] = []
     acc: list[bool] = []
     node = 0
     while True:
-        t = token_at[node]
+        t = token_at(node)
         emitted.append(t)
         if node not in tree.drafts:  # a leaf: the bonus token
             break
