@@ -28,7 +28,7 @@ setup: $(VENV)/.stamp-base
 setup-dev: $(VENV)/.stamp-dev
 
 demo: setup
-	$(VENV)/bin/specot generate --prompt "$(DEMO_PROMPT)" --max-new-tokens 96 --baseline
+	$(VENV)/bin/specot generate --prompt "$(DEMO_PROMPT)" --max-new-tokens 96 --baseline --repeats 5
 
 test: setup-dev
 	$(PY) -m pytest -q

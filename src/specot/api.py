@@ -76,9 +76,11 @@ class GenerateReport:
         dtype: the target's dtype (greedy equality with autoregressive decoding is guaranteed in
             float32 only; see the module docstring).
         speedups: speculative / autoregressive tokens/s of each repeat (``repeats`` of
-            :func:`generate`), both runs of a repeat producing the same number of tokens.
+            :func:`generate`; a fresh sample each at T > 0), both runs of a repeat producing the
+            same number of tokens.
         timing: ``{"tokens", "repeats", "load_average", "cpu_count", "busy"}`` of the speedup
-            measurement (``busy``: the 1-minute load average exceeded the core count).
+            measurement (``tokens``: the first pair's length; ``busy``: the 1-minute load average
+            exceeded the core count).
         draft: the drafter and draft shape that ran, e.g. ``"suffix+eagle, tree 2x3"`` (what
             ``"auto"`` resolved to).
     """
@@ -410,7 +412,11 @@ def generate(
             the two rates are over equal lengths.
         repeats: with ``baseline``, run the (speculative, autoregressive) pair this many times
             (the first speculative run is the streamed one); ``report.speedup`` is the median
-            ratio and ``report.speedups`` holds each.
+            ratio and ``report.speedups`` holds each. Pair r runs with ``seed + r`` (a given
+            ``generator`` runs on), so at a temperature > 0 every pair decodes a fresh sample (the speedup of one sampled
+            answer varies far more than its timing: 1.02-1.64x over four seeds of ``make demo``)
+            and the median is over answers; at temperature 0 every pair decodes the same text.
+            The two runs of a pair decode equally many tokens.
         generator: a ``torch.Generator`` behind every random decision (overrides ``seed``).
         on_text: called with each newly decoded piece of text, for streaming.
         drafts, tree, tree_law: multi-draft tree decoding (``specot generate --drafts K --gamma L
@@ -519,7 +525,6 @@ def generate(
 
     info = verifier_info(ver)
     dtype_name = str(tgt.dtype).removeprefix("torch.")
-    gen_state = generator.get_state() if generator is not None else None
     t0 = time.perf_counter()
     try:
         if spec is None:
@@ -535,24 +540,24 @@ def generate(
     report = GenerateReport(result=result, prompt_tokens=len(ids), verifier=info, dtype=dtype_name,
                             draft=f"{draft if isinstance(draft, str) else drafter.name}, {shape}")
     if baseline:
-        # equal lengths: the baseline decodes exactly as many tokens as the speculative run emitted
-        base_cfg = dataclasses.replace(cfg, max_new_tokens=max(1, len(result.tokens)), stop_at_eos=False)
         try:
             for r in range(repeats):
+                # pair r runs with seed + r (a given generator runs on): a fresh answer at T > 0
+                run_cfg = cfg if r == 0 or cfg.seed is None else dataclasses.replace(cfg, seed=cfg.seed + r)
                 if r:
                     phase = "speculative"
                     streamed.clear()
-                    if generator is not None:  # the same random decisions: the same tokens
-                        generator.set_state(gen_state)
                     t0 = time.perf_counter()
-                    again = (speculative_generate(tgt, drafter, ids, cfg, verifier=ver, generator=generator,
+                    again = (speculative_generate(tgt, drafter, ids, run_cfg, verifier=ver, generator=generator,
                                                   on_tokens=streamed.extend) if spec is None else
-                             tree_generate(tgt, drafter, ids, spec, cfg, verifier=ver, generator=generator,
+                             tree_generate(tgt, drafter, ids, spec, run_cfg, verifier=ver, generator=generator,
                                            on_tokens=streamed.extend))
                 else:
                     again = result
                 phase = "baseline"
                 streamed.clear()
+                # equal lengths: the baseline decodes exactly as many tokens as this pair's speculative run
+                base_cfg = dataclasses.replace(run_cfg, max_new_tokens=max(1, len(again.tokens)), stop_at_eos=False)
                 t0 = time.perf_counter()
                 base = autoregressive_generate(tgt, ids, base_cfg, generator=generator, on_tokens=streamed.extend)
                 report.baseline = report.baseline or base
@@ -566,7 +571,7 @@ def generate(
         except (OSError, AttributeError):
             load = None
         cores = os.cpu_count()
-        report.timing = {"tokens": base_cfg.max_new_tokens, "repeats": repeats, "load_average": load,
+        report.timing = {"tokens": report.baseline.stats.new_tokens, "repeats": repeats, "load_average": load,
                          "cpu_count": cores, "busy": bool(load and cores and load[0] > cores)}
     return report
 

@@ -307,6 +307,34 @@ def test_baseline_decodes_as_many_tokens_and_repeats(tiny_model_dir, capsys):
         specot.generate("the", target=str(tiny_model_dir), repeats=0)
 
 
+@pytest.mark.parametrize("temperature", [1.0, 0.0])
+def test_repeats_decode_a_fresh_answer_per_pair_when_sampling(tiny_model_dir, monkeypatch, temperature):
+    """At T > 0 every (speculative, autoregressive) pair of ``repeats`` decodes a fresh sample, so the
+    median speedup is over answers, not over timings of one answer; at T = 0 the same text. Each
+    baseline decodes exactly as many tokens as its own pair's speculative run."""
+    spec_runs, base_lens = [], []
+    real_spec, real_ar = api.speculative_generate, api.autoregressive_generate
+
+    def spec(*a, **kw):
+        out = real_spec(*a, **kw)
+        spec_runs.append(list(out.tokens))
+        return out
+
+    def ar(tgt, ids, cfg, **kw):
+        base_lens.append(cfg.max_new_tokens)
+        return real_ar(tgt, ids, cfg, **kw)
+
+    monkeypatch.setattr(api, "speculative_generate", spec)
+    monkeypatch.setattr(api, "autoregressive_generate", ar)
+    rep = specot.generate("the cat sat", target=str(tiny_model_dir), draft=str(tiny_model_dir), chat=False,
+                          temperature=temperature, max_new_tokens=16, seed=5, baseline=True, repeats=3, dtype="float32")
+    assert len(spec_runs) == len(base_lens) == len(rep.speedups) == 3
+    assert base_lens == [len(t) for t in spec_runs]
+    assert spec_runs[0] == list(rep.result.tokens)
+    distinct = {tuple(t) for t in spec_runs}
+    assert len(distinct) == (3 if temperature > 0 else 1)
+
+
 def test_environment_info_records_versions_and_cpu():
     from specot.envinfo import environment_info
 

@@ -77,7 +77,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="also run autoregressive decoding for the same number of tokens and print the measured speedup")
     p.add_argument("--repeats", type=int, default=1,
                    help="with --baseline: repeat the speculative/autoregressive pair N times and print the median "
-                        "speedup with its range (default 1)")
+                        "speedup with its range; when sampling, each pair decodes a fresh answer (default 1)")
     p.add_argument("--json", action="store_true", help="print one JSON object (text, tokens, statistics) instead of streaming")
     p.set_defaults(func=run)
 
@@ -147,10 +147,12 @@ def _speedup_line(report: object) -> str:
     sp, runs, t = report.speedup, report.speedups, report.timing  # type: ignore[attr-defined]
     if sp is None:
         return "speedup over autoregressive: n/a (no measurable time)"
-    what = (f"median of {len(runs)} runs, range {min(runs):.2f}-{max(runs):.2f}x" if len(runs) > 1
-            else "one run; --repeats N for a median")
-    line = (f"speedup over autoregressive: {sp:.2f}x (tokens/s ratio, {what}; both decode {t.get('tokens')} tokens "
-            f"of the same prompt")
+    if len(runs) > 1:
+        what = (f"median of {len(runs)} runs, range {min(runs):.2f}-{max(runs):.2f}x; the two runs of a pair "
+                f"decode equally many tokens of the same prompt, a fresh answer per pair when sampling")
+    else:
+        what = f"one run, one answer; --repeats N for a median; both decode {t.get('tokens')} tokens of the same prompt"
+    line = f"speedup over autoregressive: {sp:.2f}x (tokens/s ratio, {what}"
     load = t.get("load_average")
     if load:
         line += f"; load average {load[0]:.2f} on {t.get('cpu_count')} cores"
