@@ -413,10 +413,10 @@ def generate(
         repeats: with ``baseline``, run the (speculative, autoregressive) pair this many times
             (the first speculative run is the streamed one); ``report.speedup`` is the median
             ratio and ``report.speedups`` holds each. Pair r runs with ``seed + r`` (a given
-            ``generator`` runs on), so at a temperature > 0 every pair decodes a fresh sample (the speedup of one sampled
-            answer varies far more than its timing: 1.02-1.64x over four seeds of ``make demo``)
-            and the median is over answers; at temperature 0 every pair decodes the same text.
-            The two runs of a pair decode equally many tokens.
+            ``generator`` runs on), so at a temperature > 0 every pair decodes a fresh sample and
+            the median is over answers (one answer's speedup varies far more than its timing:
+            1.10-1.48x over seeds 0-5 of ``make demo``, docs/results.md); at temperature 0 every
+            pair decodes the same text. The two runs of a pair decode equally many tokens.
         generator: a ``torch.Generator`` behind every random decision (overrides ``seed``).
         on_text: called with each newly decoded piece of text, for streaming.
         drafts, tree, tree_law: multi-draft tree decoding (``specot generate --drafts K --gamma L
