@@ -159,13 +159,13 @@ def verify_draft_tree(tree: DraftTree, logits: Tensor, sampling, verifier: AnyVe
         step = _verify_argmax(tree, logits)
         if step is not None:
             return step
-    lossless = getattr(verifier, "lossless", False)
-    if (tree.size == 0 or (tree.deterministic and lossless)) and logits.device.type == "cpu":
-        # deterministic drafts: a lossless verifier emits y ~ p at every node (the autoregressive
-        # step is the empty tree); drawn node by node along the walk
+    # deterministic drafts: a lossless verifier emits y ~ p at every node (the autoregressive step
+    # is the empty tree), so one draw from p per node and a walk down the matching children
+    draws_from_p = tree.size == 0 or (tree.deterministic and getattr(verifier, "lossless", False))
+    if draws_from_p and logits.device.type == "cpu":  # node by node along the walk
         return _walk(tree, lambda n: int(sample_categorical(standardize(logits[n:n + 1], sampling), generator)[0]))
     p = standardize(logits, sampling)  # [1 + N, V]
-    if tree.size == 0 or (tree.deterministic and lossless):  # all rows at once, the one host read
+    if draws_from_p:  # all rows at once, the one host read
         return _walk(tree, sample_categorical(p, generator).tolist().__getitem__)  # [1 + N]
     if tree.q is not None and not tree.q_standardized:  # a drafter's own q: checked once, here
         check_prob_values(tree.q, f"q (draft probabilities of the drafter's tree, shape {tuple(tree.q.shape)})")
