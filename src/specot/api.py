@@ -389,6 +389,8 @@ def generate(
     Args:
         prompt: text (chat-templated for instruct models unless ``chat=False``) or token ids.
         target: ``None``/``"smollm2"`` (embedded default), a path, a hub id or a :class:`CausalLM`.
+            A name loads the model on every call (20-30 s for the embedded target); pass
+            ``specot.load_target(...)`` to load it once for many calls.
         draft: ``"auto"`` (default: the fastest plan measured, :func:`auto_plan` — suffix decoding
             with the shipped EAGLE head (int8 weights on a CPU) as draft trees for the embedded
             target in bf16 on a CPU, at temperature 0 pruned by the head's confidence,
