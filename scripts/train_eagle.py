@@ -92,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--autocast", action="store_true", help="bf16 autocast of the head's forward/backward")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--init-head", default=None, help="continue from a trained head (a directory in the published layout)")
+    ap.add_argument("--token-loss", default="fkl", choices=["fkl", "tvd"],
+                    help="KL(p||q) (EAGLE) or TV(p, q) = one minus the acceptance rate at T = 1 (DistillSpec)")
     ap.add_argument("--num-layers", type=int, default=None,
                     help="decoder layers of the head (default: the initial head's, else 1); above the initial "
                     "head's adds layers that start as the identity")
@@ -120,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     tc = EagleTrainConfig(draft_vocab_size=args.draft_vocab, steps=args.steps, lr=args.lr, max_len=args.max_len,
                           init_from_target=args.init_from_target, autocast=args.autocast, seed=args.seed,
                           init_head=args.init_head, num_layers=args.num_layers, batch_size=args.train_batch_size,
-                          save_every=args.save_every,
+                          save_every=args.save_every, token_loss=args.token_loss,
                           time_budget_s=args.time_budget_min * 60 if args.time_budget_min else None)
     train_eagle(tgt, seqs, args.out, tc, max_steps=args.max_steps)
     return 0

@@ -838,3 +838,30 @@ def test_last_logits_are_the_last_row_of_the_full_pass():
     torch.testing.assert_close(last[0], full[0][-1:])
     for a, b in zip(full[1:], last[1:]):
         torch.testing.assert_close(a, b)
+
+
+def test_tvd_token_loss_is_one_minus_the_acceptance_rate(trained, tmp_path):
+    """``token_loss="tvd"`` (attempt 18): the step-0 token loss is the total variation between the
+    target's law on the draft vocabulary (renormalized) and the head's q of the inference pass,
+    i.e. one minus the acceptance rate Σ min(p, q) of speculative sampling at T = 1 (Leviathan et
+    al. 2023, Sec. 3); it has gradients; an unknown loss name is refused."""
+    from specot_lab.distill.eagle import EagleTrainConfig, target_features, train_eagle, ttt_loss
+
+    target, out, _, _ = trained
+    head = EagleDrafter.from_pretrained(out / "head", target).head.float().requires_grad_(True)
+    ids = [2, 6, 9, 4, 1, 7, 3, 5, 11, 0]
+    data = target_features(target.model, ids, (1, 2, 2))
+    loss, stats = ttt_loss(head, torch.tensor(ids), data, EagleTrainConfig(ttt_steps=1, feat_weight=0.0,
+                                                                           token_loss="tvd"))
+    logits, _ = head.forward_sequence(torch.tensor(ids[1:]), data["feats"][:-1])
+    p = data["probs"][1:].index_select(1, head.target_ids())
+    p = p / p.sum(-1, keepdim=True)
+    alpha = torch.minimum(p, torch.softmax(logits.float(), -1)).sum(-1)  # [T] acceptance at each entry
+    assert set(stats) == {"tv0", "acc0"}
+    assert stats["tv0"] == pytest.approx(float(1 - alpha.mean()), rel=1e-4)
+    torch.testing.assert_close(loss.detach(), 1 - alpha.mean().detach(), rtol=1e-4, atol=1e-6)
+    loss.backward()
+    grads = [w.grad for w in head.parameters() if w.grad is not None]
+    assert grads and all(torch.isfinite(g).all() for g in grads) and any(g.abs().sum() > 0 for g in grads)
+    with pytest.raises(ValueError, match="token_loss must be 'fkl' or 'tvd'"):
+        train_eagle(target, [ids], tmp_path, EagleTrainConfig(draft_vocab_size=12, steps=1, token_loss="kl"))

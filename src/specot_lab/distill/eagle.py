@@ -10,7 +10,8 @@
    output of step ``s − 1`` at entry ``e − 1`` — what it sees when the previous token was itself
    drafted — and attends to the step-0 keys up to entry ``e − s`` plus its own "diagonal" keys of
    steps ``1..s`` (:func:`ttt_loss`). Each step adds the forward KL from the target's distribution
-   (restricted to the draft vocabulary and renormalized) to the draft's, and (``feat_weight``) a
+   (restricted to the draft vocabulary and renormalized) to the draft's (``token_loss="tvd"``: their
+   total variation instead, one minus the acceptance rate at T = 1), and (``feat_weight``) a
    smooth-L1 regression of the normed output feature onto the target's last hidden state
    (EAGLE-1's feature loss).
 4. **Resumable**: ``out/ckpt.pt`` (head, optimizer, step) every ``save_every`` steps, metrics in
@@ -54,6 +55,11 @@ class EagleTrainConfig:
     layers: tuple[int, ...] | None = None  # None: EAGLE-3's default (2, L//2, L−3)
     ttt_steps: int = 3
     feat_weight: float = 0.1
+    # The token loss between the target's law p (on the draft vocabulary, renormalized) and the
+    # head's q: "fkl" = KL(p || q) (EAGLE), or "tvd" = TV(p, q) = 1 − Σ min(p, q), which is one minus
+    # the acceptance rate of speculative sampling at temperature 1 (Leviathan et al. 2023, Sec. 3):
+    # DistillSpec's (Zhou et al., ICLR 2024) direct objective for α (attempt 18).
+    token_loss: str = "fkl"
     step_decay: float = 0.8  # weight of unroll step s: step_decay**s
     lr: float = 1e-4
     warmup: int = 20
@@ -233,7 +239,7 @@ def ttt_loss_batch(head: Eagle3Head, tokens: Tensor, feats: Tensor, p: Tensor, l
     entries (:func:`target_features_batch`): ``tokens [B, T]``, target features ``feats [B, T, k·H]``,
     the target's law on the draft vocabulary ``p [B, T, V_d]``, its last hidden state
     ``last [B, T, H]`` and the entries of each row ``lengths [B]``. The token loss is the mean
-    forward KL over every valid entry of the batch, per unroll step.
+    forward KL (or total variation, ``cfg.token_loss``) over every valid entry of the batch, per unroll step.
     """
     B, T = tokens.shape
     dev = head.norm.weight.device
@@ -273,14 +279,17 @@ def ttt_loss_batch(head: Eagle3Head, tokens: Tensor, feats: Tensor, p: Tensor, l
             h = h + layer.mlp(layer.post_attention_layernorm(h))
         normed = head.norm(h)
         logq = torch.log_softmax(head.lm_head(normed).float(), dim=-1)  # [B, T, V_d]
-        kl = (p * (p.clamp_min(1e-12).log() - logq)).sum(-1)  # [B, T]
-        tok = kl[valid].mean()
+        if cfg.token_loss == "tvd":  # 1 − Σ min(p, q): one minus the acceptance rate at T = 1
+            div = 0.5 * (p - logq.exp()).abs().sum(-1)  # [B, T]
+        else:
+            div = (p * (p.clamp_min(1e-12).log() - logq)).sum(-1)  # [B, T] KL(p || q)
+        tok = div[valid].mean()
         reg = F.smooth_l1_loss(normed.float()[valid], last[valid]) if cfg.feat_weight else torch.zeros((), device=dev)
         w = cfg.step_decay ** s
         total = total + w * (tok + cfg.feat_weight * reg)
         with torch.no_grad():
             acc = (logq.argmax(-1) == p.argmax(-1))[valid].float().mean()
-        stats[f"kl{s}"], stats[f"acc{s}"] = float(tok.detach()), float(acc)
+        stats[f"{'tv' if cfg.token_loss == 'tvd' else 'kl'}{s}"], stats[f"acc{s}"] = float(tok.detach()), float(acc)
         # the next step's input: entry e reads this step's output of entry e−1 (entry 0's is unused)
         feat = torch.cat([h[:, :1], h[:, :-1]], dim=1)
     return total, stats
@@ -327,6 +336,8 @@ def train_eagle(target: Any, token_seqs: Sequence[Sequence[int]], out_dir: str |
     resume = torch.load(ckpt_path, map_location="cpu", weights_only=False) if ckpt_path.exists() else None
     # int8=False: training needs the float weights even where the head's config asks for int8 on a CPU
     init = EagleDrafter.from_pretrained(cfg.init_head, target, int8=False) if resume is None and cfg.init_head else None
+    if cfg.token_loss not in ("fkl", "tvd"):
+        raise ValueError(f"token_loss must be 'fkl' or 'tvd', got {cfg.token_loss!r}")
     if cfg.num_layers is not None and (isinstance(cfg.num_layers, bool) or int(cfg.num_layers) < 1):
         raise ValueError(f"num_layers must be an integer >= 1 (EAGLE-3: 1), got {cfg.num_layers!r}")
     n_layers = cfg.num_layers or (init.head.num_layers if init is not None else 1)
