@@ -111,6 +111,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     pg.add_argument("--layers", default=None, help="feature layers i,j,k (default: 2, L//2, L-3)")
     pg.add_argument("--ttt-steps", type=int, default=3, help="training-time-test unroll steps (default 3)")
     pg.add_argument("--feat-weight", type=float, default=0.1, help="weight of the feature regression (default 0.1)")
+    pg.add_argument("--token-loss", choices=["fkl", "tvd"], default="fkl",
+                    help="token loss: fkl = KL(p||q) (EAGLE, default), tvd = TV(p, q), one minus the acceptance "
+                    "rate at T = 1 (DistillSpec)")
     pg.add_argument("--steps", type=int, default=1000)
     pg.add_argument("--max-steps", type=int, default=None, help="stop (resumably) after this many steps")
     pg.add_argument("--lr", type=float, default=1e-4)
@@ -234,7 +237,7 @@ def _run_eagle(args: argparse.Namespace) -> int:
     layers = tuple(int(i) for i in args.layers.split(",")) if args.layers else None
     cfg = EagleTrainConfig(draft_vocab_size=args.draft_vocab, layers=layers, ttt_steps=args.ttt_steps,
                            feat_weight=args.feat_weight, lr=args.lr, steps=args.steps, max_len=args.max_len,
-                           seed=args.seed, autocast=args.autocast,
+                           seed=args.seed, autocast=args.autocast, token_loss=args.token_loss,
                            init_head=str(args.init_head) if args.init_head else None, num_layers=args.num_layers)
     train_eagle(target, seqs, args.out, cfg, max_steps=args.max_steps)
     print(f"EAGLE head -> {args.out / 'head'} (use it with draft='eagle:{args.out / 'head'}')")

@@ -569,8 +569,9 @@ def test_trained_head_tree_is_lossless_chi_square(trained):
 
 
 def test_cli_distill_eagle_and_api(tiny_model_dir, tmp_path):
-    """``specot distill eagle`` (a few steps) writes a head that ``specot.generate(draft="eagle:PATH")``
-    uses, chain and tree; greedy output equals the autoregressive baseline."""
+    """``specot distill eagle`` (a few steps, ``--token-loss tvd``) writes a head that
+    ``specot.generate(draft="eagle:PATH")`` uses, chain and tree; greedy output equals the
+    autoregressive baseline."""
     import specot
     from specot.cli.main import main
 
@@ -578,8 +579,9 @@ def test_cli_distill_eagle_and_api(tiny_model_dir, tmp_path):
     text.write_text("the cat sat on the mat and the dog ran to the park . " * 8)
     out = tmp_path / "run"
     rc = main(["distill", "eagle", "--out", str(out), "--target", str(tiny_model_dir), "--text", str(text),
-               "--steps", "4", "--max-len", "32", "--draft-vocab", "12", "--lr", "1e-3"])
+               "--steps", "4", "--max-len", "32", "--draft-vocab", "12", "--lr", "1e-3", "--token-loss", "tvd"])
     assert rc == 0 and (out / "head" / "config.json").is_file()
+    assert "tv0" in json.loads((out / "log.jsonl").read_text().splitlines()[-1])  # the TV token loss ran
     for tree_kw in ({}, {"drafts": 3, "gamma": 3, "verifier": "greedy"}):
         rep = specot.generate("the cat", target=str(tiny_model_dir), draft=f"eagle:{out / 'head'}", chat=False,
                               temperature=0.0, max_new_tokens=12, dtype="float32", baseline=True, **tree_kw)
