@@ -866,4 +866,5 @@ def test_tvd_token_loss_is_one_minus_the_acceptance_rate(trained, tmp_path):
     grads = [w.grad for w in head.parameters() if w.grad is not None]
     assert grads and all(torch.isfinite(g).all() for g in grads) and any(g.abs().sum() > 0 for g in grads)
     with pytest.raises(ValueError, match="token_loss must be 'fkl' or 'tvd'"):
-        train_eagle(target, [ids], tmp_path, EagleTrainConfig(draft_vocab_size=12, steps=1, token_loss="kl"))
+        train_eagle(target, [ids], tmp_path / "run", EagleTrainConfig(draft_vocab_size=12, steps=1, token_loss="kl"))
+    assert not (tmp_path / "run").exists()  # refused before anything was written

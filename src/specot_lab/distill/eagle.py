@@ -324,8 +324,15 @@ def train_eagle(target: Any, token_seqs: Sequence[Sequence[int]], out_dir: str |
                 cfg: EagleTrainConfig, *, progress: bool = True, max_steps: int | None = None) -> EagleDrafter:
     """Train (or resume training) an EAGLE-3 head for ``target`` (a
     :class:`~specot.models.CausalLM`) on ``token_seqs``; writes ``out_dir/{ckpt.pt, log.jsonl,
-    train_config.json}`` and the head in the published layout to ``out_dir/head``. Returns the drafter."""
+    train_config.json}`` and the head in the published layout to ``out_dir/head``. Returns the drafter.
 
+    Raises:
+        ValueError: an unknown ``cfg.token_loss``, no sequence of 3 tokens or more, ``num_layers`` or
+            ``batch_size`` below 1, fewer layers than the initial head's, or a draft vocabulary
+            size out of range.
+    """
+    if cfg.token_loss not in ("fkl", "tvd"):  # before any file is written or model loaded
+        raise ValueError(f"token_loss must be 'fkl' or 'tvd', got {cfg.token_loss!r}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     chunks = chunk_token_ids(token_seqs, cfg.max_len)
@@ -336,8 +343,6 @@ def train_eagle(target: Any, token_seqs: Sequence[Sequence[int]], out_dir: str |
     resume = torch.load(ckpt_path, map_location="cpu", weights_only=False) if ckpt_path.exists() else None
     # int8=False: training needs the float weights even where the head's config asks for int8 on a CPU
     init = EagleDrafter.from_pretrained(cfg.init_head, target, int8=False) if resume is None and cfg.init_head else None
-    if cfg.token_loss not in ("fkl", "tvd"):
-        raise ValueError(f"token_loss must be 'fkl' or 'tvd', got {cfg.token_loss!r}")
     if cfg.num_layers is not None and (isinstance(cfg.num_layers, bool) or int(cfg.num_layers) < 1):
         raise ValueError(f"num_layers must be an integer >= 1 (EAGLE-3: 1), got {cfg.num_layers!r}")
     n_layers = cfg.num_layers or (init.head.num_layers if init is not None else 1)
