@@ -28,7 +28,7 @@ import torch
 from specot.api import load_target
 from specot_lab.corpus import raw_texts, train_prompts
 from specot_lab.distill.data import SampleConfig, generate_shards, iter_shards
-from specot_lab.distill.eagle import EagleTrainConfig, train_eagle
+from specot_lab.distill.eagle import TOKEN_LOSSES, EagleTrainConfig, train_eagle
 
 
 CHAT_TEMPLATES = {
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--autocast", action="store_true", help="bf16 autocast of the head's forward/backward")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--init-head", default=None, help="continue from a trained head (a directory in the published layout)")
-    ap.add_argument("--token-loss", default="fkl", choices=["fkl", "tvd"],
+    ap.add_argument("--token-loss", default="fkl", choices=TOKEN_LOSSES,
                     help="KL(p||q) (EAGLE) or TV(p, q) = one minus the acceptance rate at T = 1 (DistillSpec)")
     ap.add_argument("--num-layers", type=int, default=None,
                     help="decoder layers of the head (default: the initial head's, else 1); above the initial "

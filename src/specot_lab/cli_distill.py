@@ -31,7 +31,7 @@ from .distill.train import DraftArch, TrainConfig, export_draft, init_draft, tra
 from specot.models.device import resolve_dtype
 from .distill.evaluate import evaluate_draft, format_report
 from specot.api import load_target
-from .distill.eagle import EagleTrainConfig, train_eagle
+from .distill.eagle import TOKEN_LOSSES, EagleTrainConfig, train_eagle
 
 __all__ = ["register"]
 
@@ -111,7 +111,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     pg.add_argument("--layers", default=None, help="feature layers i,j,k (default: 2, L//2, L-3)")
     pg.add_argument("--ttt-steps", type=int, default=3, help="training-time-test unroll steps (default 3)")
     pg.add_argument("--feat-weight", type=float, default=0.1, help="weight of the feature regression (default 0.1)")
-    pg.add_argument("--token-loss", choices=["fkl", "tvd"], default="fkl",
+    pg.add_argument("--token-loss", choices=TOKEN_LOSSES, default="fkl",
                     help="token loss: fkl = KL(p||q) (EAGLE, default), tvd = TV(p, q), one minus the acceptance "
                     "rate at T = 1 (DistillSpec)")
     pg.add_argument("--steps", type=int, default=1000)

@@ -43,8 +43,12 @@ from tqdm import tqdm
 
 from .data import right_padded
 
-__all__ = ["EagleTrainConfig", "frequent_vocab", "grow_draft_vocab", "target_features", "target_features_batch",
+__all__ = ["EagleTrainConfig", "TOKEN_LOSSES", "frequent_vocab", "grow_draft_vocab", "target_features", "target_features_batch",
            "ttt_loss", "ttt_loss_batch", "train_eagle", "chunk_token_ids", "epoch_batches"]
+
+
+#: The token losses of :class:`EagleTrainConfig` (``token_loss``); the training CLIs offer exactly these.
+TOKEN_LOSSES = ("fkl", "tvd")
 
 
 @dataclass
@@ -331,7 +335,7 @@ def train_eagle(target: Any, token_seqs: Sequence[Sequence[int]], out_dir: str |
             ``batch_size`` below 1, fewer layers than the initial head's, or a draft vocabulary
             size out of range.
     """
-    if cfg.token_loss not in ("fkl", "tvd"):  # before any file is written or model loaded
+    if cfg.token_loss not in TOKEN_LOSSES:  # before any file is written or model loaded
         raise ValueError(f"token_loss must be 'fkl' or 'tvd', got {cfg.token_loss!r}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
