@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 
@@ -19,6 +18,7 @@ from tqdm import tqdm
 
 from specot.api import generate, load_target
 from specot.engine import GenerationConfig, autoregressive_generate
+from specot.envinfo import load_average
 from specot.envinfo import environment_info
 from specot.models.device import GQA_SDPA
 from specot.sampling import SamplingConfig
@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(2)
     tgt = load_target(None)
     prompts = load_prompts(args.prompts, args.n_prompts)
-    load0 = os.getloadavg()
+    load0 = load_average()
     rows = []
     temps = [float(t) for t in args.temperatures.split(",")]
     for temp in temps:
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
                          "block_efficiency": t["tokens"] / t["iterations"], "tokens": t["tokens"]})
             print(f"T={temp:g} {name:5s} {rows[-1]['speedup']:.3f}x  block efficiency {rows[-1]['block_efficiency']:.2f}")
     res = {"benchmark": "attention_ab", "prompt_set": args.prompts, "prompts": len(prompts),
-           "max_new_tokens": args.max_new_tokens, "rows": rows, "load_avg_start": load0, "load_avg_end": os.getloadavg(),
+           "max_new_tokens": args.max_new_tokens, "rows": rows, "load_avg_start": load0, "load_avg_end": load_average(),
            "command": "python scripts/attention_ab.py " + " ".join(argv if argv is not None else sys.argv[1:]),
            "environment": environment_info(), "time": time.strftime("%Y-%m-%d %H:%M:%S")}
     with open(args.out, "w") as f:

@@ -29,8 +29,7 @@ from tqdm import tqdm
 
 from specot.api import load_drafter, load_target
 from specot.drafting import EagleDrafter
-from specot.envinfo import environment_info
-from specot_lab.bench.acceptance import load_avg
+from specot.envinfo import environment_info, load_average
 from specot_lab.bench.head_speed import median_ms
 from specot_lab.bench.script_io import add_run_options, target_continuation, write_record
 from specot_lab.corpus import load_prompts
@@ -98,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     if not names:
         ap.error("--drafts is empty: name at least one EAGLE draft (eagle or eagle:DIR)")
     torch.set_num_threads(args.threads)
-    load_start = load_avg()
+    load_start = load_average()
     tgt = load_target(None, dtype=args.dtype)
     V = tgt.vocab_size
     if any(not 0 < s <= V for s in grow + cost_sizes):
@@ -146,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"T=1 {row['outside_T1']:.3f}  mass T=1 {row['mass_outside_T1']:.3f}", file=sys.stderr)
     write_record(args.out, "draft_vocab", "eval_draft_vocab.py", argv, dtype=args.dtype,
                  max_new_tokens=args.max_new_tokens, n_prompts=args.n_prompts, data=args.data,
-                 load_avg_start=load_start, load_avg_end=load_avg(), environment=environment_info(), costs=costs,
+                 load_avg_start=load_start, load_avg_end=load_average(), environment=environment_info(), costs=costs,
                  rows=rows)
     return 0
 

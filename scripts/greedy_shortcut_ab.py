@@ -22,11 +22,11 @@ from tqdm import tqdm
 
 from specot.api import decoding_plan, load_drafter, load_target
 from specot.engine import GenerationConfig, autoregressive_generate, speculative_generate, tree_generate
+from specot.envinfo import load_average
 from specot.sampling import SamplingConfig
 from specot.verifiers import get_verifier
 from specot.verifiers.greedy import GreedyVerifier
 from specot.verifiers.speculative import SpeculativeVerifier
-from specot_lab.bench.acceptance import load_avg
 from specot_lab.bench.script_io import add_run_options, timed_run_fields, write_record
 from specot_lab.corpus import load_prompts
 
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     add_run_options(ap, sets="docs/bench/prompts_code.jsonl,mixed,docs/bench/prompts_chat.jsonl")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    load_start = load_avg()
+    load_start = load_average()
     tgt = load_target(None, dtype=args.dtype)
     names = [d for d in args.drafts.split(",") if d]
     plans = {}

@@ -20,10 +20,10 @@ from tqdm import tqdm
 
 from specot.api import decoding_plan, load_drafter, load_target
 from specot.engine import GenerationConfig, autoregressive_generate, tree_generate
+from specot.envinfo import load_average
 from specot.sampling import SamplingConfig
 from specot.verifiers import get_verifier
 from specot_lab.corpus import load_prompts
-from specot_lab.bench.acceptance import load_avg
 from specot_lab.bench.script_io import add_run_options, timed_run_fields, write_record
 
 
@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     add_run_options(ap, sets="docs/bench/prompts_code.jsonl,mixed")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    load_start = load_avg()
+    load_start = load_average()
     tgt = load_target(None, dtype=args.dtype)
     fs = [tuple(float(v) for v in x.split(":")) for x in args.costs.split(",") if x]
     rows = []

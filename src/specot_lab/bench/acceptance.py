@@ -58,7 +58,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -79,6 +78,7 @@ from specot.verifiers import get_verifier
 from specot.verifiers.importance import importance_selection
 from tqdm import tqdm
 from specot.engine import GenerationConfig, autoregressive_generate
+from specot.envinfo import load_average
 from ..corpus import describe_prompt_set
 
 __all__ = [
@@ -112,13 +112,6 @@ def mean_ci(x: Sequence[float] | np.ndarray) -> tuple[float, float, float]:
         return m, m, m
     h = 1.96 * float(a.std(ddof=1)) / math.sqrt(a.size)
     return m, m - h, m + h
-
-
-def load_avg() -> list[float]:
-    try:
-        return [round(v, 2) for v in os.getloadavg()]
-    except OSError:  # pragma: no cover - platforms without getloadavg
-        return []
 
 
 # ----------------------------------------------------------------------------- drafts
@@ -398,7 +391,7 @@ def run_acceptance_bench(*, target: Any = None, drafts: Sequence[str | BenchDraf
 
 
     t0 = time.perf_counter()
-    load_start = load_avg()
+    load_start = load_average()
     tgt = load_target(target, dtype=dtype)
     bds = [d if isinstance(d, BenchDraft) else load_bench_draft(d, tgt, dtype=dtype) for d in drafts]
     for d in bds:
@@ -514,6 +507,6 @@ def run_acceptance_bench(*, target: Any = None, drafts: Sequence[str | BenchDraf
         "rows": rows,
         "skipped": skipped,
         "load_avg_start": load_start,
-        "load_avg_end": load_avg(),
+        "load_avg_end": load_average(),
         "elapsed_s": time.perf_counter() - t0,
     }

@@ -11,9 +11,8 @@ from typing import Any, Sequence
 
 import torch
 
-from specot.envinfo import environment_info
+from specot.envinfo import environment_info, load_average
 
-from .acceptance import load_avg
 
 __all__ = ["add_run_options", "target_continuation", "timed_run_fields", "write_record"]
 
@@ -58,4 +57,4 @@ def timed_run_fields(args: argparse.Namespace, target: Any, load_start: list[flo
     (:func:`specot.envinfo.environment_info`: CPU flags, library versions)."""
     return {"gamma": args.gamma, "max_new_tokens": args.max_new_tokens, "n_prompts": args.n_prompts,
             "target_dtype": str(target.dtype).replace("torch.", ""), "torch_threads": torch.get_num_threads(),
-            "load_avg_start": load_start, "load_avg_end": load_avg(), "environment": environment_info()}
+            "load_avg_start": load_start, "load_avg_end": load_average(), "environment": environment_info()}

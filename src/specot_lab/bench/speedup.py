@@ -61,7 +61,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from .acceptance import BenchDraft, load_avg, load_bench_draft, mean_ci
+from .acceptance import BenchDraft, load_bench_draft, mean_ci
 from specot.drafting.eagle import EagleDrafter
 from specot.drafting.hybrid import HybridDrafter
 from specot.drafting.model import ModelDrafter
@@ -72,6 +72,7 @@ from specot.verifiers import get_verifier
 from specot.theory import block_efficiency, expected_tokens
 from tqdm import tqdm
 from specot.api import auto_plan, decoding_plan, load_drafter, load_target
+from specot.envinfo import load_average
 from ..corpus import describe_prompt_set
 
 __all__ = ["run_speedup_bench", "measure_cost_curve", "hf_generate", "Method"]
@@ -321,7 +322,7 @@ def run_speedup_bench(*, target: Any = None, draft: str | BenchDraft | None = "d
 
 
     t_start = time.perf_counter()
-    load_start = load_avg()
+    load_start = load_average()
     tgt = load_target(target, dtype=dtype, device=device)
     bd: BenchDraft | None = None
     if draft is not None:
@@ -413,6 +414,6 @@ def run_speedup_bench(*, target: Any = None, draft: str | BenchDraft | None = "d
         "cost_curve": cost,
         "rows": rows,
         "load_avg_start": load_start,
-        "load_avg_end": load_avg(),
+        "load_avg_end": load_average(),
         "elapsed_s": time.perf_counter() - t_start,
     }
