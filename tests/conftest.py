@@ -1,9 +1,13 @@
-"""Shared fixtures: tiny random Llama models built from a config (no hub access), and a tiny
-on-disk model directory with a word-level tokenizer for loader and CLI tests."""
+"""Shared fixtures: tiny random Llama models built from a config (no hub access), a tiny
+on-disk model directory with a word-level tokenizer for loader and CLI tests, and the lab scripts
+in ``scripts/`` loaded as modules."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
+from pathlib import Path
+from types import ModuleType
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -44,6 +48,15 @@ def tiny_llama(seed: int, vocab: int = 16, dtype: torch.dtype = torch.float64, l
 
 def tiny_lm(seed: int, **kw) -> CausalLM:
     return CausalLM(tiny_llama(seed, **kw), name=f"tiny-{seed}")
+
+
+def load_script(name: str) -> ModuleType:
+    """``scripts/<name>.py`` as a module (the lab scripts are files, not an importable package)."""
+    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    return mod
 
 
 @pytest.fixture

@@ -3,23 +3,15 @@ verifier wrappers (which must not change what the engine decodes)."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
 
-from conftest import tiny_lm
-
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "eval_block_verification.py"
+from conftest import load_script, tiny_lm
 
 
 @pytest.fixture(scope="module")
 def ebv():
-    spec = importlib.util.spec_from_file_location("eval_block_verification", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)  # type: ignore[union-attr]
-    return mod
+    return load_script("eval_block_verification")
 
 
 def _expected_tau(law: torch.Tensor) -> float:

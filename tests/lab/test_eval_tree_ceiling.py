@@ -3,24 +3,17 @@ checked against enumerating every path of a tiny model's vocabulary."""
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
-from pathlib import Path
 
 import pytest
 
-from conftest import tiny_lm
+from conftest import load_script, tiny_lm
 from specot.sampling import SamplingConfig, standardize
-
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "eval_tree_ceiling.py"
 
 
 @pytest.fixture(scope="module")
 def etc():
-    spec = importlib.util.spec_from_file_location("eval_tree_ceiling", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)  # type: ignore[union-attr]
-    return mod
+    return load_script("eval_tree_ceiling")
 
 
 def _all_path_probs(lm, context: list[int], sampling: SamplingConfig, depth: int, vocab: int) -> list[float]:
