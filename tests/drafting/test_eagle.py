@@ -370,6 +370,75 @@ def test_checkpoint_round_trip_in_the_published_layout(tmp_path):
     assert isinstance(via_api, EagleDrafter)
 
 
+def _speculators_checkpoint(path, dr, *, kind: str = "eagle3", fc_bias=None) -> None:
+    """``dr``'s head written in vLLM's ``speculators`` layout (config nested under
+    ``transformer_layer_config``, EAGLE-3 fields at the top level, ``layers.0.*`` weights)."""
+    from safetensors.torch import save_file
+
+    layer_cfg = {k: v for k, v in dr.head.config.to_dict().items()
+                 if k not in ("draft_vocab_size", "eagle_config", "architectures")}
+    obj = {"architectures": ["Eagle3Speculator"], "speculators_model_type": kind,
+           "transformer_layer_config": layer_cfg, "draft_vocab_size": dr.head.draft_vocab_size,
+           "norm_before_residual": False, "target_hidden_size": None,
+           "eagle_aux_hidden_state_layer_ids": list(dr.hidden_layers),
+           "speculators_config": {"algorithm": kind, "default_proposal_method": "greedy",
+                                  "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3}],
+                                  "verifier": {"name_or_path": "tiny", "architectures": ["LlamaForCausalLM"]}}}
+    state = {("layers.0." + k.removeprefix("midlayer.")) if k.startswith("midlayer.") else k: v.contiguous()
+             for k, v in dr.head.checkpoint_state().items()}
+    if fc_bias is not None:
+        state["fc.bias"] = fc_bias
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps(obj, default=str))
+    save_file(state, str(path / "model.safetensors"))
+
+
+def test_checkpoint_in_the_speculators_layout(tmp_path):
+    """vLLM also serves EAGLE-3 heads saved by its ``speculators`` library: the same weights under
+    ``layers.0.*``, the decoder layer's config under ``transformer_layer_config``, and in some heads
+    an ``fc`` with a bias. All of it is read, and the bias is applied, not dropped."""
+    target = _target()
+    dr = _eagle(target, layers=(1, 3, 4))
+    H = target.model.config.hidden_size
+    bias = torch.randn(H, generator=torch.Generator().manual_seed(3))
+    _speculators_checkpoint(tmp_path / "plain", dr)
+    _speculators_checkpoint(tmp_path / "biased", dr, fc_bias=bias)
+
+    plain = EagleDrafter.from_pretrained(tmp_path / "plain", target)
+    assert plain.hidden_layers == (1, 3, 4) and plain.head.draft_vocab_size == len(DRAFT_VOCAB)
+    for k, v in dr.head.checkpoint_state().items():
+        assert torch.equal(plain.head.checkpoint_state()[k], v), k
+    cfg_g = GenerationConfig(max_new_tokens=16, gamma=3, sampling=GREEDY)
+    a, b = speculative_generate(target, dr, PROMPT, cfg_g), speculative_generate(target, plain, PROMPT, cfg_g)
+    assert a.tokens == b.tokens and a.stats.accepted_lengths == b.stats.accepted_lengths
+
+    biased = EagleDrafter.from_pretrained(tmp_path / "biased", target)
+    feats = torch.randn(5, 3 * H, generator=torch.Generator().manual_seed(4))
+    toks = torch.tensor([1, 2, 3, 4, 5])
+    ref = dr.head.forward_sequence(toks, feats)[0]
+    assert not torch.allclose(biased.head.forward_sequence(toks, feats)[0], ref)  # the bias is used
+    torch.testing.assert_close(biased.head.fc.bias.detach(), bias)
+    with torch.no_grad():
+        biased.head.fc.bias.zero_()  # without it, the head is the original one
+    torch.testing.assert_close(biased.head.forward_sequence(toks, feats)[0], ref)
+    # greedy decoding with the biased head is still autoregressive decoding, also with int8 weights
+    # (a biased fc stays in full precision)
+    want = autoregressive_generate(target, PROMPT, cfg_g).tokens
+    for int8 in (False, True):
+        head = EagleDrafter.from_pretrained(tmp_path / "biased", target, int8=int8)
+        assert isinstance(head.head.fc, torch.nn.Linear) and head.head.fc.bias is not None
+        assert speculative_generate(target, head, PROMPT, cfg_g).tokens == want
+
+    _speculators_checkpoint(tmp_path / "eagle1", dr, kind="eagle")
+    with pytest.raises(ValueError, match="type 'eagle'.*EAGLE-3"):
+        EagleDrafter.from_pretrained(tmp_path / "eagle1", target)
+    obj = json.loads((tmp_path / "plain" / "config.json").read_text())
+    del obj["transformer_layer_config"]
+    (tmp_path / "plain" / "config.json").write_text(json.dumps(obj))
+    with pytest.raises(ValueError, match="transformer_layer_config"):
+        EagleDrafter.from_pretrained(tmp_path / "plain", target)
+
+
 def _deep_keys() -> set[str]:
     sub = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "input_layernorm",
            "post_attention_layernorm", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")

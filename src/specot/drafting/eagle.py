@@ -72,7 +72,10 @@ is exact for any q.
 **Checkpoints**: :meth:`EagleDrafter.from_pretrained` loads the published layout (above;
 ``config.json`` is a ``LlamaConfig`` with ``draft_vocab_size``, optionally ``target_hidden_size``
 and ``eagle_config.eagle_aux_hidden_state_layer_ids``; weights in safetensors or EAGLE's
-``pytorch_model.bin``); :meth:`Eagle3Head.save_pretrained` writes it. ``specot distill eagle``
+``pytorch_model.bin``) and the ``speculators`` layout that vLLM also serves (``config.json`` with
+``speculators_model_type: "eagle3"``, the decoder layer's ``LlamaConfig`` under
+``transformer_layer_config``; ``layers.0.*`` for ``midlayer.*``; ``fc.bias`` where a head has one);
+:meth:`Eagle3Head.save_pretrained` writes the first. ``specot distill eagle``
 (:mod:`specot.distill.eagle`) trains a head with EAGLE-3's training-time test.
 """
 
@@ -292,9 +295,11 @@ class Eagle3Head(nn.Module):
         num_features: how many target layers ``fc`` fuses (3 for EAGLE-3).
         own_embedding: give the head its own ``embed_tokens`` (saved with it) instead of sharing
             the target's (:meth:`attach_embedding`).
+        fc_bias: give ``fc`` a bias (``fc.bias``: some heads in the ``speculators`` layout have one;
+            EAGLE-3's own have none). :meth:`quantize_int8` leaves a biased ``fc`` in full precision.
     """
 
-    def __init__(self, config: Any, num_features: int = 3, own_embedding: bool = False) -> None:
+    def __init__(self, config: Any, num_features: int = 3, own_embedding: bool = False, fc_bias: bool = False) -> None:
         super().__init__()
         self.config = config
         H = config.hidden_size
@@ -303,7 +308,7 @@ class Eagle3Head(nn.Module):
         Ht = int(getattr(config, "target_hidden_size", None) or H)
         self.hidden_size, self.vocab_size, self.draft_vocab_size = H, V, Vd
         self.num_features = num_features
-        self.fc = nn.Linear(num_features * Ht, H, bias=False)
+        self.fc = nn.Linear(num_features * Ht, H, bias=fc_bias)
         self.midlayer = _Eagle3Layer(config)
         # layers 1.. of a deeper head (EAGLE-3 heads have one layer: an empty list)
         n_layers = int(getattr(config, "num_hidden_layers", 1) or 1)
@@ -469,6 +474,34 @@ def _resolve_dir(path: str | os.PathLike[str]) -> Path:
     raise FileNotFoundError(f"EAGLE checkpoint {str(path)!r} is not a directory")
 
 
+#: The top-level fields of a ``speculators`` EAGLE-3 config that belong to the head's config.
+_SPECULATORS_FIELDS = ("draft_vocab_size", "target_hidden_size", "norm_before_residual",
+                       "eagle_aux_hidden_state_layer_ids")
+
+
+def _flat_eagle3_config(obj: dict[str, Any], where: Path) -> dict[str, Any]:
+    """A checkpoint's ``config.json`` as one flat ``LlamaConfig`` dict: EAGLE-3's own layout as it
+    is; the ``speculators`` layout (vLLM's ``speculators`` library) as its ``transformer_layer_config``
+    plus the EAGLE-3 fields it keeps at the top level (None values dropped) and any ``specot_*`` keys.
+
+    Raises:
+        ValueError: a ``speculators`` config of another algorithm, or without a ``transformer_layer_config``.
+    """
+    kind = obj.get("speculators_model_type")
+    if kind is None:
+        return obj
+    if kind != "eagle3":
+        raise ValueError(f"{where}: a speculators checkpoint of type {kind!r}; specot loads EAGLE-3 heads "
+                         "(speculators_model_type 'eagle3') only")
+    layer = obj.get("transformer_layer_config")
+    if not isinstance(layer, dict):
+        raise ValueError(f"{where}: a speculators EAGLE-3 config needs a 'transformer_layer_config' object")
+    flat = dict(layer)
+    flat.update({k: obj[k] for k in _SPECULATORS_FIELDS if obj.get(k) is not None})
+    flat.update({k: v for k, v in obj.items() if k.startswith("specot_")})
+    return flat
+
+
 def _config_layers(cfg: Any) -> tuple[int, ...] | None:
     ec = getattr(cfg, "eagle_config", None)
     ids = (ec or {}).get("eagle_aux_hidden_state_layer_ids") if isinstance(ec, dict) else None
@@ -576,19 +609,23 @@ class EagleDrafter(Drafter):
     def from_pretrained(cls, path: str | os.PathLike[str], target: Any, **kw: Any) -> "EagleDrafter":
         """Load a published EAGLE-3 head (``config.json`` with ``draft_vocab_size``; weights
         ``fc.weight``, ``midlayer.*``, ``norm.weight``, ``lm_head.weight``, ``d2t``, ``t2d``, and
-        optionally ``embed_tokens.weight``) for ``target``, in the target's dtype and device. A
-        deeper head's later decoder layers are ``layers.{i}.*`` (i >= 1; ``layers.0.*`` is read as
-        ``midlayer.*``); the depth comes from the weights, not from ``num_hidden_layers``.
+        optionally ``embed_tokens.weight`` and ``fc.bias``) for ``target``, in the target's dtype and
+        device. A deeper head's later decoder layers are ``layers.{i}.*`` (i >= 1; ``layers.0.*`` is
+        read as ``midlayer.*``); the depth comes from the weights, not from ``num_hidden_layers``.
+        A ``speculators`` checkpoint (``speculators_model_type: "eagle3"``, module docstring) is read
+        through its ``transformer_layer_config`` plus the top-level ``draft_vocab_size``,
+        ``target_hidden_size``, ``norm_before_residual`` and ``eagle_aux_hidden_state_layer_ids``.
 
         Raises:
             FileNotFoundError: no checkpoint there.
-            ValueError: missing weights, wrong shapes, or a head that does not fit the target.
+            ValueError: missing weights, wrong shapes, a head that does not fit the target, or a
+                ``speculators`` checkpoint of another algorithm than EAGLE-3.
         """
         d = _resolve_dir(path)
         cfg_file = d / "config.json"
         if not cfg_file.is_file():
             raise FileNotFoundError(f"no config.json in EAGLE checkpoint {d}")
-        obj = json.loads(cfg_file.read_text(encoding="utf-8"))
+        obj = _flat_eagle3_config(json.loads(cfg_file.read_text(encoding="utf-8")), d)
         state = {k.removeprefix("model."): v for k, v in _read_state(d).items()}
         if not any(k.startswith("midlayer.") for k in state):  # vLLM's name for it: layers.0
             state = {("midlayer." + k.removeprefix("layers.0.")) if k.startswith("layers.0.") else k: v
@@ -605,7 +642,8 @@ class EagleDrafter(Drafter):
         Ht = int(getattr(cfg, "target_hidden_size", None) or H)
         if k_in % Ht:
             raise ValueError(f"fc.weight reads {k_in} features, not a multiple of the target width {Ht}")
-        head = Eagle3Head(cfg, num_features=k_in // Ht, own_embedding="embed_tokens.weight" in state)
+        head = Eagle3Head(cfg, num_features=k_in // Ht, own_embedding="embed_tokens.weight" in state,
+                          fc_bias="fc.bias" in state)
         Vd = head.draft_vocab_size
         if "d2t" not in state:
             if Vd != head.vocab_size:
