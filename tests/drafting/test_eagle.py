@@ -439,6 +439,36 @@ def test_checkpoint_in_the_speculators_layout(tmp_path):
         EagleDrafter.from_pretrained(tmp_path / "plain", target)
 
 
+def test_norm_before_residual_takes_the_normed_feature_as_residual(tmp_path):
+    """``norm_before_residual`` (heads trained by ``speculators``, e.g. for Qwen3 targets): the
+    residual of the first layer is ``hidden_norm(f)`` instead of ``f``. With the MLP's output zeroed
+    the layer returns residual + attention, so the two settings differ by exactly hidden_norm(f) − f;
+    the flag is read from a speculators config's top level."""
+    target = _target()
+    dr = _eagle(target)
+    layer = dr.head.midlayer
+    with torch.no_grad():
+        layer.mlp.down_proj.weight.zero_()
+    H = target.model.config.hidden_size
+    g = torch.Generator().manual_seed(6)
+    emb, feat = torch.randn(3, H, generator=g), torch.randn(3, H, generator=g)
+    cos, sin = dr.head.rotary(feat, torch.arange(3)[None])
+    pk, pv = dr.head.empty_kv()
+    mask = torch.ones(3, 3, dtype=torch.bool).tril()
+    outs = {}
+    for flag in (False, True):
+        layer.norm_before_residual = flag
+        outs[flag] = layer(emb, feat, cos[0], sin[0], pk[0], pv[0], mask)[0]
+    torch.testing.assert_close(outs[True] - outs[False], layer.hidden_norm(feat) - feat)
+
+    layer.norm_before_residual = False
+    _speculators_checkpoint(tmp_path, dr)
+    obj = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**obj, "norm_before_residual": True}))
+    assert EagleDrafter.from_pretrained(tmp_path, target).head.midlayer.norm_before_residual
+    assert not dr.head.midlayer.norm_before_residual
+
+
 def _deep_keys() -> set[str]:
     sub = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "input_layernorm",
            "post_attention_layernorm", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
