@@ -94,7 +94,8 @@ def best_tree_path_probs(target: CausalLM, context: list[int], sampling: Samplin
 
 def pass_times(target: CausalLM, context: list[int], sizes: list[int], repeats: int) -> dict[int, float]:
     """Median seconds of one target pass over the last context token plus a tree of N nodes (a
-    binary tree in breadth-first order; N = 0 is the one-token autoregressive step), interleaved."""
+    binary tree below the root's one child, breadth first; N = 0 is the one-token autoregressive
+    step), the sizes interleaved."""
     times: dict[int, list[float]] = {n: [] for n in sizes}
     for _ in range(repeats):
         for n in sizes:
