@@ -370,13 +370,15 @@ def test_checkpoint_round_trip_in_the_published_layout(tmp_path):
     assert isinstance(via_api, EagleDrafter)
 
 
-def _speculators_checkpoint(path, dr, *, kind: str = "eagle3", fc_bias=None) -> None:
+def _speculators_checkpoint(path, dr, *, kind: str = "eagle3", fc_bias=None, extra=None,
+                            layer_type: str = "llama") -> None:
     """``dr``'s head written in vLLM's ``speculators`` layout (config nested under
     ``transformer_layer_config``, EAGLE-3 fields at the top level, ``layers.0.*`` weights)."""
     from safetensors.torch import save_file
 
     layer_cfg = {k: v for k, v in dr.head.config.to_dict().items()
                  if k not in ("draft_vocab_size", "eagle_config", "architectures")}
+    layer_cfg["model_type"] = layer_type
     obj = {"architectures": ["Eagle3Speculator"], "speculators_model_type": kind,
            "transformer_layer_config": layer_cfg, "draft_vocab_size": dr.head.draft_vocab_size,
            "norm_before_residual": False, "target_hidden_size": None,
@@ -388,6 +390,7 @@ def _speculators_checkpoint(path, dr, *, kind: str = "eagle3", fc_bias=None) -> 
              for k, v in dr.head.checkpoint_state().items()}
     if fc_bias is not None:
         state["fc.bias"] = fc_bias
+    state.update(extra or {})
     path.mkdir(parents=True, exist_ok=True)
     (path / "config.json").write_text(json.dumps(obj, default=str))
     save_file(state, str(path / "model.safetensors"))
@@ -437,6 +440,47 @@ def test_checkpoint_in_the_speculators_layout(tmp_path):
     (tmp_path / "plain" / "config.json").write_text(json.dumps(obj))
     with pytest.raises(ValueError, match="transformer_layer_config"):
         EagleDrafter.from_pretrained(tmp_path / "plain", target)
+
+
+def _rms(x, w, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def test_speculators_qwen3_layers_and_input_norm(tmp_path):
+    """Heads that ``speculators`` trains for Qwen3 targets normalise each head's queries and keys
+    before the rotation (``self_attn.q_norm`` / ``k_norm``), and ``norm_before_fc`` heads normalise
+    the fused features before ``fc`` (``input_norm.weight``). Both are read and applied exactly as
+    written here by hand; a layer type specot's layer does not compute is refused."""
+    target = _target()
+    dr = _eagle(target)
+    H = target.model.config.hidden_size
+    att = dr.head.midlayer.self_attn
+    d, eps = att.head_dim, dr.head.config.rms_norm_eps
+    g = torch.Generator().manual_seed(8)
+    qn, kn, inn = (1 + torch.rand(d, generator=g), 1 + torch.rand(d, generator=g), 1 + torch.rand(3 * H, generator=g))
+    _speculators_checkpoint(tmp_path / "qwen3", dr, layer_type="qwen3", extra={
+        "layers.0.self_attn.q_norm.weight": qn, "layers.0.self_attn.k_norm.weight": kn, "input_norm.weight": inn})
+    head = EagleDrafter.from_pretrained(tmp_path / "qwen3", target).head
+
+    feats = torch.randn(4, 3 * H, generator=g)
+    torch.testing.assert_close(head.fuse(feats), dr.head.fc(_rms(feats, inn, eps)))
+    x = torch.randn(4, 2 * H, generator=g)
+    pos = torch.arange(4)
+    cos, sin = (t[0] for t in head.rotary(x, pos[None]))
+    q, k, v = head.midlayer.self_attn.project(x, cos, sin)
+    q0 = _rms(att.q_proj(x).view(4, att.num_heads, d), qn, eps).transpose(0, 1)
+    k0 = _rms(att.k_proj(x).view(4, att.num_kv, d), kn, eps).transpose(0, 1)
+    rot = lambda t: torch.cat([-t[..., d // 2:], t[..., : d // 2]], -1)  # noqa: E731 - Llama's rotate_half
+    torch.testing.assert_close(q, q0 * cos + rot(q0) * sin)
+    torch.testing.assert_close(k, k0 * cos + rot(k0) * sin)
+    torch.testing.assert_close(v, att.v_proj(x).view(4, att.num_kv, d).transpose(0, 1))
+    cfg_g = GenerationConfig(max_new_tokens=12, gamma=3, sampling=GREEDY)
+    assert speculative_generate(target, EagleDrafter.from_pretrained(tmp_path / "qwen3", target, int8=True),
+                                PROMPT, cfg_g).tokens == autoregressive_generate(target, PROMPT, cfg_g).tokens
+
+    _speculators_checkpoint(tmp_path / "oss", dr, layer_type="gpt_oss")
+    with pytest.raises(ValueError, match="'gpt_oss'"):
+        EagleDrafter.from_pretrained(tmp_path / "oss", target)
 
 
 def test_norm_before_residual_takes_the_normed_feature_as_residual(tmp_path):

@@ -74,7 +74,8 @@ is exact for any q.
 and ``eagle_config.eagle_aux_hidden_state_layer_ids``; weights in safetensors or EAGLE's
 ``pytorch_model.bin``) and the ``speculators`` layout that vLLM also serves (``config.json`` with
 ``speculators_model_type: "eagle3"``, the decoder layer's ``LlamaConfig`` under
-``transformer_layer_config``; ``layers.0.*`` for ``midlayer.*``; ``fc.bias`` where a head has one);
+``transformer_layer_config``; ``layers.0.*`` for ``midlayer.*``; where a head has them, ``fc.bias``,
+``input_norm.weight`` before ``fc`` and Qwen3's ``self_attn.q_norm`` / ``k_norm``);
 :meth:`Eagle3Head.save_pretrained` writes the first. ``specot distill eagle``
 (:mod:`specot.distill.eagle`) trains a head with EAGLE-3's training-time test.
 """
@@ -205,9 +206,11 @@ def _attend(q: Tensor, keys: Tensor, vals: Tensor, mask: Tensor) -> Tensor:
 
 class _Eagle3Attention(nn.Module):
     """Llama attention whose q/k/v projections read the 2H-wide ``[embedding, feature]`` input (the
-    first layer) or the H-wide output of the layer below (``in_width=H``, later layers)."""
+    first layer) or the H-wide output of the layer below (``in_width=H``, later layers).
+    ``qk_norm``: Qwen3's per-head RMSNorm of queries and keys before the rotation (``q_norm``,
+    ``k_norm``; heads trained for Qwen3 targets by ``speculators``)."""
 
-    def __init__(self, cfg: Any, in_width: int | None = None) -> None:
+    def __init__(self, cfg: Any, in_width: int | None = None, qk_norm: bool = False) -> None:
         super().__init__()
         H = cfg.hidden_size
         W = 2 * H if in_width is None else in_width  # 2H in the first layer, H in later ones
@@ -219,13 +222,19 @@ class _Eagle3Attention(nn.Module):
         self.k_proj = nn.Linear(W, self.num_kv * self.head_dim, bias=bias)
         self.v_proj = nn.Linear(W, self.num_kv * self.head_dim, bias=bias)
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, H, bias=bias)
+        eps = getattr(cfg, "rms_norm_eps", 1e-6)
+        self.q_norm = LlamaRMSNorm(self.head_dim, eps=eps) if qk_norm else None
+        self.k_norm = LlamaRMSNorm(self.head_dim, eps=eps) if qk_norm else None
 
     def project(self, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Rotated queries ``[..., h, T, d]``, keys and values ``[..., kv, T, d]`` of ``x [..., T, ·]``
         (a leading batch dimension is kept: training runs batches of sequences)."""
         *lead, T, _ = x.shape
-        q = self.q_proj(x).view(*lead, T, self.num_heads, self.head_dim).transpose(-3, -2)  # [..., h, T, d]
-        k = self.k_proj(x).view(*lead, T, self.num_kv, self.head_dim).transpose(-3, -2)  # [..., kv, T, d]
+        q = self.q_proj(x).view(*lead, T, self.num_heads, self.head_dim)  # [..., T, h, d]
+        k = self.k_proj(x).view(*lead, T, self.num_kv, self.head_dim)  # [..., T, kv, d]
+        if self.q_norm is not None and self.k_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = q.transpose(-3, -2), k.transpose(-3, -2)  # [..., h, T, d], [..., kv, T, d]
         v = self.v_proj(x).view(*lead, T, self.num_kv, self.head_dim).transpose(-3, -2)
         return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin, v
 
@@ -244,11 +253,11 @@ class _Eagle3Layer(nn.Module):
     """EAGLE-3's ``midlayer``: one Llama decoder layer over ``[input_layernorm(emb), hidden_norm(f)]``
     with the feature ``f`` as the residual (``norm_before_residual``: the normed feature)."""
 
-    def __init__(self, cfg: Any) -> None:
+    def __init__(self, cfg: Any, qk_norm: bool = False) -> None:
         super().__init__()
         eps = getattr(cfg, "rms_norm_eps", 1e-6)
         self.norm_before_residual = bool(getattr(cfg, "norm_before_residual", False))
-        self.self_attn = _Eagle3Attention(cfg)
+        self.self_attn = _Eagle3Attention(cfg, qk_norm=qk_norm)
         self.mlp = LlamaMLP(cfg)
         self.hidden_norm = LlamaRMSNorm(cfg.hidden_size, eps=eps)
         self.input_layernorm = LlamaRMSNorm(cfg.hidden_size, eps=eps)
@@ -270,10 +279,10 @@ class _DecoderLayer(nn.Module):
     (``num_hidden_layers > 1``; published layout ``layers.{i}.*``, i >= 1, as vLLM names the
     layers of a multi-layer EAGLE-3 head with ``midlayer`` = layer 0)."""
 
-    def __init__(self, cfg: Any) -> None:
+    def __init__(self, cfg: Any, qk_norm: bool = False) -> None:
         super().__init__()
         eps = getattr(cfg, "rms_norm_eps", 1e-6)
-        self.self_attn = _Eagle3Attention(cfg, in_width=cfg.hidden_size)
+        self.self_attn = _Eagle3Attention(cfg, in_width=cfg.hidden_size, qk_norm=qk_norm)
         self.mlp = LlamaMLP(cfg)
         self.input_layernorm = LlamaRMSNorm(cfg.hidden_size, eps=eps)
         self.post_attention_layernorm = LlamaRMSNorm(cfg.hidden_size, eps=eps)
@@ -297,9 +306,14 @@ class Eagle3Head(nn.Module):
             the target's (:meth:`attach_embedding`).
         fc_bias: give ``fc`` a bias (``fc.bias``: some heads in the ``speculators`` layout have one;
             EAGLE-3's own have none). :meth:`quantize_int8` leaves a biased ``fc`` in full precision.
+        qk_norm: Qwen3's per-head RMSNorm of queries and keys (``self_attn.q_norm`` / ``k_norm`` in
+            every decoder layer; ``speculators`` heads for Qwen3 targets).
+        input_norm: an RMSNorm of the fused target features before ``fc`` (``input_norm.weight``;
+            ``speculators``' ``norm_before_fc``).
     """
 
-    def __init__(self, config: Any, num_features: int = 3, own_embedding: bool = False, fc_bias: bool = False) -> None:
+    def __init__(self, config: Any, num_features: int = 3, own_embedding: bool = False, fc_bias: bool = False,
+                 qk_norm: bool = False, input_norm: bool = False) -> None:
         super().__init__()
         self.config = config
         H = config.hidden_size
@@ -308,14 +322,16 @@ class Eagle3Head(nn.Module):
         Ht = int(getattr(config, "target_hidden_size", None) or H)
         self.hidden_size, self.vocab_size, self.draft_vocab_size = H, V, Vd
         self.num_features = num_features
+        eps = getattr(config, "rms_norm_eps", 1e-6)
+        self.input_norm = LlamaRMSNorm(num_features * Ht, eps=eps) if input_norm else None
         self.fc = nn.Linear(num_features * Ht, H, bias=fc_bias)
-        self.midlayer = _Eagle3Layer(config)
+        self.midlayer = _Eagle3Layer(config, qk_norm=qk_norm)
         # layers 1.. of a deeper head (EAGLE-3 heads have one layer: an empty list)
         n_layers = int(getattr(config, "num_hidden_layers", 1) or 1)
         # keyed "1".."L−1" so the weights are saved as layers.{i}.* (layer 0 is midlayer)
-        self.layers = nn.ModuleDict({str(i): _DecoderLayer(config) for i in range(1, n_layers)})
+        self.layers = nn.ModuleDict({str(i): _DecoderLayer(config, qk_norm=qk_norm) for i in range(1, n_layers)})
         self.num_layers = n_layers
-        self.norm = LlamaRMSNorm(H, eps=getattr(config, "rms_norm_eps", 1e-6))
+        self.norm = LlamaRMSNorm(H, eps=eps)
         self.lm_head = nn.Linear(H, Vd, bias=False)
         self.register_buffer("d2t", torch.zeros(Vd, dtype=torch.int64))
         self.register_buffer("t2d", torch.zeros(V, dtype=torch.bool))
@@ -393,7 +409,7 @@ class Eagle3Head(nn.Module):
         new keys, new values ``[L, kv, T, d]``). ``last_logits``: logits of the last position only
         (``[1, V_d]``; a catch-up pass needs no others)."""
         dt = self.dtype
-        f = self.fc(feats.to(dt)) if fused else feats.to(dt)
+        f = self.fuse(feats) if fused else feats.to(dt)
         cos, sin = self.rotary(f, positions[None])
         cos, sin = cos[0], sin[0]
         h, k, v = self.midlayer(self.embed(tokens), f, cos, sin, past_k[0], past_v[0], mask)
@@ -405,6 +421,12 @@ class Eagle3Head(nn.Module):
             ks.append(k)
             vs.append(v)
         return self.lm_head(self.norm(h[-1:] if last_logits else h)), h, torch.stack(ks), torch.stack(vs)
+
+    def fuse(self, feats: Tensor) -> Tensor:
+        """The draft feature ``[..., H]`` of the target's fused features ``feats [..., k·H_t]``:
+        ``fc``, after ``input_norm`` where the head has one."""
+        x = feats.to(self.dtype)
+        return self.fc(self.input_norm(x) if self.input_norm is not None else x)
 
     def empty_kv(self) -> tuple[Tensor, Tensor]:
         """An empty KV cache ``[L, kv, 0, d]`` (keys, values) of the head's ``L`` layers."""
@@ -479,6 +501,11 @@ _SPECULATORS_FIELDS = ("draft_vocab_size", "target_hidden_size", "norm_before_re
                        "eagle_aux_hidden_state_layer_ids")
 
 
+#: The decoder-layer types of ``speculators`` EAGLE-3 heads that specot's layer computes: Llama's,
+#: and Qwen3's (Llama's with ``q_norm`` / ``k_norm``).
+_SPECULATORS_LAYER_TYPES = ("llama", "qwen3")
+
+
 def _flat_eagle3_config(obj: dict[str, Any], where: Path) -> dict[str, Any]:
     """A checkpoint's ``config.json`` as one flat ``LlamaConfig`` dict: EAGLE-3's own layout as it
     is; the ``speculators`` layout (vLLM's ``speculators`` library) as its ``transformer_layer_config``
@@ -496,6 +523,9 @@ def _flat_eagle3_config(obj: dict[str, Any], where: Path) -> dict[str, Any]:
     layer = obj.get("transformer_layer_config")
     if not isinstance(layer, dict):
         raise ValueError(f"{where}: a speculators EAGLE-3 config needs a 'transformer_layer_config' object")
+    if layer.get("model_type", "llama") not in _SPECULATORS_LAYER_TYPES:
+        raise ValueError(f"{where}: the head's decoder layer is of type {layer.get('model_type')!r}; specot runs "
+                         f"EAGLE-3 heads built from {' and '.join(map(repr, _SPECULATORS_LAYER_TYPES))} layers only")
     flat = dict(layer)
     flat.update({k: obj[k] for k in _SPECULATORS_FIELDS if obj.get(k) is not None})
     flat.update({k: v for k, v in obj.items() if k.startswith("specot_")})
@@ -613,13 +643,15 @@ class EagleDrafter(Drafter):
         device. A deeper head's later decoder layers are ``layers.{i}.*`` (i >= 1; ``layers.0.*`` is
         read as ``midlayer.*``); the depth comes from the weights, not from ``num_hidden_layers``.
         A ``speculators`` checkpoint (``speculators_model_type: "eagle3"``, module docstring) is read
-        through its ``transformer_layer_config`` plus the top-level ``draft_vocab_size``,
-        ``target_hidden_size``, ``norm_before_residual`` and ``eagle_aux_hidden_state_layer_ids``.
+        through its ``transformer_layer_config`` (Llama or Qwen3 layers) plus the top-level
+        ``draft_vocab_size``, ``target_hidden_size``, ``norm_before_residual`` and
+        ``eagle_aux_hidden_state_layer_ids``; ``fc.bias``, ``input_norm.weight`` and
+        ``self_attn.q_norm`` / ``k_norm`` are used where present.
 
         Raises:
             FileNotFoundError: no checkpoint there.
             ValueError: missing weights, wrong shapes, a head that does not fit the target, or a
-                ``speculators`` checkpoint of another algorithm than EAGLE-3.
+                ``speculators`` checkpoint of another algorithm than EAGLE-3 or with another layer type.
         """
         d = _resolve_dir(path)
         cfg_file = d / "config.json"
@@ -643,7 +675,8 @@ class EagleDrafter(Drafter):
         if k_in % Ht:
             raise ValueError(f"fc.weight reads {k_in} features, not a multiple of the target width {Ht}")
         head = Eagle3Head(cfg, num_features=k_in // Ht, own_embedding="embed_tokens.weight" in state,
-                          fc_bias="fc.bias" in state)
+                          fc_bias="fc.bias" in state, qk_norm="midlayer.self_attn.q_norm.weight" in state,
+                          input_norm="input_norm.weight" in state)
         Vd = head.draft_vocab_size
         if "d2t" not in state:
             if Vd != head.vocab_size:

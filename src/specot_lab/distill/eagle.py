@@ -255,7 +255,7 @@ def ttt_loss_batch(head: Eagle3Head, tokens: Tensor, feats: Tensor, p: Tensor, l
     # keys / values of every layer (midlayer, then head.layers), one entry per unroll step
     keys: list[list[Tensor]] = [[] for _ in range(head.num_layers)]
     vals: list[list[Tensor]] = [[] for _ in range(head.num_layers)]
-    feat = head.fc(feats.to(dev, head.dtype))  # [B, T, H]: feature of position e
+    feat = head.fuse(feats.to(dev))  # [B, T, H]: feature of position e
     with torch.no_grad():  # the embedding is the target's, frozen
         emb = head.embed(tokens)
     total = torch.zeros((), device=dev)
