@@ -35,6 +35,7 @@ costs nothing.
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import sys
 import time
@@ -72,10 +73,10 @@ def best_tree_path_probs(target: CausalLM, context: list[int], sampling: Samplin
     expand(-1, p0)
     while True:
         top = sorted(range(len(tok)), key=lambda i: (-prob[i], i))[:n_max]
-        todo = [i for i in top if not done[i] and depth[i] < max_depth and tok[i] not in stop]
-        for i in top:
+        for i in top:  # leaves: the depth limit, or EOS (the answer ends there)
             if depth[i] >= max_depth or tok[i] in stop:
                 done[i] = True
+        todo = [i for i in top if not done[i]]
         if not todo:
             return sorted((prob[i] for i in top), reverse=True)
         keep = set()
@@ -137,11 +138,7 @@ def main(argv: list[str] | None = None) -> int:
             seq = target_continuation(tgt, ids, args.temperature, args.max_new_tokens, seed=k)
             for pos in range(len(ids), len(seq), args.stride):
                 probs = best_tree_path_probs(tgt, seq[:pos], sampling, sizes[-1], args.max_depth, stop)
-                cum, acc = [], 0.0
-                for x in probs:
-                    acc += x
-                    cum.append(acc)
-                sums.append(cum)
+                sums.append(list(itertools.accumulate(probs)))
                 top1.append(probs[0])
             st = generate(ids, target=tgt, temperature=args.temperature, max_new_tokens=args.max_new_tokens,
                           seed=k).result.stats

@@ -336,7 +336,7 @@ def train_eagle(target: Any, token_seqs: Sequence[Sequence[int]], out_dir: str |
             size out of range.
     """
     if cfg.token_loss not in TOKEN_LOSSES:  # before any file is written or model loaded
-        raise ValueError(f"token_loss must be 'fkl' or 'tvd', got {cfg.token_loss!r}")
+        raise ValueError(f"token_loss must be {' or '.join(map(repr, TOKEN_LOSSES))}, got {cfg.token_loss!r}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     chunks = chunk_token_ids(token_seqs, cfg.max_len)
