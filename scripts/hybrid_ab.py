@@ -64,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--heads", default="", help="EAGLE head directories, comma-separated: variant option hK uses "
                     "the K-th (h0, the default, is the shipped head)")
+    ap.add_argument("--dtype", default="auto", help="the target's dtype: auto (bf16 where matmuls are native bf16, "
+                    "else float32), float32 or bfloat16; the head keeps its int8 weights on a CPU")
     ap.add_argument("--out", required=True, help="JSON file")
     args = ap.parse_args(argv)
     heads = [h for h in args.heads.split(",") if h]
@@ -76,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         target=None, draft=None, prompts=load_prompts(args.prompts, args.n_prompts), prompt_set=args.prompts,
         temperatures=tuple(float(t) for t in args.temperatures.split(",")), gammas=(4,),
         trees=[tuple(int(x) for x in t.split("x")) for t in args.trees.split(",")], peers=False,
-        max_new_tokens=args.max_new_tokens, dtype="auto", progress=False, extra_drafts=variants)
+        max_new_tokens=args.max_new_tokens, dtype=args.dtype, progress=False, extra_drafts=variants)
     res["command"] = "python scripts/hybrid_ab.py " + " ".join(argv if argv is not None else sys.argv[1:])
     res["environment"] = environment_info()  # CPU flags, library versions
     with open(args.out, "w") as f:

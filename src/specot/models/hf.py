@@ -22,7 +22,7 @@ from transformers import DynamicCache, StaticCache
 
 from .cache import crop_cache, is_static, keep_cache_positions
 from .chat import decode_tokens, encode_prompt
-from .device import install_gqa_sdpa, install_small_batch_head
+from .device import install_gqa_sdpa, install_prepacked_linears, install_small_batch_head
 
 __all__ = ["CausalLM", "tree_attention_mask"]
 
@@ -98,7 +98,8 @@ class CausalLM:
             params = {}
         self._keeps_logits = "logits_to_keep" in params
         if self.device.type == "cpu":
-            install_small_batch_head(self.model)  # a faster output head for 2–32-row passes (CPU)
+            install_prepacked_linears(self.model)  # oneDNN over weights reordered once: 1.5-4x faster few-row passes
+            install_small_batch_head(self.model)  # where oneDNN is missing: a faster float32 head for 2–32 rows
             install_gqa_sdpa(self.model)  # masked multi-token passes without copying K/V per head group
 
     def use_static_cache(self, max_len: int, *, compile: bool = False) -> "CausalLM":
