@@ -1,10 +1,14 @@
-"""A/B of the target's linear layers in one process (docs/results.md, "Session 23 runs"): per
-prompt, each decoding plan and autoregressive decoding with ``F.linear`` (MKL) and with
-:class:`specot.models.device.PrepackedLinear` (oneDNN over weights reordered once), in alternating
-order, on the same loaded target — so the four kinds of run share one machine state.
+"""A/B of linear-layer kernels in one process (docs/results.md, "Session 23 runs").
+
+``--compare target``: per prompt, each decoding plan and autoregressive decoding with the target's
+linear layers on ``F.linear`` (MKL) and on :class:`specot.models.device.PrepackedLinear` (oneDNN
+over weights reordered once), in alternating order, on the same loaded target.
+``--compare head``: the target prepacked both ways; the shipped EAGLE head's linear layers as int8
+weights (``aten._weight_int8pack_mm``) or prepacked, each in its own suffix+eagle drafter.
 
     python scripts/linear_ab.py --prompts docs/bench/prompts_chat.jsonl --dtype float32 \
-        --plans auto,ngram,bf16-plan --out runs/linear_chat_f32.json
+        --plans ngram,bf16-plan --out runs/linear_chat_f32.json
+    python scripts/linear_ab.py --compare head --prompts code --dtype float32 --plans bf16-plan --out runs/head.json
 
 Plans: ``auto`` (what ``specot generate`` decodes with for this target and dtype), ``ngram`` (a
 γ = 4 chain), ``bf16-plan`` (``auto``'s plan for the embedded target in bf16 — suffix+eagle
@@ -25,36 +29,46 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from specot.api import AUTO_HYBRID, AUTO_MIN_CONFIDENCE_GREEDY, AUTO_TREE, AUTO_TREE_GREEDY, generate, load_drafter, load_target
+from specot.api import AUTO_MIN_CONFIDENCE_GREEDY, AUTO_TREE, AUTO_TREE_GREEDY, generate, load_drafter, load_target
+from specot.drafting import EagleDrafter, HybridDrafter
 from specot.engine import GenerationConfig, autoregressive_generate
 from specot.envinfo import environment_info, load_average
 from specot.models.device import install_prepacked_linears, remove_prepacked_linears
+from specot.models.embedded import embedded_eagle_dir
 from specot.sampling import SamplingConfig
 from specot_lab.corpus import load_prompts
 
-VARIANTS = ("f_linear", "prepacked")
+VARIANTS = {"target": ("f_linear", "prepacked"), "head": ("int8", "prepacked")}
 PLANS = ("auto", "ngram", "bf16-plan")
 
 
-def _set_variant(model: Any, name: str) -> None:
+def _set_target_linears(model: Any, name: str) -> None:
     remove_prepacked_linears(model)
-    if name == "prepacked":
-        if not install_prepacked_linears(model):
-            raise SystemExit("oneDNN cannot prepack this model's linear layers here (no oneDNN, or the dtype)")
+    if name == "prepacked" and not install_prepacked_linears(model):
+        raise SystemExit("oneDNN cannot prepack this model's linear layers here (no oneDNN, or the dtype)")
 
 
-def _run(tgt: Any, ids: list[int], plan: str, temp: float, seed: int, n: int, hybrid: dict[float, Any]) -> Any:
+def _hybrid(tgt: Any, temp: float, int8: bool) -> HybridDrafter:
+    """``auto``'s bf16 drafter: suffix decoding with the shipped head (gated at T = 0)."""
+    gate = AUTO_MIN_CONFIDENCE_GREEDY if temp == 0 else None
+    return HybridDrafter(load_drafter("suffix", tgt),
+                         EagleDrafter.from_pretrained(embedded_eagle_dir(), tgt, int8=int8, min_confidence=gate))
+
+
+def _run(tgt: Any, ids: list[int], plan: str, temp: float, seed: int, n: int, hybrid: Any) -> Any:
     if plan == "auto":
         return generate(ids, target=tgt, temperature=temp, max_new_tokens=n, seed=seed).result.stats
     if plan == "ngram":
         return generate(ids, target=tgt, draft="ngram", temperature=temp, max_new_tokens=n, seed=seed).result.stats
     drafts, depth = AUTO_TREE_GREEDY if temp == 0 else AUTO_TREE
-    return generate(ids, target=tgt, draft=hybrid[temp], drafts=drafts, gamma=depth, temperature=temp,
+    return generate(ids, target=tgt, draft=hybrid, drafts=drafts, gamma=depth, temperature=temp,
                     max_new_tokens=n, seed=seed).result.stats
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--compare", choices=tuple(VARIANTS), default="target",
+                    help="target: F.linear against prepacked target layers; head: int8 against prepacked EAGLE head")
     ap.add_argument("--prompts", required=True, help="a prompt set as `specot bench` takes it (name or FILE.jsonl)")
     ap.add_argument("--n-prompts", type=int, default=6)
     ap.add_argument("--temperatures", default="0,1")
@@ -70,47 +84,50 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     tgt = load_target(None, dtype=args.dtype)
     temps = [float(t) for t in args.temperatures.split(",")]
-    hybrid = {t: load_drafter(AUTO_HYBRID, tgt, min_confidence=AUTO_MIN_CONFIDENCE_GREEDY if t == 0 else None)
-              for t in temps} if "bf16-plan" in plans else {}
+    variants = VARIANTS[args.compare]
+    head = args.compare == "head"
+    # (variant, T) -> the bf16 plan's drafter; comparing target layers, both variants share one head
+    hybrid = {(v, t): _hybrid(tgt, t, int8=head and v == "int8") for v in variants for t in temps} \
+        if "bf16-plan" in plans else {}
     prompts = load_prompts(args.prompts, args.n_prompts)
     load0 = load_average()
     rows = []
     for temp in temps:
         # seconds per token summed over prompts, tokens and iterations, per (variant, plan or "ar")
-        tot = {(v, p): [0.0, 0, 0] for v in VARIANTS for p in ("ar", *plans)}
+        tot = {(v, p): [0.0, 0, 0] for v in variants for p in ("ar", *plans)}
         for i, prompt in enumerate(tqdm(prompts, desc=f"T={temp:g}")):
             ids = tgt.encode_prompt(prompt)
-            order = list(VARIANTS) if i % 2 == 0 else list(VARIANTS)[::-1]
+            order = list(variants) if i % 2 == 0 else list(variants)[::-1]
             runs: dict[tuple[str, str], Any] = {}
             for v in order:
-                _set_variant(tgt.model, v)
+                _set_target_linears(tgt.model, "prepacked" if head else v)
                 for p in plans:
-                    runs[(v, p)] = _run(tgt, ids, p, temp, i, args.max_new_tokens, hybrid)
+                    runs[(v, p)] = _run(tgt, ids, p, temp, i, args.max_new_tokens, hybrid.get((v, temp)))
             n = min(s.new_tokens for s in runs.values())
             cfg = GenerationConfig(max_new_tokens=n, sampling=SamplingConfig(temperature=temp), seed=i,
                                    stop_at_eos=False)
             for v in order:
-                _set_variant(tgt.model, v)
+                _set_target_linears(tgt.model, "prepacked" if head else v)
                 runs[(v, "ar")] = autoregressive_generate(tgt, ids, cfg).stats
             for key, s in runs.items():
                 tot[key][0] += s.total_time_s / s.new_tokens
                 tot[key][1] += s.new_tokens
                 tot[key][2] += s.iterations
-        ar_ref = tot[("f_linear", "ar")][0]
-        for v in VARIANTS:
+        ar_ref = tot[(variants[0], "ar")][0]
+        for v in variants:
             ar = tot[(v, "ar")][0]
-            rows.append({"temperature": temp, "linear": v, "plan": "ar", "tokens_per_s": len(prompts) / ar,
-                         "speedup": 1.0, "speedup_over_f_linear_ar": ar_ref / ar})
+            rows.append({"temperature": temp, "variant": v, "plan": "ar", "tokens_per_s": len(prompts) / ar,
+                         "speedup": 1.0, "speedup_over_first_ar": ar_ref / ar})
             for p in plans:
                 t, tok, it = tot[(v, p)]
-                rows.append({"temperature": temp, "linear": v, "plan": p, "tokens_per_s": len(prompts) / t,
-                             "speedup": ar / t, "speedup_over_f_linear_ar": ar_ref / t,
+                rows.append({"temperature": temp, "variant": v, "plan": p, "tokens_per_s": len(prompts) / t,
+                             "speedup": ar / t, "speedup_over_first_ar": ar_ref / t,
                              "block_efficiency": tok / it, "tokens": tok})
         for r in rows[-2 * (len(plans) + 1):]:
-            print(f"T={temp:g} {r['linear']:9s} {r['plan']:9s} {r['tokens_per_s']:6.1f} tokens/s  "
-                  f"{r['speedup']:.3f}x over its own AR  {r['speedup_over_f_linear_ar']:.3f}x over F.linear AR"
+            print(f"T={temp:g} {r['variant']:9s} {r['plan']:9s} {r['tokens_per_s']:6.1f} tokens/s  "
+                  f"{r['speedup']:.3f}x over its own AR  {r['speedup_over_first_ar']:.3f}x over {variants[0]}'s AR"
                   + (f"  block efficiency {r['block_efficiency']:.2f}" if "block_efficiency" in r else ""), flush=True)
-    res = {"benchmark": "linear_ab", "prompt_set": args.prompts, "prompts": len(prompts), "dtype": str(tgt.dtype),
+    res = {"benchmark": "linear_ab", "compare": args.compare, "variants": variants, "prompt_set": args.prompts, "prompts": len(prompts), "dtype": str(tgt.dtype),
            "max_new_tokens": args.max_new_tokens, "plans": plans, "rows": rows, "load_avg_start": load0,
            "load_avg_end": load_average(),
            "command": "python scripts/linear_ab.py " + " ".join(argv if argv is not None else sys.argv[1:]),

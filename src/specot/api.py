@@ -48,7 +48,7 @@ from .models.embedded import (EMBEDDED_DRAFT, EMBEDDED_EAGLE, EMBEDDED_TARGET, e
                               load_embedded_target)
 from ._validation import check_device, check_generator
 from .laws import DraftLaw
-from .models.device import resolve_dtype
+from .models.device import prepacking_available, resolve_dtype
 from .models.hf import CausalLM
 from .models.loading import check_model_source, load_model
 from .sampling import SamplingConfig
@@ -252,7 +252,7 @@ def load_drafter(spec: str | Drafter | CausalLM, target: CausalLM, *, dtype: str
 
     Args:
         spec: ``"auto"`` (the drafter of :func:`auto_plan`: ``"suffix+eagle"`` for the embedded
-            target in bf16 on a CPU, else ``"ngram"``),
+            target on a CPU in bf16 or float32, else ``"ngram"``),
             ``"eagle"`` (the shipped EAGLE-3 head of the embedded target, ``specot/data/eagle``),
             ``"distilled"`` (the draft distilled from SmolLM2, ``specot/data/draft``), ``"ngram"``
             (prompt lookup + an n-gram table), ``"suffix"`` (suffix decoding: draft trees from every
@@ -392,8 +392,8 @@ def generate(
             A name loads the model on every call (20-30 s for the embedded target); pass
             ``specot.load_target(...)`` to load it once for many calls.
         draft: ``"auto"`` (default: the fastest plan measured, :func:`auto_plan` — suffix decoding
-            with the shipped EAGLE head (int8 weights on a CPU) as draft trees for the embedded
-            target in bf16 on a CPU, at temperature 0 pruned by the head's confidence,
+            with the shipped EAGLE head as draft trees for the embedded target on a CPU (bf16
+            or float32), at temperature 0 pruned by the head's confidence,
             else ``"ngram"``), ``"eagle"`` (the shipped EAGLE-3 head of the embedded target),
             ``"distilled"``, ``"ngram"``, ``"suffix"`` (model-free draft trees, decoded by
             :func:`tree_generate` under the GREEDY law with the ``greedy`` verifier, depth ``gamma``,
@@ -667,14 +667,16 @@ def _check_target_source(target: Any) -> Any:
     return target
 
 
-#: ``draft="auto"`` on the embedded target in bfloat16 on a CPU: suffix decoding with the shipped
+#: ``draft="auto"`` on the embedded target on a CPU (bfloat16, or float32 where oneDNN prepacks the
+#: head's layers): suffix decoding with the shipped
 #: EAGLE head (:class:`HybridDrafter`), drafting GREEDY-law trees of ``(children per node, depth)``:
 #: :data:`AUTO_TREE` at temperatures > 0, :data:`AUTO_TREE_GREEDY` at temperature 0 — the fastest
 #: plans measured on held-out prompt sets (docs/results.md "Session 16 runs": at T = 0 the 3 x 6
 #: tree gained 4 % on the mean of eight sets, on six of them, from a re-ranked tree that prunes
 #: itself; at T = 1 it lost on all three sets measured, and 2 x 3 has stayed the fastest shape
-#: there since session 9). Elsewhere ``"ngram"``: in float32 (CPUs without native bf16) the head's
-#: passes cost too much (n-gram drafting measured faster), and on CUDA the plan was not measured.
+#: there since session 9). In float32 (CPUs without native bf16) the same plan beat n-gram drafting
+#: in every cell of six sets once the head ran prepacked (docs/results.md "Session 23 runs"; with
+#: int8 weights it had lost). Elsewhere ``"ngram"``: on CUDA the plan was not measured.
 AUTO_HYBRID = "suffix+eagle"
 AUTO_TREE = (2, 3)
 AUTO_TREE_GREEDY = (3, 6)
@@ -706,8 +708,9 @@ def auto_plan(target: Any, device: str = "cpu", *, dtype: str | torch.dtype = "a
               verifier_params: dict[str, Any] | None = None) -> AutoPlan:
     """What ``draft="auto"`` decodes with: an :class:`AutoPlan` (draft name, drafts, γ, confidence gate).
 
-    * The embedded target (``None``, ``"smollm2"`` or its loaded :class:`CausalLM`) in bfloat16
-      (``dtype``, or the loaded target's; ``"auto"`` is bf16 where matmuls are native) on a CPU:
+    * The embedded target (``None``, ``"smollm2"`` or its loaded :class:`CausalLM`) on a CPU, in
+      bfloat16, or in float32 where oneDNN prepacks the head's layers (``dtype``, or the loaded
+      target's; ``"auto"`` is bf16 where matmuls are native, else float32):
       ``"suffix+eagle"``. With no tree options and the default verifier, as draft trees of
       :data:`AUTO_TREE` — 2 children per node, depth 3 — at ``temperature`` > 0 and of
       :data:`AUTO_TREE_GREEDY` — 3 children per node, depth 6 — at temperature 0 (``gamma`` given:
@@ -721,8 +724,8 @@ def auto_plan(target: Any, device: str = "cpu", *, dtype: str | torch.dtype = "a
         isinstance(target, CausalLM) and is_embedded_target(target))
     loaded = isinstance(target, CausalLM)
     on_cpu = str(target.device if loaded else device).startswith("cpu")
-    bf16 = (target.dtype if loaded else resolve_dtype(dtype, device)) == torch.bfloat16
-    if not (embedded and on_cpu and bf16):
+    dt = target.dtype if loaded else resolve_dtype(dtype, device)
+    if not (embedded and on_cpu and (dt == torch.bfloat16 or dt == torch.float32 and prepacking_available(dt))):
         return AutoPlan("ngram", drafts, gamma)
     if drafts is None and tree is None:
         if verifier == "speculative" and not verifier_params:  # auto's own tree

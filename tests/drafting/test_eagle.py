@@ -14,6 +14,7 @@ from specot.drafting import EAGLE_DEFAULT_TREE, EagleDrafter, TreeSpec
 from specot.drafting.eagle import EAGLE3_KEYS, Eagle3Head, _attend, default_eagle_layers, rerank
 from specot.engine import GenerationConfig, autoregressive_generate, make_generator, speculative_generate, tree_generate
 from specot.laws import top_tokens
+from specot.models.device import PrepackedLinear, prepacking_available
 from specot.sampling import SamplingConfig
 
 from conftest import tiny_lm
@@ -582,7 +583,13 @@ def test_int8_head_drafts_what_it_computes_and_stays_greedy_exact(tmp_path):
     assert not EagleDrafter.from_pretrained(tmp_path, target).head.int8
     cfg = json.loads((tmp_path / "config.json").read_text())
     (tmp_path / "config.json").write_text(json.dumps({**cfg, "specot_int8_weights": True}))
-    assert EagleDrafter.from_pretrained(tmp_path, target).head.int8
+    # the flag applies on a CPU except to float32 heads that oneDNN prepacks (int8 is slow with float32 activations)
+    assert EagleDrafter.from_pretrained(tmp_path, _target(dtype=torch.float64)).head.int8
+    flagged = EagleDrafter.from_pretrained(tmp_path, target)
+    assert flagged.head.int8 is not prepacking_available(torch.float32)
+    if prepacking_available(torch.float32):
+        assert isinstance(flagged.head.lm_head, PrepackedLinear) and isinstance(flagged.head.fc, PrepackedLinear)
+    assert EagleDrafter.from_pretrained(tmp_path, target, int8=True).head.int8
     assert not EagleDrafter.from_pretrained(tmp_path, target, int8=False).head.int8
 
 

@@ -15,6 +15,7 @@ from specot.api import AUTO_MIN_CONFIDENCE_GREEDY, AutoPlan, auto_plan
 from specot.drafting import EagleDrafter, HybridDrafter, NGramDrafter
 from specot.drafting.eagle import EAGLE3_KEYS
 from specot.engine import GenerationConfig, autoregressive_generate, speculative_generate
+from specot.models.device import PrepackedLinear, prepacking_available
 from specot.models.embedded import embedded_eagle_dir
 from specot.models.int8 import Int8Linear
 from specot.sampling import SamplingConfig
@@ -46,8 +47,8 @@ def test_auto_is_ngram_and_eagle_refuses_another_target():
 def test_auto_plan_for_the_embedded_target():
     """suffix+eagle trees in bf16 on a CPU: 3 x 6 gated by the head's confidence at temperature 0,
     2 x 3 ungated above; chains with another verifier; GREEDY-law tree options stay with the hybrid
-    (as given, no gate), others go to the EAGLE head; ngram in float32 and on CUDA (measured slower /
-    not measured there)."""
+    (as given, no gate), others go to the EAGLE head; the same in float32 where oneDNN prepacks the
+    head (session 23), and ngram on CUDA (not measured there)."""
     def plan(target=None, device="cpu", **kw):
         got = auto_plan(target, device, dtype=kw.pop("dtype", "bfloat16"), **kw)
         assert isinstance(got, AutoPlan)
@@ -70,7 +71,8 @@ def test_auto_plan_for_the_embedded_target():
     assert plan(tree="wor", gamma=2) == ("eagle", None, 2, None)  # EAGLE trees take every law
     assert plan(drafts=2, verifier="kseq") == ("eagle", 2, None, None)
     assert plan(tree="prefix:2,1") == ("eagle", None, None, None)
-    assert plan(dtype="float32", temperature=0.0) == ("ngram", None, None, None)
+    f32 = ("suffix+eagle", 3, 6, tau) if prepacking_available(torch.float32) else ("ngram", None, None, None)
+    assert plan(dtype="float32", temperature=0.0) == f32
     assert plan(None, "cuda") == ("ngram", None, None, None)
     assert plan(None, "cuda:1") == ("ngram", None, None, None)
     assert plan("some/other-model") == ("ngram", None, None, None)
@@ -84,7 +86,7 @@ def test_load_drafter_gates_eagle_heads_only():
     assert specot.load_drafter("eagle", target).min_confidence is None
     hybrid = specot.load_drafter("suffix+eagle", target, min_confidence=0.25)
     assert isinstance(hybrid, HybridDrafter) and hybrid.model.min_confidence == 0.25
-    for bad in ("ngram", "suffix", "distilled", "suffix+distilled", "auto"):  # auto: ngram in float32
+    for bad in ("ngram", "suffix", "distilled", "suffix+distilled"):
         with pytest.raises(ValueError, match="has none"):
             specot.load_drafter(bad, target, min_confidence=0.1)
     for bad in (0, 1.0, -0.5, True, "0.1"):
@@ -98,14 +100,16 @@ def test_auto_decodes_suffix_eagle_trees_in_bf16_and_the_plan_is_exact_in_float3
     bf16 = specot.load_embedded_target(dtype="bfloat16")
     auto = specot.load_drafter("auto", bf16)
     assert isinstance(auto, HybridDrafter)
-    assert isinstance(specot.load_drafter("eagle", bf16).head.lm_head, Int8Linear)  # the shipped head on a CPU
+    assert isinstance(specot.load_drafter("eagle", bf16).head.lm_head, Int8Linear)  # the shipped head on a CPU in bf16
     assert auto_plan(bf16) == AutoPlan("suffix+eagle", 2, 3)
     prompt = "Write a Python function that returns the squares of a list of numbers."
     rep = specot.generate(prompt, target=bf16, temperature=0.0, max_new_tokens=16)
     assert rep.draft == f"suffix+eagle, tree 3x6, min_confidence {AUTO_MIN_CONFIDENCE_GREEDY:g}"
     assert rep.result.method == "tree"
     f32 = specot.load_embedded_target(dtype="float32")
-    assert isinstance(specot.load_drafter("auto", f32), NGramDrafter)
+    assert isinstance(specot.load_drafter("auto", f32), HybridDrafter if prepacking_available(torch.float32) else NGramDrafter)
+    f32_head = specot.load_drafter("eagle", f32).head  # float32: prepacked, where oneDNN can
+    assert isinstance(f32_head.lm_head, PrepackedLinear if prepacking_available(torch.float32) else Int8Linear)
     rep = specot.generate(prompt, target=f32, draft="suffix+eagle", drafts=4, gamma=3, temperature=0.0,
                           max_new_tokens=24, baseline=True)
     assert rep.result.tokens == rep.baseline.tokens  # greedy = autoregressive in float32

@@ -27,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--target", default=None, help="target model: 'smollm2' (embedded default), a local directory or a hub id")
     p.add_argument("--draft", default="auto",
                    help="'auto' (default: the fastest plan measured: for the embedded target on a CPU 'suffix+eagle' "
-                        "trees in bf16, 2 children x depth 3; elsewhere 'ngram'), "
+                        "trees, 2 children x depth 3 (3 x 6 at temperature 0); elsewhere 'ngram'), "
                         "'eagle' (the shipped EAGLE-3 "
                         "head of the embedded target), 'eagle:PATH', 'distilled', "
                         "'ngram', 'suffix' (suffix decoding: model-free draft trees from every earlier occurrence of "

@@ -100,6 +100,7 @@ from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding
 
 from ..laws import DraftLaw, sample_drafts
+from ..models.device import install_prepacked_linears, prepacking_available
 from ..models.int8 import Int8Linear, quantize_linears_int8
 from ..sampling import SamplingConfig, standardize
 from .base import DraftOutcome, DraftTree, Drafter, greedy_q
@@ -578,10 +579,14 @@ class EagleDrafter(Drafter):
             drafts are drawn from. :meth:`from_pretrained` reads ``specot_q_temperature_ratio``
             from the checkpoint's ``config.json`` (absent in published heads: r = 1).
         int8: store the head's linear layers as int8 weights with a scale per output row
-            (:meth:`Eagle3Head.quantize_int8`): half the bytes of a bfloat16 pass, which is what a
-            CPU head pass is bound by. Lossless all the same (q is what the quantized head
-            computes). :meth:`from_pretrained` reads ``specot_int8_weights`` from ``config.json``
-            (absent: off) and applies it on a CPU only.
+            (:meth:`Eagle3Head.quantize_int8`): half the bytes of a bfloat16 pass. Lossless all the
+            same (q is what the quantized head computes). Without it, a head on a CPU runs its
+            linear layers prepacked for oneDNN (:class:`~specot.models.device.PrepackedLinear`).
+            In bf16 the two were level end to end (int8 3 % ahead on eight cells, within noise);
+            in float32 PyTorch's int8 kernel is 10-50x slower than the prepacked layers
+            (docs/results.md, "Session 23 runs"). :meth:`from_pretrained` reads
+            ``specot_int8_weights`` from ``config.json`` (absent: off) and applies it on a CPU,
+            except to a float32 head that oneDNN can prepack.
 
     Raises:
         ValueError: a head that does not fit the target (vocabulary, feature width, layers),
@@ -624,6 +629,8 @@ class EagleDrafter(Drafter):
         self.head.requires_grad_(False)
         if int8:
             self.head.quantize_int8()
+        elif self.head.fc.weight.device.type == "cpu":
+            install_prepacked_linears(self.head)  # oneDNN over weights reordered once (models.device.PrepackedLinear)
         self.target = target
         self.hidden_layers = layers
         self.dynamic, self.top_k, self.total_tokens, self.width = dynamic, top_k, total_tokens, width
@@ -702,8 +709,11 @@ class EagleDrafter(Drafter):
         head.load_state_dict({k: state[k] for k in expected}, strict=False)
         head.to(dtype=target.dtype)
         kw.setdefault("q_temperature_ratio", float(obj.get("specot_q_temperature_ratio", 1.0)))
-        # a CPU setting: there a head pass is bound by the bytes it reads (on a GPU, by launches)
-        kw.setdefault("int8", bool(obj.get("specot_int8_weights", False)) and torch.device(target.device).type == "cpu")
+        # a CPU setting for bf16 heads: there int8 weights halve the bytes a pass reads. A float32 head
+        # runs prepacked instead wherever oneDNN can: PyTorch's int8 kernel is 10-50x slower with
+        # float32 activations (docs/results.md, "Session 23 runs")
+        kw.setdefault("int8", bool(obj.get("specot_int8_weights", False)) and torch.device(target.device).type == "cpu"
+                      and not (target.dtype == torch.float32 and prepacking_available(torch.float32)))
         return cls(head, target, name=kw.pop("name", d.name or "eagle3"), **kw)
 
     @classmethod

@@ -4,6 +4,7 @@ weights reordered once), the output head and grouped-query attention."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -12,7 +13,7 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 
-__all__ = ["cpu_has_native_bf16", "resolve_dtype", "PrepackedLinear", "install_prepacked_linears",
+__all__ = ["cpu_has_native_bf16", "resolve_dtype", "PrepackedLinear", "prepacking_available", "install_prepacked_linears",
            "remove_prepacked_linears", "SmallBatchHead", "small_batch_linear", "install_small_batch_head",
            "GQA_SDPA", "gqa_sdpa_attention", "install_gqa_sdpa"]
 
@@ -143,6 +144,14 @@ class PrepackedLinear(torch.nn.Linear):
         state.pop("_packed", None)  # oneDNN's blocked tensor is neither picklable nor needed
         state.pop("_packed_key", None)
         return state
+
+
+@functools.lru_cache(maxsize=None)
+def prepacking_available(dtype: torch.dtype) -> bool:
+    """Whether :class:`PrepackedLinear` runs prepacked for ``dtype`` weights on this machine's CPU
+    (oneDNN present and able to reorder that dtype: float32 and bfloat16 on x86, not float64)."""
+    return torch.backends.mkldnn.is_available() and PrepackedLinear.wrap(
+        torch.nn.Linear(64, 8, bias=False, dtype=dtype))._packed is not None
 
 
 def _linear_children(model: torch.nn.Module, kind: type) -> list[tuple[torch.nn.Module, str, torch.nn.Module]]:
