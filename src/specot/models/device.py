@@ -59,6 +59,12 @@ def resolve_dtype(dtype: str | torch.dtype, device: str | torch.device = "cpu") 
 #: fast for hints 4-32 and up to 2x slower for hint 1 at 2-19 rows (docs/results.md, "Session 23 runs").
 PREPACK_ROWS = 8
 
+try:  # oneDNN's reorder and linear ops, resolved once (an op lookup per call costs more than the check)
+    _REORDER_WEIGHT = torch.ops.mkldnn._reorder_linear_weight.default
+    _LINEAR_POINTWISE = torch.ops.mkldnn._linear_pointwise.default
+except (AttributeError, RuntimeError):  # a build without oneDNN
+    _REORDER_WEIGHT = _LINEAR_POINTWISE = None
+
 
 class PrepackedLinear(torch.nn.Linear):
     """An ``nn.Linear`` whose CPU inference passes run oneDNN's matmul over a copy of the weight
@@ -71,15 +77,15 @@ class PrepackedLinear(torch.nn.Linear):
     layers and the 49152-row output head) took, per pass over 1 / 7 / 13 rows:
 
     ========================  ======  ======  ======
-    float32 ``F.linear``      17.7 ms 56.3 ms 46.4 ms
-    float32 prepacked          9.6 ms 14.5 ms 21.6 ms
-    bfloat16 ``F.linear``     11.7 ms 14.9 ms 18.6 ms
-    bfloat16 prepacked         6.7 ms  9.2 ms 13.1 ms
+    float32 ``F.linear``      18.0 ms 55.3 ms 46.6 ms
+    float32 prepacked         11.6 ms 16.0 ms 23.2 ms
+    bfloat16 ``F.linear``     12.5 ms 15.5 ms 19.4 ms
+    bfloat16 prepacked         7.7 ms 10.2 ms 14.0 ms
     ========================  ======  ======  ======
 
-    (docs/results.md, "Session 23 runs"). The product is the same; the summation order differs
-    (float32 results agree with ``F.linear`` to about 1e-6 relative), as it already differs
-    between ``F.linear``'s own 1-row and many-row kernels.
+    (``scripts/linear_speed.py``, docs/results.md "Session 23 runs"). The product is the same;
+    the summation order differs (float32 results agree with ``F.linear`` to about 1e-6
+    relative), as it already differs between ``F.linear``'s own 1-row and many-row kernels.
 
     The module keeps the original ``weight`` and ``bias`` Parameters (tied embeddings stay tied,
     ``state_dict`` is unchanged) and computes ``F.linear`` whenever the prepacked path does not
@@ -92,7 +98,8 @@ class PrepackedLinear(torch.nn.Linear):
     """
 
     _packed: Tensor | None = None
-    _packed_key: tuple[int, int, torch.dtype] | None = None
+    _packed_ptr: int = -1  # data_ptr() of the weight the copy was made from
+    _packed_version: int | None = None  # its version counter then (None: an inference tensor, which has none)
     _unsupported: bool = False
 
     @classmethod
@@ -106,43 +113,42 @@ class PrepackedLinear(torch.nn.Linear):
         new.prepack()
         return new
 
-    def _key(self) -> tuple[int, int, torch.dtype]:
-        w = self.weight
-        try:
-            version = w._version
-        except RuntimeError:  # an inference tensor has no version counter (and no in-place updates outside inference mode)
-            version = -1
-        return (w.data_ptr(), version, w.dtype)
+    def _fresh(self, w: Tensor) -> bool:
+        """Whether the reordered copy was made from ``w`` as it is now (same storage, no in-place update)."""
+        return (self._packed is not None and w.data_ptr() == self._packed_ptr
+                and (self._packed_version is None or w._version == self._packed_version))
 
     def prepack(self) -> bool:
         """Reorder the weight for oneDNN (again, if it changed). Returns whether the prepacked path
         is available for this weight."""
-        if self._unsupported or self.weight.device.type != "cpu":
+        w = self.weight
+        if self._unsupported or w.device.type != "cpu" or _LINEAR_POINTWISE is None:
             return False
-        key = self._key()
-        if self._packed is None or key != self._packed_key:
+        if not self._fresh(w):
             try:
                 with torch.no_grad():
-                    self._packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), PREPACK_ROWS)
-            except (RuntimeError, AttributeError):  # no oneDNN, or a dtype it cannot handle on this CPU
+                    self._packed = _REORDER_WEIGHT(w.detach(), PREPACK_ROWS)
+            except RuntimeError:  # a dtype oneDNN cannot handle on this CPU
                 self._packed, self._unsupported = None, True
                 return False
-            self._packed_key = key
+            self._packed_ptr = w.data_ptr()
+            self._packed_version = None if w.is_inference() else w._version
         return True
 
     def forward(self, x: Tensor) -> Tensor:  # x: [..., in] → [..., out]
         w = self.weight
-        if (x.device.type != "cpu" or x.dtype != w.dtype
-                or (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad))
-                or not self.prepack()):
-            return torch.nn.functional.linear(x, w, self.bias)
-        return torch.ops.mkldnn._linear_pointwise(x, self._packed, self.bias, "none", [], "")
+        # cheap checks first: this runs ~200 times per target pass (each costs ~1 µs)
+        if (x.is_cpu and x.dtype == w.dtype and not (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad))
+                and (self._fresh(w) or self.prepack())):
+            return _LINEAR_POINTWISE(x, self._packed, self.bias, "none", [], "")
+        return torch.nn.functional.linear(x, w, self.bias)
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
         state = dict(state)
         state.pop("_packed", None)  # oneDNN's blocked tensor is neither picklable nor needed
-        state.pop("_packed_key", None)
+        state.pop("_packed_ptr", None)
+        state.pop("_packed_version", None)
         return state
 
 

@@ -1,0 +1,94 @@
+"""Time one pass of SmolLM2-135M's linear layers over 1-19 rows: ``nn.Linear`` (``F.linear``)
+against :class:`specot.models.device.PrepackedLinear`, and :class:`specot.models.int8.Int8Linear`
+on the EAGLE head's shapes (docs/results.md, "Session 23 runs"). Random weights of the real
+shapes, each called as the module a model calls; median of many calls.
+
+    python scripts/linear_speed.py --out docs/bench/linear_speed_s23.json
+
+Per-pass totals weight each shape by its count in the model: 30 decoder layers (q, k, v, o,
+gate, up, down) and the 49152-row output head.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from typing import Callable
+
+import torch
+from tqdm import tqdm
+
+from specot.envinfo import environment_info, load_average
+from specot.models.device import PrepackedLinear
+from specot.models.int8 import Int8Linear
+
+# (out, in, count per pass) of SmolLM2-135M-Instruct's linear layers
+TARGET_SHAPES = [(576, 576, 60), (192, 576, 60), (1536, 576, 60), (576, 1536, 30), (49152, 576, 1)]
+# the shipped EAGLE-3 head: fc over three fused layers, one decoder layer, an 8192-token output layer
+HEAD_SHAPES = [(576, 1728, 1), (576, 576, 2), (192, 576, 2), (1536, 576, 2), (576, 1536, 1), (8192, 576, 1)]
+ROWS = (1, 2, 4, 7, 13, 19)
+
+
+def _median_us(fn: Callable[[], object], n: int) -> float:
+    for _ in range(5):
+        fn()
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e6
+
+
+def _kernels(w: torch.Tensor, int8: bool) -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
+    """The modules a model calls (so each timing includes its module's Python overhead)."""
+    lin = torch.nn.Linear(w.shape[1], w.shape[0], bias=False, dtype=w.dtype)
+    lin.weight.data = w
+    out = {"F.linear": lin, "prepacked": PrepackedLinear.wrap(lin)}
+    if int8:
+        out["int8"] = Int8Linear.from_linear(lin)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--calls", type=int, default=200, help="timed calls per cell (the output head: a tenth)")
+    ap.add_argument("--out", required=True, help="JSON file")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    load0 = load_average()
+    totals: dict[str, dict[str, dict[str, float]]] = {}
+    cells = []
+    jobs = [(model, dt, shape) for model, shapes in (("target", TARGET_SHAPES), ("eagle_head", HEAD_SHAPES))
+            for dt in (torch.float32, torch.bfloat16) for shape in shapes]
+    with torch.no_grad():
+        for model, dt, (o, i, count) in tqdm(jobs, desc="shapes"):
+            w = torch.randn(o, i).mul(0.02).to(dt)
+            n = max(10, args.calls // 10) if o * i > 10_000_000 else args.calls
+            for name, fn in _kernels(w, int8=model == "eagle_head").items():
+                for m in ROWS:
+                    x = torch.randn(m, i).to(dt)
+                    us = _median_us(lambda: fn(x), n)
+                    cells.append({"model": model, "dtype": str(dt), "out": o, "in": i, "rows": m, "kernel": name,
+                                  "us": us})
+                    key = f"{model} {str(dt).removeprefix('torch.')}"
+                    totals.setdefault(key, {}).setdefault(name, {})
+                    totals[key][name][str(m)] = totals[key][name].get(str(m), 0.0) + us * count / 1e3
+    for key, kernels in totals.items():
+        for name, per_rows in kernels.items():
+            print(f"{key:20s} {name:9s} ms per pass: " + " ".join(f"{m} rows {v:6.2f}" for m, v in per_rows.items()))
+    res = {"benchmark": "linear_speed", "threads": args.threads, "totals_ms": totals, "cells": cells,
+           "load_avg_start": load0, "load_avg_end": load_average(),
+           "command": "python scripts/linear_speed.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+           "environment": environment_info(), "time": time.strftime("%Y-%m-%d %H:%M:%S")}
+    with open(args.out, "w") as f:
+        json.dump(res, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
