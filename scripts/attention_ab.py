@@ -9,8 +9,6 @@ on the same target model — so the two speedups share one baseline and one mach
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 import time
 
 import torch
@@ -22,6 +20,7 @@ from specot.envinfo import load_average
 from specot.envinfo import environment_info
 from specot.models.device import GQA_SDPA
 from specot.sampling import SamplingConfig
+from specot_lab.bench.script_io import write_record
 from specot_lab.corpus import load_prompts
 
 IMPLEMENTATIONS = {"sdpa": "sdpa", "gqa": GQA_SDPA}
@@ -68,12 +67,9 @@ def main(argv: list[str] | None = None) -> int:
                          "speedup": tot["ar"]["time_s"] / t["time_s"],
                          "block_efficiency": t["tokens"] / t["iterations"], "tokens": t["tokens"]})
             print(f"T={temp:g} {name:5s} {rows[-1]['speedup']:.3f}x  block efficiency {rows[-1]['block_efficiency']:.2f}")
-    res = {"benchmark": "attention_ab", "prompt_set": args.prompts, "prompts": len(prompts),
-           "max_new_tokens": args.max_new_tokens, "rows": rows, "load_avg_start": load0, "load_avg_end": load_average(),
-           "command": "python scripts/attention_ab.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-           "environment": environment_info(), "time": time.strftime("%Y-%m-%d %H:%M:%S")}
-    with open(args.out, "w") as f:
-        json.dump(res, f, indent=1)
+    write_record(args.out, "attention_ab", "attention_ab.py", argv, prompt_set=args.prompts, prompts=len(prompts),
+                 max_new_tokens=args.max_new_tokens, rows=rows, load_avg_start=load0, load_avg_end=load_average(),
+                 environment=environment_info(), time=time.strftime("%Y-%m-%d %H:%M:%S"))
     return 0
 
 

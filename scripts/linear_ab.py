@@ -21,8 +21,6 @@ the shortest speculative run of the prompt.
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 import time
 from typing import Any
 
@@ -36,6 +34,7 @@ from specot.envinfo import environment_info, load_average
 from specot.models.device import install_prepacked_linears, remove_prepacked_linears
 from specot.models.embedded import embedded_eagle_dir
 from specot.sampling import SamplingConfig
+from specot_lab.bench.script_io import write_record
 from specot_lab.corpus import load_prompts
 
 VARIANTS = {"target": ("f_linear", "prepacked"), "head": ("int8", "prepacked")}
@@ -127,13 +126,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"T={temp:g} {r['variant']:9s} {r['plan']:9s} {r['tokens_per_s']:6.1f} tokens/s  "
                   f"{r['speedup']:.3f}x over its own AR  {r['speedup_over_first_ar']:.3f}x over {variants[0]}'s AR"
                   + (f"  block efficiency {r['block_efficiency']:.2f}" if "block_efficiency" in r else ""), flush=True)
-    res = {"benchmark": "linear_ab", "compare": args.compare, "variants": variants, "prompt_set": args.prompts, "prompts": len(prompts), "dtype": str(tgt.dtype),
-           "max_new_tokens": args.max_new_tokens, "plans": plans, "rows": rows, "load_avg_start": load0,
-           "load_avg_end": load_average(),
-           "command": "python scripts/linear_ab.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-           "environment": environment_info(), "time": time.strftime("%Y-%m-%d %H:%M:%S")}
-    with open(args.out, "w") as f:
-        json.dump(res, f, indent=1)
+    write_record(args.out, "linear_ab", "linear_ab.py", argv, compare=args.compare, variants=variants,
+                 prompt_set=args.prompts, prompts=len(prompts), dtype=str(tgt.dtype), max_new_tokens=args.max_new_tokens,
+                 plans=plans, rows=rows, load_avg_start=load0, load_avg_end=load_average(),
+                 environment=environment_info(), time=time.strftime("%Y-%m-%d %H:%M:%S"))
     return 0
 
 

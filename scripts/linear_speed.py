@@ -12,9 +12,6 @@ gate, up, down) and the 49152-row output head.
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
-import sys
 import time
 from typing import Callable
 
@@ -24,23 +21,14 @@ from tqdm import tqdm
 from specot.envinfo import environment_info, load_average
 from specot.models.device import PrepackedLinear
 from specot.models.int8 import Int8Linear
+from specot_lab.bench.head_speed import median_ms
+from specot_lab.bench.script_io import write_record
 
 # (out, in, count per pass) of SmolLM2-135M-Instruct's linear layers
 TARGET_SHAPES = [(576, 576, 60), (192, 576, 60), (1536, 576, 60), (576, 1536, 30), (49152, 576, 1)]
 # the shipped EAGLE-3 head: fc over three fused layers, one decoder layer, an 8192-token output layer
 HEAD_SHAPES = [(576, 1728, 1), (576, 576, 2), (192, 576, 2), (1536, 576, 2), (576, 1536, 1), (8192, 576, 1)]
 ROWS = (1, 2, 4, 7, 13, 19)
-
-
-def _median_us(fn: Callable[[], object], n: int) -> float:
-    for _ in range(5):
-        fn()
-    times = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e6
 
 
 def _kernels(w: torch.Tensor, int8: bool) -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
@@ -72,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
             for name, fn in _kernels(w, int8=model == "eagle_head").items():
                 for m in ROWS:
                     x = torch.randn(m, i).to(dt)
-                    us = _median_us(lambda: fn(x), n)
+                    us = median_ms(lambda: fn(x), n) * 1e3
                     cells.append({"model": model, "dtype": str(dt), "out": o, "in": i, "rows": m, "kernel": name,
                                   "us": us})
                     key = f"{model} {str(dt).removeprefix('torch.')}"
@@ -81,12 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     for key, kernels in totals.items():
         for name, per_rows in kernels.items():
             print(f"{key:20s} {name:9s} ms per pass: " + " ".join(f"{m} rows {v:6.2f}" for m, v in per_rows.items()))
-    res = {"benchmark": "linear_speed", "threads": args.threads, "totals_ms": totals, "cells": cells,
-           "load_avg_start": load0, "load_avg_end": load_average(),
-           "command": "python scripts/linear_speed.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-           "environment": environment_info(), "time": time.strftime("%Y-%m-%d %H:%M:%S")}
-    with open(args.out, "w") as f:
-        json.dump(res, f, indent=1)
+    write_record(args.out, "linear_speed", "linear_speed.py", argv, threads=args.threads, totals_ms=totals, cells=cells,
+                 load_avg_start=load0, load_avg_end=load_average(), environment=environment_info(),
+                 time=time.strftime("%Y-%m-%d %H:%M:%S"))
     return 0
 
 

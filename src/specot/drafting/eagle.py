@@ -583,7 +583,7 @@ class EagleDrafter(Drafter):
             same (q is what the quantized head computes). Without it, a head on a CPU runs its
             linear layers prepacked for oneDNN (:class:`~specot.models.device.PrepackedLinear`).
             In bf16 the two were level end to end (int8 3 % ahead on eight cells, within noise);
-            in float32 PyTorch's int8 kernel is 10-50x slower than the prepacked layers
+            in float32 PyTorch's int8 kernel is 8-40x slower than the prepacked layers
             (docs/results.md, "Session 23 runs"). :meth:`from_pretrained` reads
             ``specot_int8_weights`` from ``config.json`` (absent: off) and applies it on a CPU,
             except to a float32 head that oneDNN can prepack.
@@ -710,7 +710,7 @@ class EagleDrafter(Drafter):
         head.to(dtype=target.dtype)
         kw.setdefault("q_temperature_ratio", float(obj.get("specot_q_temperature_ratio", 1.0)))
         # a CPU setting for bf16 heads: there int8 weights halve the bytes a pass reads. A float32 head
-        # runs prepacked instead wherever oneDNN can: PyTorch's int8 kernel is 10-50x slower with
+        # runs prepacked instead wherever oneDNN can: PyTorch's int8 kernel is 8-40x slower with
         # float32 activations (docs/results.md, "Session 23 runs")
         kw.setdefault("int8", bool(obj.get("specot_int8_weights", False)) and torch.device(target.device).type == "cpu"
                       and not (target.dtype == torch.float32 and prepacking_available(torch.float32)))
