@@ -117,3 +117,14 @@ def test_causal_lm_installs_them_on_the_cpu_and_greedy_tree_decoding_stays_exact
         spec = TreeSpec.sequences(3, 3, DraftLaw.GREEDY)
         got = tree_generate(target, ModelDrafter(draft), prompt, spec, cfg, verifier=get_verifier("greedy")).tokens
         assert got == ar
+
+
+def test_torch_compile_traces_f_linear():
+    """Under torch.compile the module computes F.linear (dynamo cannot trace the freshness check,
+    and inductor prepacks CPU weights itself); the compiled output equals the eager one."""
+    torch.manual_seed(3)
+    new = PrepackedLinear.wrap(torch.nn.Linear(16, 8))
+    x = torch.randn(3, 16)
+    compiled = torch.compile(new, backend="eager", fullgraph=True)  # fullgraph: no graph break allowed
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), new(x), rtol=1e-5, atol=1e-5)

@@ -90,8 +90,8 @@ class PrepackedLinear(torch.nn.Linear):
     The module keeps the original ``weight`` and ``bias`` Parameters (tied embeddings stay tied,
     ``state_dict`` is unchanged) and computes ``F.linear`` whenever the prepacked path does not
     apply: a non-CPU tensor, an input dtype other than the weight's, a pass that records gradients
-    for the input or the weight, or a dtype that oneDNN cannot reorder on this CPU (e.g. float16
-    without AVX512-FP16). The copy is made again when the weight changes (a new tensor, or an
+    for the input or the weight, a pass traced by ``torch.compile``, or a dtype that oneDNN cannot
+    reorder on this CPU (e.g. float16 without AVX512-FP16). The copy is made again when the weight changes (a new tensor, or an
     in-place update such as an optimizer step), and it is not pickled.
 
     Shapes: ``x [..., in_features]`` → ``[..., out_features]``.
@@ -137,9 +137,10 @@ class PrepackedLinear(torch.nn.Linear):
 
     def forward(self, x: Tensor) -> Tensor:  # x: [..., in] → [..., out]
         w = self.weight
-        # cheap checks first: this runs ~200 times per target pass (each costs ~1 µs)
+        # cheap checks first: this runs ~200 times per target pass (each costs ~1 µs). Under
+        # torch.compile, F.linear: the compiler does its own weight prepacking on a CPU.
         if (x.is_cpu and x.dtype == w.dtype and not (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad))
-                and (self._fresh(w) or self.prepack())):
+                and not torch.compiler.is_compiling() and (self._fresh(w) or self.prepack())):
             return _LINEAR_POINTWISE(x, self._packed, self.bias, "none", [], "")
         return torch.nn.functional.linear(x, w, self.bias)
 
