@@ -6,7 +6,8 @@ shapes, each called as the module a model calls; median of many calls.
     python scripts/linear_speed.py --out docs/bench/linear_speed_s23.json
 
 Per-pass totals weight each shape by its count in the model: 30 decoder layers (q, k, v, o,
-gate, up, down) and the 49152-row output head.
+gate, up, down) and the 49152-row output head. ``installed`` is what ``install_prepacked_linears``
+picks: prepacked from ``PREPACK_MIN_WEIGHTS`` weights up, ``F.linear`` below.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import torch
 from tqdm import tqdm
 
 from specot.envinfo import environment_info, load_average
-from specot.models.device import PrepackedLinear
+from specot.models.device import PREPACK_MIN_WEIGHTS, PrepackedLinear
 from specot.models.int8 import Int8Linear
 from specot_lab.bench.head_speed import median_ms
 from specot_lab.bench.script_io import write_record
@@ -66,6 +67,9 @@ def main(argv: list[str] | None = None) -> int:
                     key = f"{model} {str(dt).removeprefix('torch.')}"
                     totals.setdefault(key, {}).setdefault(name, {})
                     totals[key][name][str(m)] = totals[key][name].get(str(m), 0.0) + us * count / 1e3
+                    if name == ("prepacked" if o * i >= PREPACK_MIN_WEIGHTS else "F.linear"):  # what CausalLM installs
+                        per = totals[key].setdefault("installed", {})
+                        per[str(m)] = per.get(str(m), 0.0) + us * count / 1e3
     for key, kernels in totals.items():
         for name, per_rows in kernels.items():
             print(f"{key:20s} {name:9s} ms per pass: " + " ".join(f"{m} rows {v:6.2f}" for m, v in per_rows.items()))

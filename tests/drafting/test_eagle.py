@@ -587,8 +587,7 @@ def test_int8_head_drafts_what_it_computes_and_stays_greedy_exact(tmp_path):
     assert EagleDrafter.from_pretrained(tmp_path, _target(dtype=torch.float64)).head.int8
     flagged = EagleDrafter.from_pretrained(tmp_path, target)
     assert flagged.head.int8 is not prepacking_available(torch.float32)
-    if prepacking_available(torch.float32):
-        assert isinstance(flagged.head.lm_head, PrepackedLinear) and isinstance(flagged.head.fc, PrepackedLinear)
+    assert not any(isinstance(m, PrepackedLinear) for m in flagged.head.modules())  # tiny layers: F.linear is faster
     assert EagleDrafter.from_pretrained(tmp_path, target, int8=True).head.int8
     assert not EagleDrafter.from_pretrained(tmp_path, target, int8=False).head.int8
 

@@ -87,7 +87,8 @@ def test_install_keeps_parameters_ties_and_outputs_and_removal_restores_nn_linea
     with torch.no_grad():
         ref = model(input_ids=ids).logits
     n_linear = sum(type(m) is torch.nn.Linear for m in model.modules())
-    assert install_prepacked_linears(model) == n_linear > 0
+    assert install_prepacked_linears(model) == 0  # every layer is below PREPACK_MIN_WEIGHTS: F.linear is faster
+    assert install_prepacked_linears(model, min_weights=1) == n_linear > 0
     assert not any(type(m) is torch.nn.Linear for m in model.modules())
     assert model.lm_head.weight is model.model.embed_tokens.weight  # still tied
     assert list(model.state_dict()) == keys  # the reordered copies are not state
@@ -97,20 +98,27 @@ def test_install_keeps_parameters_ties_and_outputs_and_removal_restores_nn_linea
     with torch.no_grad():
         torch.testing.assert_close(clone(input_ids=ids).logits, ref, rtol=1e-5, atol=1e-5)
     pickle.loads(pickle.dumps(model.lm_head))
-    assert install_prepacked_linears(model) == 0  # nothing left to replace
+    assert install_prepacked_linears(model, min_weights=1) == 0  # nothing left to replace
     assert remove_prepacked_linears(model) == n_linear
     assert sum(type(m) is torch.nn.Linear for m in model.modules()) == n_linear
     with torch.no_grad():
         assert torch.equal(model(input_ids=ids).logits, ref)  # F.linear again, bit for bit
 
 
-def test_causal_lm_installs_them_on_the_cpu_and_greedy_tree_decoding_stays_exact():
-    """Greedy draft-tree decoding with prepacked float32 target and draft equals autoregressive
-    decoding token for token (the exactness contract in float32)."""
+def test_causal_lm_installs_them_on_large_layers_and_greedy_tree_decoding_stays_exact():
+    """CausalLM prepacks the layers of at least PREPACK_MIN_WEIGHTS weights on the CPU; greedy
+    draft-tree decoding with a prepacked float32 target and draft equals autoregressive decoding
+    token for token (the exactness contract in float32)."""
+    wide = CausalLM(tiny_llama(2, dtype=torch.float32, vocab=16, hidden=512), name="wide")  # MLP 512 x 1024
+    mlp = wide.model.model.layers[0].mlp
+    assert isinstance(mlp.down_proj, PrepackedLinear) and isinstance(mlp.up_proj, PrepackedLinear)
+    assert type(wide.model.model.layers[0].self_attn.k_proj) is torch.nn.Linear  # 256 x 512: below the threshold
     target = CausalLM(tiny_llama(0, dtype=torch.float32, vocab=40, layers=3), name="t")
     draft = CausalLM(tiny_llama(1, dtype=torch.float32, vocab=40), name="d")
+    assert type(target.model.lm_head) is torch.nn.Linear  # tiny layers keep F.linear
+    for lm in (target, draft):
+        assert install_prepacked_linears(lm.model, min_weights=1) > 0
     assert isinstance(target.model.lm_head, PrepackedLinear)
-    assert isinstance(target.model.model.layers[0].mlp.down_proj, PrepackedLinear)
     cfg = GenerationConfig(max_new_tokens=24, sampling=SamplingConfig(temperature=0.0), seed=0, stop_at_eos=False)
     for prompt in ([1, 2, 3], [7, 30, 4, 4, 9]):
         ar = autoregressive_generate(target, prompt, cfg).tokens

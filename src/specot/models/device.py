@@ -13,7 +13,8 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 
-__all__ = ["cpu_has_native_bf16", "resolve_dtype", "PrepackedLinear", "prepacking_available", "install_prepacked_linears",
+__all__ = ["cpu_has_native_bf16", "resolve_dtype", "PrepackedLinear", "PREPACK_MIN_WEIGHTS", "prepacking_available",
+           "install_prepacked_linears",
            "remove_prepacked_linears", "SmallBatchHead", "small_batch_linear", "install_small_batch_head",
            "GQA_SDPA", "gqa_sdpa_attention", "install_gqa_sdpa"]
 
@@ -58,6 +59,12 @@ def resolve_dtype(dtype: str | torch.dtype, device: str | torch.device = "cpu") 
 #: Measured on the 2-core AVX-512 machine, SmolLM2-135M's linear layers over 1-19 rows ran equally
 #: fast for hints 4-32 and up to 2x slower for hint 1 at 2-19 rows (docs/results.md, "Session 23 runs").
 PREPACK_ROWS = 8
+#: The smallest weight (out x in elements) that :func:`install_prepacked_linears` prepacks. A oneDNN
+#: call costs about 15 µs of fixed overhead, so smaller layers are faster on ``F.linear``: SmolLM2's
+#: 192 x 576 key/value projections took 9-12 µs there for one row against 19-26 µs prepacked, and
+#: equal time for seven, while its 576 x 576 layers were level at one row and 1.9x faster prepacked
+#: at seven (docs/results.md, "Session 23 runs").
+PREPACK_MIN_WEIGHTS = 1 << 18
 
 try:  # oneDNN's reorder and linear ops, resolved once (an op lookup per call costs more than the check)
     _REORDER_WEIGHT = torch.ops.mkldnn._reorder_linear_weight.default
@@ -91,8 +98,8 @@ class PrepackedLinear(torch.nn.Linear):
     ``state_dict`` is unchanged) and computes ``F.linear`` whenever the prepacked path does not
     apply: a non-CPU tensor, an input dtype other than the weight's, a pass that records gradients
     for the input or the weight, a pass traced by ``torch.compile``, or a dtype that oneDNN cannot
-    reorder on this CPU (e.g. float16 without AVX512-FP16). The copy is made again when the weight changes (a new tensor, or an
-    in-place update such as an optimizer step), and it is not pickled.
+    reorder on this CPU (e.g. float16 without AVX512-FP16). The copy is made again when the weight
+    changes (a new tensor, or an in-place update such as an optimizer step), and it is not pickled.
 
     Shapes: ``x [..., in_features]`` → ``[..., out_features]``.
     """
@@ -167,15 +174,18 @@ def _linear_children(model: torch.nn.Module, kind: type) -> list[tuple[torch.nn.
             if type(child) is kind]
 
 
-def install_prepacked_linears(model: torch.nn.Module) -> int:
-    """Replace every ``nn.Linear`` of ``model`` (exactly that type) by a :class:`PrepackedLinear`
-    sharing its Parameters, for CPU inference. Returns how many layers now run prepacked (0 without
-    oneDNN, for weights off the CPU, or for a dtype oneDNN cannot reorder here; those stay
-    ``nn.Linear``). Costs one reordered copy of each replaced weight in memory."""
+def install_prepacked_linears(model: torch.nn.Module, min_weights: int = PREPACK_MIN_WEIGHTS) -> int:
+    """Replace every ``nn.Linear`` of ``model`` (exactly that type) with at least ``min_weights``
+    weights (:data:`PREPACK_MIN_WEIGHTS`) by a :class:`PrepackedLinear` sharing its Parameters, for
+    CPU inference. Returns how many layers now run prepacked (0 without oneDNN, for weights off the
+    CPU, or for a dtype oneDNN cannot reorder here; those stay ``nn.Linear``). Costs one reordered
+    copy of each replaced weight in memory."""
     if not torch.backends.mkldnn.is_available():
         return 0
     done = 0
     for parent, name, child in _linear_children(model, torch.nn.Linear):
+        if child.weight.numel() < min_weights:
+            continue
         new = PrepackedLinear.wrap(child)
         if new._packed is None:
             continue

@@ -98,7 +98,7 @@ class CausalLM:
             params = {}
         self._keeps_logits = "logits_to_keep" in params
         if self.device.type == "cpu":
-            install_prepacked_linears(self.model)  # oneDNN over weights reordered once: 1.5-4x faster few-row passes
+            install_prepacked_linears(self.model)  # large layers on oneDNN over weights reordered once (faster)
             install_small_batch_head(self.model)  # where oneDNN is missing: a faster float32 head for 2–32 rows
             install_gqa_sdpa(self.model)  # masked multi-token passes without copying K/V per head group
 
