@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--heads", default="", help="EAGLE head directories, comma-separated: variant option hK uses "
                     "the K-th (h0, the default, is the shipped head)")
     ap.add_argument("--dtype", default="auto", help="the target's dtype: auto (bf16 where matmuls are native bf16, "
-                    "else float32), float32 or bfloat16; the head keeps its int8 weights on a CPU")
+                    "else float32), float32 or bfloat16; the shipped head is int8 in bf16 and prepacked in float32 on a CPU")
     ap.add_argument("--out", required=True, help="JSON file")
     args = ap.parse_args(argv)
     heads = [h for h in args.heads.split(",") if h]

@@ -629,8 +629,8 @@ class EagleDrafter(Drafter):
         self.head.requires_grad_(False)
         if int8:
             self.head.quantize_int8()
-        elif self.head.fc.weight.device.type == "cpu":
-            install_prepacked_linears(self.head)  # oneDNN over weights reordered once (models.device.PrepackedLinear)
+        else:  # on a CPU, the large layers on oneDNN over weights reordered once (models.device.PrepackedLinear)
+            install_prepacked_linears(self.head)
         self.target = target
         self.hidden_layers = layers
         self.dynamic, self.top_k, self.total_tokens, self.width = dynamic, top_k, total_tokens, width

@@ -152,8 +152,7 @@ class PrepackedLinear(torch.nn.Linear):
         return torch.nn.functional.linear(x, w, self.bias)
 
     def __getstate__(self) -> dict[str, Any]:
-        state = super().__getstate__()
-        state = dict(state)
+        state = dict(super().__getstate__())
         state.pop("_packed", None)  # oneDNN's blocked tensor is neither picklable nor needed
         state.pop("_packed_ptr", None)
         state.pop("_packed_version", None)
@@ -180,11 +179,10 @@ def install_prepacked_linears(model: torch.nn.Module, min_weights: int = PREPACK
     CPU inference. Returns how many layers now run prepacked (0 without oneDNN, for weights off the
     CPU, or for a dtype oneDNN cannot reorder here; those stay ``nn.Linear``). Costs one reordered
     copy of each replaced weight in memory."""
-    if not torch.backends.mkldnn.is_available():
-        return 0
     done = 0
     for parent, name, child in _linear_children(model, torch.nn.Linear):
-        if child.weight.numel() < min_weights:
+        w = child.weight
+        if w.numel() < min_weights or w.device.type != "cpu" or not prepacking_available(w.dtype):
             continue
         new = PrepackedLinear.wrap(child)
         if new._packed is None:
