@@ -233,8 +233,8 @@ def test_deterministic_tree_shortcut_only_for_lossless_verifiers(monkeypatch):
     tree = _deterministic_tree()
     logits = torch.randn(tree.size + 1, 5, generator=torch.Generator().manual_seed(0))
     calls = []
-    real = loop._verify
-    monkeypatch.setattr(loop, "_verify", lambda *a: calls.append(1) or real(*a))
+    real = loop._verify_visited  # the verifier's own run on the CPU
+    monkeypatch.setattr(loop, "_verify_visited", lambda *a: calls.append(1) or real(*a))
     cfg = SamplingConfig(1.0)
     step = verify_draft_tree(tree, logits, cfg, get_verifier("greedy"), make_generator(0))
     assert calls == [] and step.emitted[-1] in range(5)
@@ -246,3 +246,66 @@ def test_deterministic_tree_shortcut_only_for_lossless_verifiers(monkeypatch):
     monkeypatch.setattr(type(lossy), "lossless", property(lambda self: False))
     verify_draft_tree(tree, logits, cfg, lossy, make_generator(0))
     assert calls == [1, 1]
+
+
+def _sampled_greedy_tree() -> DraftTree:
+    """root → {2 (q's top token), 3 (sampled)}; 2 → {4, 0}; 4 → {1}: a GREEDY-law tree whose last
+    child at each node was drawn from q, so it is verified by the ``greedy`` verifier, not by draws
+    from p alone."""
+    tree = DraftTree.root(0)
+    a, _ = tree.add_children(0, [2, 3])
+    c, _ = tree.add_children(a, [4, 0])
+    tree.add_children(c, [1])
+    tree.law = DraftLaw.GREEDY
+    tree.q = torch.tensor([[0.1, 0.1, 0.4, 0.3, 0.1], [0.2, 0.1, 0.1, 0.1, 0.5], [0.1, 0.6, 0.1, 0.1, 0.1]],
+                          dtype=torch.float64)
+    tree.q_row = {0: 0, a: 1, c: 2}
+    return tree
+
+
+def _exact_verified_law(tree: DraftTree, p: torch.Tensor, ver) -> dict[tuple[int, ...], float]:
+    """P(emitted tokens) by enumeration for a verifier whose emitted token is one of the node's
+    drafts exactly when it is accepted (greedy): the verifier's exact output law at each expanded
+    node, p at each leaf; the walk goes on while the token is a child."""
+    out: dict[tuple[int, ...], float] = {}
+
+    def go(node, prefix, mass):
+        if node in tree.drafts:
+            d = torch.tensor([tree.drafts[node]])
+            law = ver.output_distribution(p[node:node + 1], tree.q[tree.q_row[node]:tree.q_row[node] + 1], d)[0]
+        else:
+            law = p[node]
+        for t in range(p.shape[-1]):
+            m = mass * float(law[t])
+            child = tree.child_of.get(node, {}).get(t)
+            if child is None:
+                out[prefix + (t,)] = out.get(prefix + (t,), 0.0) + m
+            else:
+                go(child, prefix + (t,), m)
+
+    go(0, (), 1.0)
+    return out
+
+
+@pytest.mark.slow
+def test_verifying_the_visited_nodes_has_the_batched_verifiers_exact_law(monkeypatch):
+    """On the CPU a tree is verified at its visited nodes only (``_verify_visited``); elsewhere
+    every expanded node at once (``_verify``). Both give the enumerated law of the emitted tokens.
+    Seeded chi-square, 4000 draws each, false-failure rate 1e-4 per check."""
+    tree = _sampled_greedy_tree()
+    logits = torch.randn(tree.size + 1, 5, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    cfg = SamplingConfig(1.0)
+    p = standardize(logits, cfg)
+    ver = get_verifier("greedy")
+    exact = _exact_verified_law(tree, p, ver)
+    assert sum(exact.values()) == pytest.approx(1.0)
+    batched = []
+    real = loop._verify
+    monkeypatch.setattr(loop, "_verify", lambda *a: batched.append(1) or real(*a))
+    g1, g2 = make_generator(21), make_generator(22)
+    visited = [tuple(verify_draft_tree(tree, logits, cfg, ver, g1).emitted) for _ in range(4000)]
+    assert batched == []  # the CPU took the node-by-node walk
+    every = [tuple(real(tree, p, ver, g2).emitted) for _ in range(4000)]
+    assert chi_square_pvalue(visited, exact) > 1e-4
+    assert chi_square_pvalue(every, exact) > 1e-4
+    assert max(len(e) for e in visited) == 4  # the deepest path was walked

@@ -16,7 +16,8 @@ Each iteration:
    (``speculative``, ``greedy``), one argmax per node and one host read; otherwise a token-level verifier runs at every expanded node in one batched call per number
    of drafts (a chain: one call over all positions), bonus tokens are drawn at every leaf, and one
    host read walks the tree from the root: descend into the accepted child, stop at the correction
-   token, or emit the leaf's bonus token. A sequence-level verifier
+   token, or emit the leaf's bonus token. On the CPU, where host reads are free, a tree is instead
+   verified node by node along that walk, so nodes off the accepted path cost nothing. A sequence-level verifier
    (:class:`~specot.verifiers.SequenceVerifier`, e.g. block verification) gets the whole tree.
 4. **Commit**: the target's cache keeps the committed context + the accepted path (a tree is
    compacted in place; a chain is cut back lazily at the next pass); the drafter learns the
@@ -154,6 +155,9 @@ def verify_draft_tree(tree: DraftTree, logits: Tensor, sampling, verifier: AnyVe
     normalised, and each emitted token takes the generator's next uniform exactly as an
     autoregressive step does, so with one seed the output equals autoregressive sampling's (up to
     the rounding of the target's logits). Elsewhere every row is drawn at once, with one host read.
+    Likewise on the CPU a tree (not a chain) under a token-level verifier is verified at the
+    visited nodes only, one node at a time (:func:`_verify_visited`); on other devices every
+    expanded node is verified in one batched call per number of drafts, with one host read.
     """
     if sampling.greedy and tree.size and getattr(verifier, "argmax_at_temperature_0", False) and verifier.lossless:
         step = _verify_argmax(tree, logits)
@@ -164,13 +168,14 @@ def verify_draft_tree(tree: DraftTree, logits: Tensor, sampling, verifier: AnyVe
     draws_from_p = tree.size == 0 or (tree.deterministic and getattr(verifier, "lossless", False))
     if draws_from_p and logits.device.type == "cpu":  # node by node along the walk
         return _walk(tree, lambda n: int(sample_categorical(standardize(logits[n:n + 1], sampling), generator)[0]))
-    p = standardize(logits, sampling)  # [1 + N, V]
     if draws_from_p:  # all rows at once, the one host read
-        return _walk(tree, sample_categorical(p, generator).tolist().__getitem__)  # [1 + N]
+        return _walk(tree, sample_categorical(standardize(logits, sampling), generator).tolist().__getitem__)
     if tree.q is not None and not tree.q_standardized:  # a drafter's own q: checked once, here
         check_prob_values(tree.q, f"q (draft probabilities of the drafter's tree, shape {tuple(tree.q.shape)})")
     with trusted_inputs():  # p from standardize, q checked: the verifiers skip their value checks
-        return _verify(tree, p, verifier, generator)
+        if logits.device.type == "cpu" and not tree.is_chain() and not isinstance(verifier, SequenceVerifier):
+            return _verify_visited(tree, logits, sampling, verifier, generator)
+        return _verify(tree, standardize(logits, sampling), verifier, generator)  # p [1 + N, V]
 
 
 def _verify_argmax(tree: DraftTree, logits: Tensor) -> TreeStep | None:
@@ -210,6 +215,37 @@ def _walk(tree: DraftTree, token_at: Callable[[int], int]) -> TreeStep:
             break
         path.append(child)
         node = child
+    return TreeStep(emitted, path, acc)
+
+
+def _verify_visited(tree: DraftTree, logits: Tensor, sampling, verifier: AnyVerifier,
+                    generator: torch.Generator | None) -> TreeStep:
+    """A token-level verifier run at the VISITED nodes only, in visiting order (the CPU, where a
+    host read costs nothing): standardize the node's row, verify its drafts (``[1, n]``), descend
+    into the accepted child, stop at the correction token, or draw the leaf's bonus token.
+
+    The same law as :func:`_verify`, which verifies every expanded node at once: each node's
+    outcome uses randomness independent of every other node's, so nodes off the accepted path,
+    which the walk never reads, need no work. A tree pass visits about 1 + (accepted length) of
+    its ``1 + N`` rows, so this normalises and verifies a fraction of them."""
+    emitted: list[int] = []
+    path: list[int] = []
+    acc: list[bool] = []
+    node = 0
+    while True:
+        p = standardize(logits[node:node + 1], sampling)  # [1, V]
+        if node not in tree.drafts:  # a leaf: its bonus token
+            emitted.append(int(sample_categorical(p, generator)[0]))
+            break
+        drafts = torch.tensor([tree.drafts[node]], dtype=torch.int64)  # [1, n]
+        res = verifier.verify(p, _draft_q(tree, [node], p), drafts, generator)
+        tok, ok = int(res.tokens[0]), int(res.accepted_index[0]) >= 0
+        emitted.append(tok)
+        acc.append(ok)
+        if not ok:  # the correction token
+            break
+        node = tree.child_of[node][tok]
+        path.append(node)
     return TreeStep(emitted, path, acc)
 
 
