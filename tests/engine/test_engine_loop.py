@@ -191,16 +191,22 @@ def _deterministic_tree() -> DraftTree:
     return tree
 
 
-def _exact_emitted_law(tree: DraftTree, p: torch.Tensor) -> dict[tuple[int, ...], float]:
-    """P(emitted tokens) by enumeration: at each node the target's token follows p; the walk goes
-    on while it is a child."""
+def _exact_emitted_law(tree: DraftTree, p: torch.Tensor, ver=None) -> dict[tuple[int, ...], float]:
+    """P(emitted tokens) by enumeration: at each node the target's token follows p, or with ``ver``
+    at each expanded node the verifier's exact output law given the node's drafts (valid for a
+    verifier whose token is one of the drafts exactly when it accepts, as ``greedy``); the walk goes
+    on while the token is a child."""
     out: dict[tuple[int, ...], float] = {}
 
     def go(node, prefix, mass):
+        law = p[node]
+        if ver is not None and node in tree.drafts:
+            row = tree.q_row[node]
+            law = ver.output_distribution(p[node:node + 1], tree.q[row:row + 1], torch.tensor([tree.drafts[node]]))[0]
         for t in range(p.shape[-1]):
-            m = mass * float(p[node, t])
+            m = mass * float(law[t])
             child = tree.child_of.get(node, {}).get(t)
-            if child is None or node not in tree.drafts:
+            if child is None:
                 out[prefix + (t,)] = out.get(prefix + (t,), 0.0) + m
             else:
                 go(child, prefix + (t,), m)
@@ -263,30 +269,6 @@ def _sampled_greedy_tree() -> DraftTree:
     return tree
 
 
-def _exact_verified_law(tree: DraftTree, p: torch.Tensor, ver) -> dict[tuple[int, ...], float]:
-    """P(emitted tokens) by enumeration for a verifier whose emitted token is one of the node's
-    drafts exactly when it is accepted (greedy): the verifier's exact output law at each expanded
-    node, p at each leaf; the walk goes on while the token is a child."""
-    out: dict[tuple[int, ...], float] = {}
-
-    def go(node, prefix, mass):
-        if node in tree.drafts:
-            d = torch.tensor([tree.drafts[node]])
-            law = ver.output_distribution(p[node:node + 1], tree.q[tree.q_row[node]:tree.q_row[node] + 1], d)[0]
-        else:
-            law = p[node]
-        for t in range(p.shape[-1]):
-            m = mass * float(law[t])
-            child = tree.child_of.get(node, {}).get(t)
-            if child is None:
-                out[prefix + (t,)] = out.get(prefix + (t,), 0.0) + m
-            else:
-                go(child, prefix + (t,), m)
-
-    go(0, (), 1.0)
-    return out
-
-
 @pytest.mark.slow
 def test_verifying_the_visited_nodes_has_the_batched_verifiers_exact_law(monkeypatch):
     """On the CPU a tree is verified at its visited nodes only (``_verify_visited``); elsewhere
@@ -297,7 +279,7 @@ def test_verifying_the_visited_nodes_has_the_batched_verifiers_exact_law(monkeyp
     cfg = SamplingConfig(1.0)
     p = standardize(logits, cfg)
     ver = get_verifier("greedy")
-    exact = _exact_verified_law(tree, p, ver)
+    exact = _exact_emitted_law(tree, p, ver)
     assert sum(exact.values()) == pytest.approx(1.0)
     batched = []
     real = loop._verify
