@@ -200,21 +200,31 @@ def _walk(tree: DraftTree, token_at: Callable[[int], int]) -> TreeStep:
     node's children: the emitted tokens, the accepted path and the per-depth acceptances. Exact
     whenever ``token_at(node)`` follows the verified law at every node (the argmax at temperature 0;
     an independent draw from p for a deterministic tree, where nodes off the path need no draw)."""
+    def outcome_at(node: int) -> tuple[int, bool]:
+        t = token_at(node)
+        return t, t in tree.child_of.get(node, {})
+    return _walk_outcomes(tree, outcome_at)
+
+
+def _walk_outcomes(tree: DraftTree, outcome_at: Callable[[int], tuple[int, bool]]) -> TreeStep:
+    """The one walk of a verified tree: from the root, ``outcome_at(node)`` gives the token the
+    target emits there and whether it is an accepted draft (asked once per visited node, in
+    visiting order; a leaf's flag is ignored, its token is the bonus token); descend into the
+    accepted child, stop at the correction token or after a leaf's bonus token."""
     emitted: list[int] = []
     path: list[int] = []
     acc: list[bool] = []
     node = 0
     while True:
-        t = token_at(node)
+        t, ok = outcome_at(node)
         emitted.append(t)
         if node not in tree.drafts:  # a leaf: the bonus token
             break
-        child = tree.child_of[node].get(t)
-        acc.append(child is not None)
-        if child is None:  # the correction token
+        acc.append(ok)
+        if not ok:  # the correction token
             break
-        path.append(child)
-        node = child
+        node = tree.child_of[node][t]
+        path.append(node)
     return TreeStep(emitted, path, acc)
 
 
@@ -228,25 +238,14 @@ def _verify_visited(tree: DraftTree, logits: Tensor, sampling, verifier: AnyVeri
     outcome uses randomness independent of every other node's, so nodes off the accepted path,
     which the walk never reads, need no work. A tree pass visits about 1 + (accepted length) of
     its ``1 + N`` rows, so this normalises and verifies a fraction of them."""
-    emitted: list[int] = []
-    path: list[int] = []
-    acc: list[bool] = []
-    node = 0
-    while True:
+    def outcome_at(node: int) -> tuple[int, bool]:
         p = standardize(logits[node:node + 1], sampling)  # [1, V]
         if node not in tree.drafts:  # a leaf: its bonus token
-            emitted.append(int(sample_categorical(p, generator)[0]))
-            break
+            return int(sample_categorical(p, generator)[0]), False
         drafts = torch.tensor([tree.drafts[node]], dtype=torch.int64)  # [1, n]
         res = verifier.verify(p, _draft_q(tree, [node], p), drafts, generator)
-        tok, ok = int(res.tokens[0]), int(res.accepted_index[0]) >= 0
-        emitted.append(tok)
-        acc.append(ok)
-        if not ok:  # the correction token
-            break
-        node = tree.child_of[node][tok]
-        path.append(node)
-    return TreeStep(emitted, path, acc)
+        return int(res.tokens[0]), int(res.accepted_index[0]) >= 0
+    return _walk_outcomes(tree, outcome_at)
 
 
 def _verify(tree: DraftTree, p: Tensor, verifier: AnyVerifier, generator: torch.Generator | None) -> TreeStep:
@@ -298,20 +297,7 @@ def _verify(tree: DraftTree, p: Tensor, verifier: AnyVerifier, generator: torch.
         pos += 2 * g
     for j, leaf in enumerate(leaves):
         out_tok[leaf] = flat[pos + j]
-    emitted: list[int] = []
-    path: list[int] = []
-    acc: list[bool] = []
-    node = 0
-    while True:
-        emitted.append(out_tok[node])
-        if node not in tree.drafts:  # a leaf: its bonus token
-            break
-        acc.append(out_ok[node])
-        if not out_ok[node]:  # the correction token
-            break
-        node = tree.child_of[node][out_tok[node]]
-        path.append(node)
-    return TreeStep(emitted, path, acc)
+    return _walk_outcomes(tree, lambda n: (out_tok[n], out_ok.get(n, False)))
 
 
 def _finish_tokens(emitted: list[int], remaining: int, eos: set[int]) -> tuple[list[int], bool]:
