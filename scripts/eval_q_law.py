@@ -27,6 +27,7 @@ from tqdm import tqdm
 
 from specot.api import load_drafter, load_target
 from specot.envinfo import environment_info
+from specot.sampling import SamplingConfig, standardize
 from specot_lab.bench.script_io import add_run_options, target_continuation, write_record
 from specot_lab.corpus import load_prompts
 from specot_lab.distill.eagle import target_features
@@ -38,16 +39,14 @@ CONFIDENCE_EDGES = (0.2, 0.4, 0.6, 0.8)  # bins of the head's top probability at
 
 
 def truncated_law(z: Tensor, r: float, top_p: float, min_p: float) -> Tensor:
-    """q ``[N, V_d]`` = softmax(z / r) without the tokens below ``min_p`` times the top probability
-    and without the tail beyond cumulative mass ``top_p``, renormalised."""
-    q = torch.softmax(z / r, -1)
+    """q ``[N, V_d]``: softmax(z / r) with the tail beyond cumulative mass ``top_p`` cut
+    (:func:`specot.sampling.standardize`, the transform the engine applies), then without the
+    tokens below ``min_p`` times the top probability, renormalised."""
+    q = standardize(z, SamplingConfig(temperature=r, top_p=top_p))
     if min_p > 0:
         q = torch.where(q >= min_p * q.amax(-1, keepdim=True), q, torch.zeros_like(q))
-    if top_p < 1:
-        sq, order = q.sort(-1, descending=True)
-        drop = (sq.cumsum(-1) - sq) >= top_p  # mass strictly above each token
-        q = q.masked_fill(torch.zeros_like(drop).scatter_(-1, order, drop), 0.0)
-    return q / q.sum(-1, keepdim=True)
+        q = q / q.sum(-1, keepdim=True)
+    return q
 
 
 def acceptances(p: Tensor, q: Tensor) -> tuple[Tensor, Tensor]:
