@@ -62,6 +62,45 @@ def test_index_update_cost_is_max_n_per_token():
         SuffixIndex(0)
 
 
+def _brute_followers(seq, query, min_n, max_n, max_occ):
+    """The longest suffix of ``query`` (min_n..max_n tokens) with an occurrence in ``seq`` that has a
+    successor, and the successors of its most recent ``max_occ`` occurrences."""
+    for m in range(min(max_n, len(query)), min_n - 1, -1):
+        gram = list(query[len(query) - m:])
+        ends = [j for j in range(m - 1, len(seq) - 1) if seq[j - m + 1:j + 1] == gram]
+        if ends:
+            return m, [seq[j + 1] for j in ends[-max_occ:]]
+    return 0, []
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_followers_of_a_query_match_brute_force(seed):
+    """The cache model's lookup (EagleDrafter): queries inside the sequence (the committed context)
+    and past its end (a draft path), every ``min_n``; the last token's own occurrence has no successor."""
+    rng = random.Random(seed)
+    seq = [rng.randrange(3 + seed) for _ in range(80)]
+    idx = SuffixIndex(5, seq)
+    for _ in range(60):
+        cut = rng.randrange(1, len(seq) + 1)
+        query = seq[:cut] + [rng.randrange(3 + seed) for _ in range(rng.randrange(4))]
+        for min_n in (1, 2, 3):
+            assert idx.followers(query, min_n, max_occurrences=6) == _brute_followers(seq, query, min_n, 5, 6)
+    # crafted: "1 2" ends at 1, 6, 10 and (itself, no successor yet) 16; "7 1 2" only at 16
+    ctx = SuffixIndex(8, CTX)
+    assert ctx.followers(CTX) == (2, [3, 5, 3])
+    assert ctx.followers(CTX, max_occurrences=1) == (2, [3])
+    assert ctx.followers(CTX, min_n=3) == (0, [])
+    assert ctx.followers([9, 9]) == (0, []) and ctx.followers([]) == (0, [])
+    assert ctx.followers(CTX + [3]) == (3, [4, 6])  # a draft path: "1 2 3" is the longest repeat
+
+
+def test_sync_extends_or_rebuilds():
+    idx = SuffixIndex(4, [1, 2, 3])
+    assert idx.sync([1, 2, 3, 4, 5]) is idx and idx.tokens == [1, 2, 3, 4, 5]
+    other = idx.sync([7, 8])  # another generation
+    assert other is not idx and other.tokens == [7, 8] and other.followers([7]) == (1, [8])
+
+
 # --------------------------------------------------------------------------- trees
 # "1 2" occurred three times, followed by 3 (twice: 3 4 and 3 6) and by 5
 CTX = [1, 2, 3, 4, 0, 1, 2, 5, 0, 1, 2, 3, 6, 0, 7, 1, 2]

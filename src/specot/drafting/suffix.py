@@ -127,6 +127,38 @@ class SuffixIndex:
                 nxt.pos.append(i)
                 node = nxt
 
+    def sync(self, tokens: Sequence[int]) -> "SuffixIndex":
+        """This index extended to ``tokens`` when they continue its sequence (its last ≤ 8 tokens
+        are ``tokens``' at the same positions), else a new index of ``tokens`` (a new generation)."""
+        n = len(self.tokens)
+        tail = min(n, 8)
+        if n <= len(tokens) and [int(t) for t in tokens[n - tail:n]] == self.tokens[n - tail:]:
+            self.extend(tokens[n:])
+            return self
+        return SuffixIndex(self.max_n, tokens)
+
+    def followers(self, query: Sequence[int], min_n: int = 1, max_occurrences: int = 64) -> tuple[int, list[int]]:
+        """What followed the longest suffix of ``query`` that occurs in the sequence with a successor.
+
+        ``query`` need not be in the index (a draft path after the committed tokens): its last m
+        tokens are matched, m from ``min_n`` up to ``max_n``. Returns ``(m, next_tokens)``: the
+        token after each of the most recent ``max_occurrences`` occurrences of that m-gram, oldest
+        first; ``(0, [])`` when no suffix of ``min_n`` or more tokens occurs with a successor.
+        O(``max_n`` + occurrences).
+        """
+        seq, node = self.tokens, self._root
+        last = len(seq) - 1
+        best_m, best = 0, []
+        for m, tok in enumerate(reversed(list(query)[-self.max_n:]), start=1):
+            node = node.kids.get(int(tok))  # type: ignore[assignment]
+            if node is None:
+                break
+            pos = node.pos
+            n_valid = len(pos) - (1 if pos and pos[-1] == last else 0)  # the last token has no successor yet
+            if n_valid > 0 and m >= min_n:
+                best_m, best = m, pos[max(0, n_valid - max_occurrences):n_valid]
+        return best_m, [seq[j + 1] for j in best]
+
     def match_nodes(self, end: int | None = None) -> list[list[int]]:
         """Position lists of the suffixes of ``tokens[: end + 1]`` (default: the whole sequence):
         entry ``m − 1`` lists the end positions of the m-gram ending at ``end``, for m = 1 up to the
@@ -318,15 +350,6 @@ class SuffixDrafter(Drafter):
         corpus continuation of frequency f is scored g·f given its parent (prior g = 0.3)."""
         return (self._corpus_acc + 0.3) / (self._corpus_freq + 1.0)
 
-    def _sync(self, ctx: Sequence[int]) -> None:
-        n = len(self.index)
-        tail = min(n, 8)
-        if n <= len(ctx) and [int(t) for t in ctx[n - tail:n]] == self.index.tokens[n - tail:]:
-            if len(ctx) > n:
-                self.index.extend(ctx[n:])
-        else:  # used out of protocol: rebuild
-            self.index = SuffixIndex(self.max_n, ctx)
-
     def start(self, prompt_ids, spec, schedule=None, stop_tokens=frozenset()) -> None:  # type: ignore[override]
         super().start(prompt_ids, spec, schedule, stop_tokens)
         self.index.extend(prompt_ids)
@@ -474,7 +497,7 @@ class SuffixDrafter(Drafter):
         """A draft tree after ``context`` (see the module docstring); the empty tree when nothing
         matches (a plain target step). Deterministic given the context and past outcomes."""
         t0 = time.perf_counter()
-        self._sync(context)
+        self.index = self.index.sync(context)  # rebuilt only when used out of protocol
         depth = self.depth_limit(max_depth)
         root_tok = int(context[-1])
         self._last_pred, self._last_corpus, self._last_value = 0.0, [], 1.0
