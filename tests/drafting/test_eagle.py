@@ -35,15 +35,17 @@ def _eagle(target, draft_vocab=DRAFT_VOCAB, seed: int = 1, **kw) -> EagleDrafter
 
 
 class _Recorder(EagleDrafter):
-    """Records every tree and every outcome."""
+    """Records every tree and every outcome, and each tree's context and root draft logits."""
 
     def __init__(self, *a, **kw):
         super().__init__(*a, **kw)
-        self.trees, self.outcomes = [], []
+        self.trees, self.outcomes, self.contexts, self.root_logits = [], [], [], []
 
-    def propose(self, *a, **kw):
-        tree = super().propose(*a, **kw)
+    def propose(self, context, *a, **kw):
+        tree = super().propose(context, *a, **kw)
         self.trees.append(tree)
+        self.contexts.append(list(context))
+        self.root_logits.append(None if self._last is None else self._last[0].clone())
         return tree
 
     def update(self, outcome):
@@ -55,7 +57,7 @@ def _recorder(target, draft_vocab=DRAFT_VOCAB, **kw) -> _Recorder:
     base = _eagle(target, draft_vocab, **kw)
     rec = _Recorder(base.head, target)
     rec.dynamic, rec.top_k, rec.total_tokens, rec.width = base.dynamic, base.top_k, base.total_tokens, base.width
-    rec.rerank, rec.min_confidence = base.rerank, base.min_confidence
+    rec.rerank, rec.min_confidence, rec.cache_weights = base.rerank, base.min_confidence, base.cache_weights
     return rec
 
 
@@ -283,19 +285,22 @@ def _samples(target, drafter, spec, verifier, n, length, seed=1234):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["chain", "greedy", "wor", "iid", "static_iid", "sharp_chain", "sharp_greedy",
-                                  "deep_chain", "deep_greedy", "int8_chain", "int8_greedy"])
+                                  "deep_chain", "deep_greedy", "int8_chain", "int8_greedy", "cache_chain",
+                                  "cache_greedy", "cache_iid"])
 def test_sampling_is_lossless_chi_square(kind):
     """Empirical law of 4-token continuations == the exact autoregressive joint, with a reduced draft
     vocabulary (4 of 6 tokens): chains, EAGLE-2 dynamic trees under each law, a static i.i.d.
     prefix tree (equal draws merge, the merged node drafting for all its slots), a sharpened
-    draft law (``q_temperature_ratio=0.5``), a two-layer head (``deep_``) and an int8-weight head
-    (``int8_``). The first iteration is a plain target step (no features yet), the second drafts
-    up to 2 deep."""
+    draft law (``q_temperature_ratio=0.5``), a two-layer head (``deep_``), an int8-weight head
+    (``int8_``) and the cache model (``cache_``: q mixed with the continuations of repeats, drafts
+    outside the draft vocabulary included). The first iteration is a plain target step (no
+    features yet), the second drafts up to 2 deep."""
     V, L = 6, 4
     target = _target(vocab=V)
     dr = _eagle(target, draft_vocab=[0, 1, 3, 4], seed=2, dynamic=not kind.startswith("static"),
                 q_temperature_ratio=0.5 if kind.startswith("sharp") else 1.0,
-                num_layers=2 if kind.startswith("deep") else 1, int8=kind.startswith("int8"))
+                num_layers=2 if kind.startswith("deep") else 1, int8=kind.startswith("int8"),
+                cache_weights=(0.5, 0.8) if kind.startswith("cache") else None)
     kind = kind.split("_")[-1]
     assert dr.head.draft_vocab_size < V
     exact = exact_joint(target.model, PROMPT6, L, SamplingConfig(1.0))
@@ -306,6 +311,63 @@ def test_sampling_is_lossless_chi_square(kind):
         verifier = {"greedy": "greedy", "wor": "rrs_wor", "iid": "kseq"}[kind]
         samples = _samples(target, dr, spec, verifier, 2000, L)
     assert chi_square_pvalue(samples, exact) > ALPHA
+    assert (dr.cache_rows > 0) == (dr.cache_weights is not None)  # the mixture was exercised
+
+
+@pytest.mark.parametrize("law,verifier", [("greedy", "greedy"), ("iid", "kseq")])
+def test_cache_model_mixes_in_what_followed_a_repeat(law, verifier):
+    """At T = 1 every tree's root row is ``(1 − λ_m)·q_head + λ_m·q_cache`` for the context's longest
+    repeat (m tokens, brute force) and q_head the head's own law at the root; every row is a
+    distribution the drafts were drawn from (GREEDY: its top tokens first), drafts outside the
+    draft vocabulary included. At T = 0 the cache model is off: greedy decoding is unchanged."""
+    target = _target()
+    weights = (0.0, 0.4, 0.7)
+    dr = _recorder(target, cache_weights=weights)
+    prompt = [1, 5, 3, 7, 4, 1, 5, 3, 7, 4, 1, 5]  # repeats from the start
+    cfg = GenerationConfig(max_new_tokens=30, sampling=SamplingConfig(1.0), seed=4, stop_at_eos=False)
+    tree_generate(target, dr, prompt, TreeSpec.topology(EAGLE_DEFAULT_TREE, law), cfg, verifier=verifier)
+    checked = outside = 0
+    for tree, ctx, z in zip(dr.trees, dr.contexts, dr.root_logits):
+        if tree.q is None:
+            continue
+        q = tree.q.cpu().double()
+        assert torch.allclose(q.sum(-1), torch.ones(q.shape[0], dtype=q.dtype), atol=1e-5)
+        for node, drafts in tree.drafts.items():
+            row = q[tree.q_row[node]]
+            assert all(row[t] > 0 for t in drafts)
+            if law == "greedy" and len(drafts) > 1:
+                assert drafts[:-1] == top_tokens(row[None], len(drafts) - 1)[0].tolist()
+            outside += sum(t not in DRAFT_VOCAB for t in drafts)
+        want = dr.draft_distribution(z[None], SamplingConfig(1.0))[0].double()
+        m = max((k for k in range(1, 9) if any(ctx[j - k + 1:j + 1] == ctx[-k:] for j in range(k - 1, len(ctx) - 1))),
+                default=0)
+        if m and weights[min(m, 3) - 1] > 0:
+            follow = [ctx[j + 1] for j in range(m - 1, len(ctx) - 1) if ctx[j - m + 1:j + 1] == ctx[-m:]][-64:]
+            law_c = torch.bincount(torch.tensor(follow), minlength=target.vocab_size).double() / len(follow)
+            want = (1 - weights[min(m, 3) - 1]) * want + weights[min(m, 3) - 1] * law_c
+            checked += 1
+        torch.testing.assert_close(q[tree.q_row[0]], want, atol=1e-5, rtol=1e-4)
+    assert checked >= 3 and dr.cache_rows >= checked and outside > 0
+    # temperature 0: no mixture, the same tokens as autoregressive decoding
+    g = GenerationConfig(max_new_tokens=20, sampling=GREEDY, stop_at_eos=False)
+    off = _recorder(target, cache_weights=weights)
+    res = tree_generate(target, off, prompt, TreeSpec.topology(EAGLE_DEFAULT_TREE, "greedy"), g, verifier="greedy")
+    assert res.tokens == autoregressive_generate(target, prompt, g).tokens and off.cache_rows == 0
+
+
+def test_cache_weights_are_checked_and_read_from_the_checkpoint(tmp_path):
+    target = _target()
+    for bad in ((), (0.5,) * 9, (1.5,), (-0.1, 0.2), "ab", 3):
+        with pytest.raises(ValueError, match="cache_weights"):
+            _eagle(target, cache_weights=bad)
+    dr = _eagle(target)
+    assert dr.cache_weights is None
+    dr.head.save_pretrained(tmp_path)
+    assert EagleDrafter.from_pretrained(tmp_path, target).cache_weights is None
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**cfg, "specot_cache_weights": [0, 0.3, 0.5]}))
+    assert EagleDrafter.from_pretrained(tmp_path, target).cache_weights == (0.0, 0.3, 0.5)
+    assert EagleDrafter.from_pretrained(tmp_path, target, cache_weights=None).cache_weights is None
 
 
 def test_q_temperature_ratio_sharpens_q_at_positive_temperature_only(tmp_path):

@@ -40,6 +40,20 @@ law; drawn over the ``V_d`` draft ids and mapped by ``d2t``, which is the same l
 lossless verifier stays lossless (a token outside the draft vocabulary can still be
 emitted: as a correction or bonus token, from the residual / the target).
 
+**The cache model** (``cache_weights``, at temperature > 0; off unless asked for or set in the
+checkpoint's ``config.json``). Where the context of a node (the committed tokens, then the node's
+draft path) ends with m tokens that occurred earlier in the committed text, the draft law mixes
+in what followed them: ``q = (1 − λ_m)·q_head + λ_m·q_cache``, where ``q_cache`` is the empirical
+law of the tokens after the (at most 64) most recent earlier occurrences of the longest such suffix
+(:meth:`~specot.drafting.SuffixIndex.followers`) and ``λ_m = cache_weights[m − 1]`` (the last weight
+for longer matches). This is the cache language model's interpolation (Kuhn & De Mori 1990; Grave
+et al. 2017, "Improving Neural Language Models with a Continuous Cache") applied to the draft: text
+repeats itself, and a small head does not copy as well as a count does. The mixture is over the
+whole target vocabulary (a cached token outside the draft vocabulary can be drafted), the drafts are
+drawn from it and the verifier reads it, so verification stays lossless; the expansion order of
+EAGLE-2's dynamic tree reads the same mixture of the head's own softmax. Exact first-position
+acceptance at T = 1 of the shipped head with and without it: ``docs/distillation.md``.
+
 **State and caches.** :meth:`EagleDrafter.update` stores the target's fused features of the
 committed positions (the engine hands them over because the drafter sets ``hidden_layers``). The
 draft keeps its own KV cache of *committed* entries: entry ``j`` reads token ``j`` and the target's
@@ -104,6 +118,7 @@ from ..models.device import install_prepacked_linears, prepacking_available
 from ..models.int8 import Int8Linear, quantize_linears_int8
 from ..sampling import SamplingConfig, standardize
 from .base import DraftOutcome, DraftTree, Drafter, greedy_q
+from .suffix import SuffixIndex
 from .tree import TreeSpec
 
 __all__ = ["Eagle3Head", "EagleDrafter", "eagle3_config", "default_eagle_layers", "rerank", "EAGLE3_KEYS"]
@@ -127,6 +142,33 @@ EAGLE3_KEYS: tuple[str, ...] = (
     "d2t",
     "t2d",
 )
+
+
+#: Longest context suffix the cache model matches (tokens).
+CACHE_MAX_N = 8
+
+
+def _check_cache_weights(weights: Sequence[float] | None) -> tuple[float, ...] | None:
+    """``cache_weights`` of :class:`EagleDrafter`: ``None`` (off) or 1 to :data:`CACHE_MAX_N` numbers in [0, 1]."""
+    if weights is None:
+        return None
+    try:
+        w = tuple(float(x) for x in weights)
+    except (TypeError, ValueError):
+        raise ValueError(f"cache_weights must be a sequence of numbers in [0, 1] or None, got {weights!r}") from None
+    if not 1 <= len(w) <= CACHE_MAX_N or not all(0.0 <= x <= 1.0 for x in w):
+        raise ValueError(f"cache_weights must hold 1 to {CACHE_MAX_N} numbers in [0, 1] (λ per match length), "
+                         f"got {weights!r}")
+    return w
+
+
+def cache_mixture(q: Tensor, followers: Sequence[int], weight: float) -> Tensor:
+    """``(1 − weight)·q + weight·q_cache`` for ``q [V]`` and the empirical law ``q_cache [V]`` of
+    ``followers`` (token ids, at least one): the cache model's interpolation (module docstring)."""
+    law = torch.zeros_like(q).index_add_(
+        0, torch.tensor(list(followers), dtype=torch.int64, device=q.device),
+        torch.full((len(followers),), 1.0 / len(followers), dtype=q.dtype, device=q.device))
+    return q * (1.0 - weight) + law * weight
 
 
 def default_eagle_layers(num_layers: int) -> tuple[int, ...]:
@@ -587,16 +629,22 @@ class EagleDrafter(Drafter):
             (docs/results.md, "Session 23 runs"). :meth:`from_pretrained` reads
             ``specot_int8_weights`` from ``config.json`` (absent: off) and applies it on a CPU,
             except to a float32 head that oneDNN can prepack.
+        cache_weights: λ_1, λ_2, ... of the cache model (module docstring): at temperature > 0, a
+            node whose context ends with an m-token repeat of earlier text drafts from
+            ``(1 − λ_m)·q_head + λ_m·q_cache`` (the last weight for longer matches); ``None`` (the
+            default) is off. :meth:`from_pretrained` reads ``specot_cache_weights`` from
+            ``config.json`` (absent: off).
 
     Raises:
         ValueError: a head that does not fit the target (vocabulary, feature width, layers),
-            ``min_confidence`` outside (0, 1), or ``q_temperature_ratio`` not a finite number > 0.
+            ``min_confidence`` outside (0, 1), ``q_temperature_ratio`` not a finite number > 0, or
+            ``cache_weights`` not 1 to 8 numbers in [0, 1].
     """
 
     def __init__(self, head: Eagle3Head, target: Any, *, layers: Sequence[int] | None = None, dynamic: bool = True,
                  top_k: int | None = None, total_tokens: int | None = None, width: int | None = None,
                  min_confidence: float | None = None, rerank: bool = True, q_temperature_ratio: float = 1.0,
-                 int8: bool = False, name: str = "eagle3") -> None:
+                 int8: bool = False, cache_weights: Sequence[float] | None = None, name: str = "eagle3") -> None:
         super().__init__()
         tcfg = target.model.config
         n_layers = int(tcfg.num_hidden_layers)
@@ -625,6 +673,7 @@ class EagleDrafter(Drafter):
             raise ValueError(f"q_temperature_ratio must be a finite number > 0 (1 = the head's own law), "
                              f"got {q_temperature_ratio!r}")
         self.q_temperature_ratio = ratio
+        self.cache_weights = _check_cache_weights(cache_weights)
         self.head = head.to(target.device).eval()
         self.head.requires_grad_(False)
         if int8:
@@ -709,6 +758,7 @@ class EagleDrafter(Drafter):
         head.load_state_dict({k: state[k] for k in expected}, strict=False)
         head.to(dtype=target.dtype)
         kw.setdefault("q_temperature_ratio", float(obj.get("specot_q_temperature_ratio", 1.0)))
+        kw.setdefault("cache_weights", obj.get("specot_cache_weights"))
         # a CPU setting for bf16 heads: there int8 weights halve the bytes a pass reads. A float32 head
         # runs prepacked instead wherever oneDNN can: PyTorch's int8 kernel is 8-40x slower with
         # float32 activations (docs/results.md, "Session 23 runs")
@@ -760,6 +810,8 @@ class EagleDrafter(Drafter):
         self._k, self._v = self.head.empty_kv()
         self._kbase = 1  # absolute position of KV entry 0 (entry j reads token j and feature j − 1)
         self._last: tuple[Tensor, Tensor] | None = None  # (logits [V_d], feature [H]) of the last entry
+        self._cache = SuffixIndex(CACHE_MAX_N)  # the committed tokens, for the cache model
+        self.cache_rows = 0  # q rows the cache model mixed, this generation (for reports and tests)
 
     def start(self, prompt_ids: Sequence[int], spec: TreeSpec, schedule=None, stop_tokens=frozenset()) -> None:
         super().start(prompt_ids, spec, schedule, stop_tokens)
@@ -917,6 +969,9 @@ class EagleDrafter(Drafter):
         frontier = [0]
         q_rows: list[Tensor] = []
         greedy_target = sampling.greedy
+        cached = self.cache_weights is not None and not greedy_target
+        if cached:
+            self._cache = self._cache.sync(context)
         gated = self.min_confidence is not None
         log_tau = math.log(self.min_confidence) if self.min_confidence is not None else 0.0
         for d in range(depth):
@@ -942,37 +997,49 @@ class EagleDrafter(Drafter):
                 soft = self._draft_probs(lg, SamplingConfig(1.0))
                 multi = torch.tensor([m > 1 for m in plan], device=qd.device)[:, None]
                 qd = torch.where(multi, soft, qd)
+            # the law the children are drawn from: over the draft vocabulary, or over the target's
+            # where the cache model mixes in a repeat's continuation (mixed rows, target ids)
+            mixed = self._cache_rows(context, tree, frontier) if cached else {}
+            space, conf = qd, None
+            if mixed:
+                space = self._to_target_vocab(qd)  # [F, V]
+                conf = self._to_target_vocab(torch.softmax(lg.to(torch.float32), dim=-1))  # the expansion order's law
+                self.cache_rows += len(mixed)
+                for i, (lam, follow) in mixed.items():
+                    space[i] = cache_mixture(space[i], follow, lam)
+                    conf[i] = cache_mixture(conf[i], follow, lam)
+            to_target = (lambda j: j) if mixed else self._target_id_list.__getitem__
             if law != DraftLaw.IID:
-                support = (qd > 0).sum(-1).tolist()
+                support = (space > 0).sum(-1).tolist()
                 plan = [min(m, int(s)) for m, s in zip(plan, support)]
-            draws: dict[int, list[int]] = {}  # frontier index -> draft ids of its children
+            draws: dict[int, list[int]] = {}  # frontier index -> ids (in `space`) of its children
             for m in dict.fromkeys(plan):
                 if m == 0:
                     continue
                 rows = [i for i, x in enumerate(plan) if x == m]
-                got = sample_drafts(qd[rows], m, law, generator).tolist()
+                got = sample_drafts(space[rows], m, law, generator).tolist()
                 for i, ids in zip(rows, got):
                     draws[i] = ids
-            q = self._to_target_vocab(qd)  # [F, V]: the rows the verifier reads
+            q = space if mixed else self._to_target_vocab(qd)  # [F, V]: the rows the verifier reads
             new_children: list[int] = []
             pending: list[tuple[int, int, int]] = []  # (parent node, child node, flat index into logp)
-            Vd = lg.shape[-1]
+            Vs = space.shape[-1]
             for i, nd in enumerate(frontier):
                 if i not in draws:
                     continue
                 tree.q_row[nd] = len(q_rows)
                 q_rows.append(q[i])
                 kid_slots = [cs for s in slots[nd] for cs in spec.children(s)] if not (chain or dynamic) else []
-                kids = tree.add_children(nd, [self._target_id_list[j] for j in draws[i]])
+                kids = tree.add_children(nd, [to_target(j) for j in draws[i]])
                 for j, child in enumerate(kids):
                     if child not in kids[:j]:  # equal IID draws share one child
                         new_children.append(child)
-                        pending.append((nd, child, i * Vd + draws[i][j]))
+                        pending.append((nd, child, i * Vs + draws[i][j]))
                 if kid_slots:
                     for j, child in enumerate(kids):
                         slots.setdefault(child, []).append(kid_slots[j])
             if (dynamic or gated) and pending:  # cumulative log-probabilities (the draft's confidence), one host read
-                logp = torch.log_softmax(lg.to(torch.float32), dim=-1).reshape(-1)
+                logp = (torch.log(conf) if conf is not None else torch.log_softmax(lg.to(torch.float32), dim=-1)).reshape(-1)
                 lps = logp.index_select(0, torch.tensor([x[2] for x in pending], device=logp.device)).tolist()
             else:
                 lps = [0.0] * len(pending)
@@ -1001,8 +1068,25 @@ class EagleDrafter(Drafter):
             frontier = nxt
         tree.draft_calls += 1  # the catch-up pass that gave the root
         tree.q = torch.stack(q_rows) if q_rows else None
-        tree.q_standardized = True  # rows of standardize(), scattered into zeros: valid by construction
+        tree.q_standardized = True  # rows of standardize() scattered into zeros (or mixed with a cache law): valid
         return tree
+
+    def _cache_rows(self, context: list[int], tree: DraftTree, frontier: list[int]) -> dict[int, tuple[float, list[int]]]:
+        """The cache model at the frontier: ``{frontier index: (λ_m, tokens that followed)}`` for the
+        nodes whose context (``context``, then the node's draft path) ends with an m-token repeat of
+        the committed text, λ_m > 0 (module docstring)."""
+        w = self.cache_weights or ()
+        out: dict[int, tuple[float, list[int]]] = {}
+        for i, nd in enumerate(frontier):
+            path: list[int] = []
+            while nd != 0 and len(path) < CACHE_MAX_N:
+                path.append(tree.tokens[nd])
+                nd = tree.parents[nd]
+            m, follow = self._cache.followers(context[-CACHE_MAX_N:] + path[::-1])
+            lam = w[min(m, len(w)) - 1] if m else 0.0
+            if lam > 0:
+                out[i] = (lam, follow)
+        return out
 
     def _tree_pass(self, c: int, nodes: list[int], tokens: list[int], parents: list[int], depths: list[int],
                    feat: dict[int, Tensor], anc: dict[int, list[int]], tk: Tensor, tv: Tensor
