@@ -28,6 +28,7 @@ from tqdm import tqdm
 from specot.api import load_drafter, load_target
 from specot.envinfo import environment_info
 from specot.sampling import SamplingConfig, standardize
+from specot_lab.bench.acceptance import one_and_two_greedy as acceptances
 from specot_lab.bench.script_io import add_run_options, target_continuation, write_record
 from specot_lab.corpus import load_prompts
 from specot_lab.distill.eagle import target_features
@@ -47,16 +48,6 @@ def truncated_law(z: Tensor, r: float, top_p: float, min_p: float) -> Tensor:
         q = torch.where(q >= min_p * q.amax(-1, keepdim=True), q, torch.zeros_like(q))
         q = q / q.sum(-1, keepdim=True)
     return q
-
-
-def acceptances(p: Tensor, q: Tensor) -> tuple[Tensor, Tensor]:
-    """Per position ``[N]``: one draft, Σ min(p, q); two GREEDY-law children, p(top) + Σ min(p, q_rest)."""
-    one = torch.minimum(p, q).sum(-1)
-    top = q.argmax(-1, keepdim=True)
-    rest = q.scatter(-1, top, 0.0)
-    rest = rest / rest.sum(-1, keepdim=True).clamp_min(1e-30)
-    two = p.gather(-1, top)[:, 0] + torch.minimum(p.scatter(-1, top, 0.0), rest).sum(-1)
-    return one, two
 
 
 def main(argv: list[str] | None = None) -> int:

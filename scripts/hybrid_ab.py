@@ -12,7 +12,9 @@ the spec's depth), ``cX`` (the EAGLE head's ``min_confidence`` τ = X: expand on
 cumulative draft probability is at least X), ``hK`` (the K-th head of ``--heads`` instead of the
 shipped one; ``h0`` is the shipped head), so that two heads meet in one run, ``wN`` (the head's dynamic
 tree expands the N best nodes per depth instead of one per child of a node, EAGLE-2's width) and
-``bN`` (the head's dynamic tree holds N nodes instead of the shape's children x depth):
+``bN`` (the head's dynamic tree holds N nodes instead of the shape's children x depth), ``kX/Y/..``
+(the head's cache model with weights λ_1 = X, λ_2 = Y, ..., per length of the context's repeat;
+``EagleDrafter.cache_weights``; ``k`` alone: off, whatever the head's config says):
 
     python scripts/hybrid_ab.py --prompts code --trees 2x3 --temperatures 1 \
         --heads runs/e17/ship --variants p1-d0.03,p1-d0.03-h1 --out runs/ab_heads_code.json
@@ -34,9 +36,9 @@ from specot_lab.corpus import load_prompts
 
 def _variant(name: str, target: Any, heads: list[str]) -> HybridDrafter:
     opts = {} if name == "default" else {x[0]: x[1:] for x in name.split("-")}
-    unknown = set(opts) - {"p", "d", "s", "c", "h", "w", "b"}
+    unknown = set(opts) - {"p", "d", "s", "c", "h", "w", "b", "k"}
     if unknown:
-        raise SystemExit(f"variant {name!r}: unknown option(s) {sorted(unknown)}; use pK, dX, sN, cX, hK, wN, bN")
+        raise SystemExit(f"variant {name!r}: unknown option(s) {sorted(unknown)}; use pK, dX, sN, cX, hK, wN, bN, kX/Y/..")
     k = int(opts.get("h", 0))
     if not 0 <= k <= len(heads):
         raise SystemExit(f"variant {name!r}: head h{k} not given; pass --heads DIR[,DIR...] (h0 is the shipped head)")
@@ -47,6 +49,8 @@ def _variant(name: str, target: Any, heads: list[str]) -> HybridDrafter:
         eagle.width = int(opts["w"])
     if "b" in opts:
         eagle.total_tokens = int(opts["b"])
+    if "k" in opts:
+        eagle.cache_weights = tuple(float(x) for x in opts["k"].split("/")) if opts["k"] else None
     hd = HybridDrafter(suffix, eagle, probe_every=int(opts.get("p", 8)),
                        draft_cost=float(opts.get("d", 0.08)))
     if "s" in opts:  # the suffix drafter's own depth, after start() gave it the spec's

@@ -90,6 +90,7 @@ __all__ = [
     "run_acceptance_bench",
     "mean_ci",
     "early_exit_draft",
+    "one_and_two_greedy",
 ]
 
 #: Lossless verifiers benchmarked for each draft law (n >= 2); n = 1 uses ``speculative``.
@@ -100,6 +101,19 @@ LAW_VERIFIERS: dict[str, tuple[str, ...]] = {"iid": ("kseq", "rrs", "importance"
 #: Monte-Carlo over ``mc_samples`` draft tuples per position. (``importance``'s own ``acceptance`` is
 #: exact only by enumerating every draft tuple, ≤ 5000 of them, far fewer than K^n here.)
 MC_VERIFIERS: frozenset[str] = frozenset({"rrs_wor", "importance"})
+
+
+def one_and_two_greedy(p: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exact first-position acceptance per row of ``p, q [N, V]``: one draft, Σ min(p, q) (Leviathan
+    et al. 2023, Sec. 3), and two GREEDY-law children, p(top) + Σ_{v ≠ top} min(p(v), q_rest(v))
+    (Hu et al. 2025, Theorem 7; q_rest = q without its top token, renormalised; 0 where nothing is
+    left). Returns two ``[N]`` tensors."""
+    one = torch.minimum(p, q).sum(-1)
+    top = q.argmax(-1, keepdim=True)
+    rest = q.scatter(-1, top, 0.0)
+    rest = rest / rest.sum(-1, keepdim=True).clamp_min(1e-30)
+    two = p.gather(-1, top)[:, 0] + torch.minimum(p.scatter(-1, top, 0.0), rest).sum(-1)
+    return one, two
 
 
 def mean_ci(x: Sequence[float] | np.ndarray) -> tuple[float, float, float]:
