@@ -633,7 +633,8 @@ class EagleDrafter(Drafter):
             node whose context ends with an m-token repeat of earlier text drafts from
             ``(1 − λ_m)·q_head + λ_m·q_cache`` (the last weight for longer matches); ``None`` (the
             default) is off. :meth:`from_pretrained` reads ``specot_cache_weights`` from
-            ``config.json`` (absent: off).
+            ``config.json`` (absent: off). ``cache_rows`` counts the rows it mixed in the current
+            generation.
 
     Raises:
         ValueError: a head that does not fit the target (vocabulary, feature width, layers),
