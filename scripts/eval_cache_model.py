@@ -30,7 +30,7 @@ from specot.sampling import SamplingConfig
 from specot_lab.bench.acceptance import one_and_two_greedy
 from specot_lab.bench.script_io import add_run_options, target_continuation, write_record
 from specot_lab.corpus import load_prompts
-from specot_lab.distill.eagle import target_features
+from specot_lab.distill.eagle import answer_positions
 
 WEIGHTS = (0.0, 0.1, 0.2, 0.3, 0.5, 0.7)
 #: buckets of the repeat's length m: (name, lowest m, highest m)
@@ -42,10 +42,11 @@ def bucket_of(m: int) -> str:
     return next(name for name, lo, hi in BUCKETS if lo <= m <= hi)
 
 
-def score_positions(p: torch.Tensor, q_head: torch.Tensor, matches: list[tuple[int, list[int]]]) -> dict:
+def score_positions(p: torch.Tensor, q_head: torch.Tensor, matches: list[tuple[int, list[int]]],
+                    out: dict | None = None) -> dict:
     """Summed acceptances per bucket and weight: ``{bucket: {λ: [one draft, two GREEDY, positions]}}``
-    for rows ``p, q_head [N, V]`` and each row's ``(m, followers)``."""
-    out: dict[str, dict[float, list[float]]] = {}
+    for rows ``p, q_head [N, V]`` and each row's ``(m, followers)``, added into ``out`` when given."""
+    out = {} if out is None else out
     for lam in WEIGHTS:
         q = torch.stack([cache_mixture(q_head[j], f, lam) if m and lam > 0 else q_head[j]
                          for j, (m, f) in enumerate(matches)])
@@ -72,20 +73,13 @@ def main(argv: list[str] | None = None) -> int:
         for i, prompt in enumerate(tqdm(load_prompts(set_name, args.n_prompts), desc=set_name[-24:], file=sys.stderr)):
             ids = tgt.encode_prompt(prompt)
             full = target_continuation(tgt, ids, 1.0, args.max_new_tokens, seed=i)
-            with torch.no_grad():
-                feats = target_features(tgt.model, full, drafter.hidden_layers)
-                z, _ = drafter.head.forward_sequence(torch.tensor(full[1:]), feats["feats"][:-1])  # z[j] ~ p[j + 1]
-            lo = len(ids) - 2  # z[lo] is the law of the first new token
-            q_head = drafter.draft_distribution(z[lo:], SamplingConfig(1.0)).float()  # [N, V]
-            p = feats["probs"][lo + 1:].float()  # [N, V]
-            index, matches = SuffixIndex(CACHE_MAX_N, full[: lo + 2]), []
-            for j in range(p.shape[0]):  # the committed tokens before position lo + 2 + j
-                matches.append(index.followers(index.tokens))
-                index.extend(full[lo + 2 + j: lo + 3 + j])
-            for b, per in score_positions(p, q_head, matches).items():
-                for lam, acc in per.items():
-                    tot = total.setdefault(b, {}).setdefault(lam, [0.0, 0.0, 0])
-                    tot[0], tot[1], tot[2] = tot[0] + acc[0], tot[1] + acc[1], tot[2] + acc[2]
+            z, p = answer_positions(tgt, drafter, len(ids), full)  # [N, V_d], [N, V]
+            q_head = drafter.draft_distribution(z, SamplingConfig(1.0)).float()  # [N, V]
+            index, matches = SuffixIndex(CACHE_MAX_N, full[: len(ids)]), []
+            for j in range(p.shape[0]):  # row j: the committed tokens are full[: len(ids) + j]
+                matches.append(index.followers(index.tokens[-CACHE_MAX_N:]))
+                index.extend(full[len(ids) + j: len(ids) + j + 1])
+            score_positions(p, q_head, matches, total)
         sets[set_name] = {b: {str(lam): {"one_draft": a[0] / a[2], "two_greedy": a[1] / a[2], "positions": a[2]}
                               for lam, a in per.items()} for b, per in total.items()}
         for b, per in sets[set_name].items():

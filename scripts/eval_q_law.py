@@ -31,7 +31,7 @@ from specot.sampling import SamplingConfig, standardize
 from specot_lab.bench.acceptance import one_and_two_greedy as acceptances
 from specot_lab.bench.script_io import add_run_options, target_continuation, write_record
 from specot_lab.corpus import load_prompts
-from specot_lab.distill.eagle import target_features
+from specot_lab.distill.eagle import answer_positions
 
 RATIOS = (0.6, 0.7, 0.75, 0.8, 0.9, 1.0)
 TOP_PS = (1.0, 0.98, 0.95, 0.9, 0.8)
@@ -59,19 +59,16 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     tgt = load_target(None, dtype=args.dtype)
     drafter = load_drafter(args.draft, tgt)
-    head, tids = drafter.head, drafter.head.target_ids()
+    tids = drafter.head.target_ids()
     data: dict[str, tuple[Tensor, Tensor]] = {}  # set -> (z [N, V_d], p on the draft vocabulary [N, V_d])
     for set_name in [s for s in args.sets.split(",") if s]:
         zs, ps = [], []
         for i, prompt in enumerate(tqdm(load_prompts(set_name, args.n_prompts), desc=set_name[-24:], file=sys.stderr)):
             ids = tgt.encode_prompt(prompt)
             full = target_continuation(tgt, ids, 1.0, args.max_new_tokens, seed=i)
-            with torch.no_grad():
-                feats = target_features(tgt.model, full, drafter.hidden_layers)
-                z, _ = head.forward_sequence(torch.tensor(full[1:]), feats["feats"][:-1])  # z[j] ~ p[j + 1]
-            lo = len(ids) - 2  # the first j whose p[j + 1] is the law of the first new token
-            zs.append(z[lo:].float())
-            ps.append(feats["probs"][lo + 1:].float()[:, tids])
+            z, p = answer_positions(tgt, drafter, len(ids), full)
+            zs.append(z)
+            ps.append(p[:, tids])
         data[set_name] = (torch.cat(zs), torch.cat(ps))
     laws = [(r, tp, mp) for r in RATIOS for tp in TOP_PS for mp in MIN_PS]
     rows = []

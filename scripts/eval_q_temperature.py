@@ -33,7 +33,7 @@ from specot.sampling import SamplingConfig
 from specot.theory import optimal_acceptance
 from specot_lab.bench.script_io import add_run_options, target_continuation, write_record
 from specot_lab.corpus import load_prompts
-from specot_lab.distill.eagle import target_features
+from specot_lab.distill.eagle import answer_positions
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,11 +69,8 @@ def main(argv: list[str] | None = None) -> int:
             n = 0
             for ids, full in seqs:
                 with torch.no_grad():
-                    data = target_features(tgt.model, full, drafter.hidden_layers)
-                    z, _ = head.forward_sequence(torch.tensor(full[1:]), data["feats"][:-1])  # z[j] ~ p[j + 1]
-                    lo = len(ids) - 2  # first j whose p[j + 1] is the distribution of the first new token
-                    z = z[lo:].float()
-                    logits_p = torch.log(data["probs"][lo + 1:].clamp_min(1e-30))
+                    z, probs = answer_positions(tgt, drafter, len(ids), full)  # [N, V_d], [N, V]
+                    logits_p = torch.log(probs.clamp_min(1e-30))
                     p = torch.softmax(logits_p / T, dim=-1)  # [N, V]
                     agree += float((p.argmax(-1) == tids[z.argmax(-1)]).sum())
                     for k, r in enumerate(ratios):

@@ -1037,6 +1037,27 @@ def test_grouped_attention_equals_repeated_heads_in_float64(dtype, T, P):
     torch.testing.assert_close(out.double(), ref, atol=tol, rtol=tol)
 
 
+def test_answer_positions_are_the_first_draft_position_of_each_answer_token():
+    """``answer_positions`` (the lab scripts' teacher-forced pass): row j of p is the target's law of
+    answer token j, and row j of z the head's logits after the context ``full[: prompt_len + j]``
+    alone (a head pass cut there), so no row sees its own token."""
+    from specot_lab.distill.eagle import answer_positions, target_features
+
+    target = _target()
+    dr = _eagle(target)
+    full, n = PROMPT + [2, 9, 4], len(PROMPT)
+    z, p = answer_positions(target, dr, n, full)
+    assert z.shape == (len(full) - n + 1, dr.head.draft_vocab_size) and p.shape == (len(full) - n + 1, target.vocab_size)
+    for j in range(len(full) - n + 1):
+        ctx = full[: n + j]
+        with torch.no_grad():
+            want_p = torch.softmax(target.model(input_ids=torch.tensor([ctx])).logits[0, -1].float(), -1)
+            feats = target_features(target.model, ctx, dr.hidden_layers)["feats"]
+            want_z, _ = dr.head.forward_sequence(torch.tensor(ctx[1:]), feats[:-1])
+        torch.testing.assert_close(p[j], want_p, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(z[j], want_z[-1].float(), atol=1e-4, rtol=1e-4)
+
+
 def test_last_logits_are_the_last_row_of_the_full_pass():
     target = _target()
     head = _eagle(target).head

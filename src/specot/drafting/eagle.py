@@ -1004,11 +1004,13 @@ class EagleDrafter(Drafter):
             space, conf = qd, None
             if mixed:
                 space = self._to_target_vocab(qd)  # [F, V]
-                conf = self._to_target_vocab(torch.softmax(lg.to(torch.float32), dim=-1))  # the expansion order's law
+                if dynamic or gated:  # the law the draft's confidence (the expansion order) reads
+                    conf = self._to_target_vocab(torch.softmax(lg.to(torch.float32), dim=-1))
                 self.cache_rows += len(mixed)
                 for i, (lam, follow) in mixed.items():
                     space[i] = cache_mixture(space[i], follow, lam)
-                    conf[i] = cache_mixture(conf[i], follow, lam)
+                    if conf is not None:
+                        conf[i] = cache_mixture(conf[i], follow, lam)
             to_target = (lambda j: j) if mixed else self._target_id_list.__getitem__
             if law != DraftLaw.IID:
                 support = (space > 0).sum(-1).tolist()

@@ -149,7 +149,7 @@ class SuffixIndex:
         seq, node = self.tokens, self._root
         last = len(seq) - 1
         best_m, best = 0, []
-        for m, tok in enumerate(reversed(list(query)[-self.max_n:]), start=1):
+        for m, tok in enumerate(reversed(query[-self.max_n:]), start=1):
             node = node.kids.get(int(tok))  # type: ignore[assignment]
             if node is None:
                 break

@@ -44,6 +44,7 @@ from tqdm import tqdm
 from .data import right_padded
 
 __all__ = ["EagleTrainConfig", "TOKEN_LOSSES", "frequent_vocab", "grow_draft_vocab", "target_features", "target_features_batch",
+           "answer_positions",
            "ttt_loss", "ttt_loss_batch", "train_eagle", "chunk_token_ids", "epoch_batches"]
 
 
@@ -180,6 +181,21 @@ def target_features(target_model: Any, ids: Sequence[int], layers: Sequence[int]
     return {"feats": torch.cat([hs[i][0] for i in layers], dim=-1).float(),
             "probs": torch.softmax(out.logits[0].float(), dim=-1),
             "last": hs[-1][0].float()}
+
+
+@torch.no_grad()
+def answer_positions(target: Any, drafter: Any, prompt_len: int, full: Sequence[int]) -> tuple[Tensor, Tensor]:
+    """The EAGLE head's first draft position at every position of an answer: one teacher-forced
+    target pass over ``full`` (a prompt of ``prompt_len`` tokens, then the target's continuation)
+    and one head pass (:meth:`~specot.drafting.eagle.Eagle3Head.forward_sequence`, what the engine
+    computes at a tree's root) give the head's draft logits ``z [N, V_d]`` and the target's
+    next-token probabilities ``p [N, V]``, float32, where row j is the law of token
+    ``full[prompt_len + j]`` (the last row: the token after ``full``); ``N = len(full) − prompt_len + 1``.
+    ``drafter`` is an :class:`~specot.drafting.EagleDrafter` of ``target``."""
+    data = target_features(target.model, full, drafter.hidden_layers)
+    z, _ = drafter.head.forward_sequence(torch.tensor(list(full[1:])), data["feats"][:-1])  # z[j] ~ probs[j + 1]
+    lo = prompt_len - 2  # z[lo] and probs[lo + 1]: the law of the first answer token
+    return z[lo:].float(), data["probs"][lo + 1:].float()
 
 
 @torch.no_grad()
