@@ -389,7 +389,8 @@ def generate(
     Args:
         prompt: text (chat-templated for instruct models unless ``chat=False``) or token ids.
         target: ``None``/``"smollm2"`` (embedded default), a path, a hub id or a :class:`CausalLM`.
-            A name loads the model on every call (20-30 s for the embedded target); pass
+            A name loads the model on every call (about 1 s for the embedded target from specot's
+            cache, 13 s the first time: :mod:`specot.models.embedded`); pass
             ``specot.load_target(...)`` to load it once for many calls.
         draft: ``"auto"`` (default: the fastest plan measured, :func:`auto_plan` — suffix decoding
             with the shipped EAGLE head as draft trees for the embedded target on a CPU (bf16
@@ -454,7 +455,7 @@ def generate(
         GenerationInterrupted: Ctrl-C during decoding (a ``KeyboardInterrupt`` holding the tokens
             generated so far).
     """
-    # ---- everything that does not need the model, before the (20-30 s) load
+    # ---- everything that does not need the model, before the load
     if isinstance(seed, bool) or not (seed is None or isinstance(seed, int)):
         raise TypeError(f"seed must be an int or None, got {type(seed).__name__}; pass a torch.Generator to "
                         "specot.speculative_generate(generator=...) instead")

@@ -5,6 +5,7 @@ was generated."""
 from __future__ import annotations
 
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -371,3 +372,18 @@ def test_hybrid_draft_checked_before_loading(tiny_model_dir, capsys, no_loading,
     args[args.index("ngram")] = draft.replace("MODEL", str(tiny_model_dir))
     assert cli_main(args) == 1
     assert match in _one_error_line(capsys)
+
+
+def test_a_warning_prints_as_one_line(tiny_model_dir, capsys, monkeypatch):
+    load = api.load_target
+
+    def warn_then_load(*a, **k):
+        warnings.simplefilter("always")  # this module ignores warnings; main() restores the filters
+        warnings.warn("could not cache the model\nin /nowhere")
+        return load(*a, **k)
+
+    monkeypatch.setattr(api, "load_target", warn_then_load)
+    assert cli_main(_gen(tiny_model_dir)) == 0
+    err = capsys.readouterr().err
+    assert "specot: warning: could not cache the model in /nowhere\n" in err
+    assert "UserWarning" not in err and "warnings.warn" not in err

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 from importlib.metadata import entry_points
 
 from . import generate, theory
@@ -48,6 +49,11 @@ def error_message(exc: BaseException) -> str:
     return text
 
 
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+    """A warning as one line, ``specot: warning: ...``, without the source line (the CLI's form)."""
+    print("specot: warning: " + " ".join(str(message).split()), file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the process exit code: 0 success, 1 bad input (one line
     ``specot: error: ...`` on stderr), 2 usage errors (argparse), 130 interrupted (Ctrl-C).
@@ -56,7 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        with warnings.catch_warnings():
+            warnings.showwarning = _one_line_warning
+            return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("\nspecot: interrupted", file=sys.stderr)
         return 130
