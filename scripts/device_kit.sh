@@ -14,7 +14,8 @@
 #                         : bash .dev/setup.sh && source /tmp/env.sh && python3 scripts/cuda_check.py ...
 #   scripts/device_kit.sh unslim   # here, before any commit: restore the index and the excludes
 #
-# scripts/gpu_train_job.sh is the sampling-and-training job to start detached in that third call.
+# scripts/gpu_session.sh is the prepared check-and-benchmark run of a 15-minute lease (that third call);
+# scripts/gpu_train_job.sh the sampling-and-training job to start detached there on a longer one.
 # On the device every command then starts with `source /tmp/env.sh` (PYTHONPATH, HF_HUB_OFFLINE,
 # cd /tmp/repo). $OUT returns at most 8 files of 16 MiB: tar and split larger results.
 set -euo pipefail
