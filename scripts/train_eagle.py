@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     tgt = load_target(None, dtype=args.dtype, device=args.device)
     if not args.skip_data:
         cfg = SampleConfig(batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
-                           temperature=args.temperature, top_k=1)
+                           temperature=args.temperature, top_k=0)
         prompts = []
         for path in args.prompts:
             with open(path, encoding="utf-8") as f:

@@ -42,7 +42,7 @@ def held_out_alpha(target: Any, draft: Any, prompts: Sequence[str], *, temperatu
 
 
     sc = SamplingConfig(temperature=temperature)
-    cfg = SampleConfig(batch_size=batch_size, max_new_tokens=max_new_tokens, temperature=temperature, top_k=1, seed=seed)
+    cfg = SampleConfig(batch_size=batch_size, max_new_tokens=max_new_tokens, temperature=temperature, top_k=0, seed=seed)
     enc = [target.encode_prompt(p) for p in prompts]
     betas: list[float] = []
     per_prompt: list[float] = []

@@ -120,6 +120,9 @@ def load_sequences(*dirs: str | os.PathLike[str], max_len: int = 640) -> list[di
 
     seqs = []
     for s in iter_shards(*dirs):
+        if "topk_p" not in s:
+            raise ValueError(f"the shards in {', '.join(map(str, dirs))} hold token ids without soft labels "
+                             "(sampled with top_k = 0, as EAGLE data); sample them again with --top-k >= 1")
         if len(s["ids"]) < 2:
             continue
         if len(s["ids"]) > max_len:
