@@ -110,8 +110,9 @@ def sample_batch(target: Any, prompts: Sequence[Sequence[int]], cfg: SampleConfi
         ``cfg.top_k`` is 0); ``kind = "sample"``.
 
     Each response token is drawn by :func:`specot.sampling.sample_categorical` (inverse CDF) from
-    the softmax at ``cfg.temperature``: exact, and on a CPU about 8x faster than
-    ``torch.multinomial`` over a 49 152-token vocabulary.
+    the softmax at ``cfg.temperature``: exact, and cheaper on a CPU than ``torch.multinomial``,
+    which took 36 ms per step for 48 rows of 49 152 tokens on a 2-core machine (docs/results.md,
+    "Session 26 runs").
     """
 
     model, pad = _model_and_pad(target)
