@@ -10,7 +10,8 @@ weights as a GGUF load does: the weights are bit for bit the same (``tests/model
 
 - Where: ``$SPECOT_CACHE_DIR``, else ``$XDG_CACHE_HOME/specot``, else ``~/.cache/specot``; one
   directory per GGUF content hash and transformers version, so a new file or a new transformers
-  converts again.
+  converts again. Older copies are kept (another environment may still read them): delete their
+  directories to reclaim the space.
 - ``SPECOT_NO_CACHE=1`` loads from the GGUF every time. A cache that cannot be written (read-only,
   full) gives one warning and the GGUF load goes on.
 
