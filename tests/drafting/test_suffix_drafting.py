@@ -4,9 +4,12 @@ GREEDY law, and the decoding loop with the suffix drafter on tiny random Llama m
 from __future__ import annotations
 
 import random
+from collections import Counter
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from specot.drafting import DraftOutcome, NGramCounts, NGramTable, SuffixDrafter, SuffixIndex, TreeSpec
 from specot.drafting.base import greedy_q, strict_weights
@@ -226,6 +229,28 @@ def test_corpus_is_gated_by_match_length():
         d.start([5, 40], TreeSpec.sequences(4, 4, DraftLaw.GREEDY))
         tree = d.propose([5, 40], 4, SamplingConfig(1.0))  # 40 never occurred before: no context match
         assert tree.size == want and (want == 0 or tree.tokens[1] == 41)
+
+
+def _counts_by_brute_force(seqs, n, top):
+    table = {}
+    for m in range(1, n + 1):
+        grams = Counter(tuple(s[i - m:i + 1]) for s in seqs for i in range(m, len(s)))
+        for ctx in {g[:-1] for g in grams}:
+            nxt = sorted(((g[-1], k) for g, k in grams.items() if g[:-1] == ctx), key=lambda tk: (-tk[1], tk[0]))
+            total = sum(k for _, k in nxt)
+            table[ctx] = [(t, k / total) for t, k in nxt[:top]]
+    return table
+
+
+@settings(max_examples=150, deadline=None)
+@given(seqs=st.lists(st.lists(st.integers(0, 6), max_size=12), max_size=6), n=st.integers(1, 3),
+       top=st.integers(1, 4), big=st.booleans())
+def test_ngram_counts_equal_brute_force(seqs, n, top, big):
+    """The packed-tensor count equals counting every m-gram in Python; ``big`` ids (past what packs
+    into one int64) take the Python count."""
+    if big:
+        seqs = [[t * 10**6 for t in s] for s in seqs]
+    assert NGramCounts.from_token_sequences(seqs, n=n, top=top).table == _counts_by_brute_force(seqs, n, top)
 
 
 def test_ngram_counts_and_corpus_children_join_the_tree():
