@@ -15,10 +15,9 @@ import sys
 import time
 
 import torch
-from pydoc_data.topics import topics
 
 from specot import make_generator
-from specot.api import load_target
+from specot.api import load_target, pydoc_texts
 from specot.envinfo import environment_info, load_average
 from specot_lab.bench.script_io import write_record
 from specot_lab.distill.data import SampleConfig, sample_batch
@@ -36,8 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     start = load_average()
     target = load_target(None, dtype=args.dtype)
-    texts = [f"Read this part of the Python documentation and explain it in your own words.\n\n{topics[k][:1400]}"
-             for k in sorted(topics)[:args.batch_size]]
+    texts = [f"Read this part of the Python documentation and explain it in your own words.\n\n{t[:1400]}"
+             for t in pydoc_texts()[:args.batch_size]]
     prompts = [target.encode_prompt(t) for t in texts]
     rows, answers = [], {}
     for top_k in (args.top_k, 0):
