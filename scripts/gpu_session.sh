@@ -8,6 +8,8 @@
 #   2. Speed on code prompts at T = 0 and 1, eager, one run: autoregressive decoding, `auto`
 #      (n-gram on CUDA), `suffix` trees and `suffix+eagle` trees (the CPU's plan), and Hugging
 #      Face's prompt lookup. Which plan `auto` should pick on CUDA follows from it.
+#   3. How fast the EAGLE data sampler runs on the GPU (scripts/sampling_speed.py, 64 prompts of
+#      about 300 tokens, 128 new tokens, with labels and ids only): it sizes the next training lease.
 #
 # With scripts/device_kit.sh (here, once: `build`, then `slim` so the tree fits the carry):
 #   run carry=[.dev/p00]  : mkdir -p /tmp/g && cp .dev/p00 /tmp/g/
@@ -23,7 +25,7 @@ DEVICE=${DEVICE:-cuda}
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 PY=${PY:-python3}
-if [ -n "${QUICK:-}" ]; then N=1; TOK=8; CHECK_ONLY="refused,sampling T=1 bf16: ngram"; else N=4; TOK=64; CHECK_ONLY=""; fi
+if [ -n "${QUICK:-}" ]; then N=1; TOK=8; SAMPLE_B=${SAMPLE_B:-4}; CHECK_ONLY="refused,sampling T=1 bf16: ngram"; else N=4; TOK=64; CHECK_ONLY=""; fi
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv > "$OUT/gpu.txt" 2>&1 || true
 
 echo "== 1. CUDA checks (bf16, sampling, verifiers), at most ${CHECK_S:-200} s"
@@ -37,4 +39,9 @@ timeout "${SPEED_S:-200}" $PY -m specot.cli.main bench speedup --device "$DEVICE
   --gammas 4 --trees 2x3 --draft none --extra-drafts auto,suffix,suffix+eagle --threads 4 --no-progress \
   --no-plots --out "$OUT/speedup_code" 2>&1 | tail -30
 echo "speedup exit $?"
+
+echo "== 3. the EAGLE data sampler on the GPU, at most ${SAMPLE_S:-90} s"
+timeout "${SAMPLE_S:-90}" $PY scripts/sampling_speed.py --device "$DEVICE" --batch-size ${SAMPLE_B:-64} \
+  --max-new-tokens $((TOK * 2)) --out "$OUT/sampling_speed.json" 2>&1 | tail -5
+echo "sampling exit $?"
 ls -la "$OUT" "$OUT/speedup_code" 2>/dev/null

@@ -23,6 +23,11 @@ from specot_lab.bench.script_io import write_record
 from specot_lab.distill.data import SampleConfig, sample_batch
 
 
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batch-size", type=int, default=48)
@@ -30,19 +35,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--top-k", type=int, default=1, help="soft labels of the labelled run (train_eagle.py used 1)")
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (the generator is made on the same device)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     start = load_average()
-    target = load_target(None, dtype=args.dtype)
+    target = load_target(None, dtype=args.dtype, device=args.device)
     texts = [f"Read this part of the Python documentation and explain it in your own words.\n\n{t[:1400]}"
              for t in pydoc_texts()[:args.batch_size]]
     prompts = [target.encode_prompt(t) for t in texts]
     rows, answers = [], {}
     for top_k in (args.top_k, 0):
         cfg = SampleConfig(batch_size=len(prompts), max_new_tokens=args.max_new_tokens, top_k=top_k)
+        _sync(args.device)
         t = time.perf_counter()
-        seqs = sample_batch(target, prompts, cfg, eos_ids=target.eos_token_ids, generator=make_generator(0))
+        seqs = sample_batch(target, prompts, cfg, eos_ids=target.eos_token_ids, generator=make_generator(0, args.device))
+        _sync(args.device)
         dt = time.perf_counter() - t
         answers[top_k] = [s["ids"].tolist() for s in seqs]
         n_ans = sum(len(s["ids"]) - s["n_prompt"] for s in seqs)
@@ -54,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"the same answers in both runs: {same}")
     write_record(args.out, "sampling_speed", "sampling_speed.py", argv, rows=rows, same_answers=same,
                  prompts=len(prompts), mean_prompt_tokens=sum(map(len, prompts)) / len(prompts),
-                 max_new_tokens=args.max_new_tokens, dtype=args.dtype, torch_threads=torch.get_num_threads(),
+                 max_new_tokens=args.max_new_tokens, dtype=args.dtype, device=args.device, torch_threads=torch.get_num_threads(),
                  load_avg_start=start, load_avg_end=load_average(), environment=environment_info())
     return 0
 
