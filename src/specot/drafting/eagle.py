@@ -114,7 +114,7 @@ from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding
 
 from ..laws import DraftLaw, sample_drafts
-from ..models.device import install_prepacked_linears, prepacking_available
+from ..models.device import install_prepacked_linears, prepacking_available, sdpa_without_cudnn
 from ..models.int8 import Int8Linear, quantize_linears_int8
 from ..sampling import SamplingConfig, standardize
 from .base import DraftOutcome, DraftTree, Drafter, greedy_q
@@ -235,16 +235,18 @@ def _attend(q: Tensor, keys: Tensor, vals: Tensor, mask: Tensor) -> Tensor:
     On a CPU a half-precision input is attended in float32: PyTorch's bf16 CPU kernel is slow for the
     few queries of a draft pass (1 query over 200 keys: 0.086 ms against 0.024 ms in float32 on this
     project's 2-core machine; 0.25 against 0.05 ms over 600 keys), and float32 rounds less. The draft
-    law is whatever the head computes, so this changes no exactness guarantee."""
+    law is whatever the head computes, so this changes no exactness guarantee. On CUDA, cuDNN's
+    attention kernel is left out (:func:`specot.models.device.sdpa_without_cudnn`)."""
     h, kv = q.shape[0], keys.shape[0]
-    if q.device.type == "cpu":
-        dt = q.dtype
-        out = F.scaled_dot_product_attention(q.float()[None], keys.float()[None], vals.float()[None],
-                                             attn_mask=mask[None, None], enable_gqa=h != kv)[0]
-        return out.to(dt)
-    if h != kv:  # repeated keys keep the fused GPU kernels (enable_gqa may fall back to the math path)
-        keys, vals = keys.repeat_interleave(h // kv, dim=0), vals.repeat_interleave(h // kv, dim=0)
-    return F.scaled_dot_product_attention(q[None], keys[None], vals[None], attn_mask=mask[None, None])[0]
+    with sdpa_without_cudnn(q.device):  # the draft's key length grows every step: cuDNN would re-plan each
+        if q.device.type == "cpu":
+            dt = q.dtype
+            out = F.scaled_dot_product_attention(q.float()[None], keys.float()[None], vals.float()[None],
+                                                 attn_mask=mask[None, None], enable_gqa=h != kv)[0]
+            return out.to(dt)
+        if h != kv:  # repeated keys keep the fused GPU kernels (enable_gqa may fall back to the math path)
+            keys, vals = keys.repeat_interleave(h // kv, dim=0), vals.repeat_interleave(h // kv, dim=0)
+        return F.scaled_dot_product_attention(q[None], keys[None], vals[None], attn_mask=mask[None, None])[0]
 
 
 class _Eagle3Attention(nn.Module):

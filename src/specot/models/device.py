@@ -4,11 +4,13 @@ weights reordered once), the output head and grouped-query attention."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from typing import Any
+from typing import Any, ContextManager
 
 import torch
 from torch import Tensor
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
@@ -16,7 +18,7 @@ from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMa
 __all__ = ["cpu_has_native_bf16", "resolve_dtype", "PrepackedLinear", "PREPACK_MIN_WEIGHTS", "prepacking_available",
            "install_prepacked_linears",
            "remove_prepacked_linears", "SmallBatchHead", "small_batch_linear", "install_small_batch_head",
-           "GQA_SDPA", "gqa_sdpa_attention", "install_gqa_sdpa"]
+           "GQA_SDPA", "gqa_sdpa_attention", "install_gqa_sdpa", "CUDA_SDPA_BACKENDS", "sdpa_without_cudnn"]
 
 
 def cpu_has_native_bf16() -> bool:
@@ -307,3 +309,27 @@ def install_gqa_sdpa(model: Any) -> bool:
     if cfg._attn_implementation != GQA_SDPA:
         model.set_attn_implementation(GQA_SDPA)
     return cfg._attn_implementation == GQA_SDPA
+
+
+#: The attention kernels specot's passes may use on CUDA: every fused SDPA kernel except cuDNN's
+#: (priority as PyTorch's own order: flash, then memory-efficient, then the math fallback).
+CUDA_SDPA_BACKENDS = (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH)
+
+
+def sdpa_without_cudnn(device: torch.device | str) -> ContextManager[Any]:
+    """A context in which ``scaled_dot_product_attention`` on ``device`` uses
+    :data:`CUDA_SDPA_BACKENDS` (``torch.nn.attention.sdpa_kernel``: PyTorch's process-wide backend
+    flags, restored on exit); a no-op off CUDA.
+
+    Why: PyTorch's cuDNN attention, which it prefers on Hopper GPUs, builds an execution graph for
+    every (query length, key length) it has not met before, and decoding meets a new one at every
+    pass: each cache length, each draft length, each draft tree. On an H200 (session 27,
+    ``scripts/sdpa_shapes.py``) a pass of the 135 M target over a shape met for the first time took
+    54-62 ms with cuDNN (some over 500 ms), 18-21 ms on the second visit, and 17-20 ms on either visit
+    without it; the EAGLE drafter's steps, whose shapes grow the same way, went from 18-28 ms to
+    4-8 ms per draft. The kernels compute the same attention up to floating-point rounding, so this
+    changes no exactness guarantee (autoregressive decoding and verification run under the same
+    choice)."""
+    if torch.device(device).type != "cuda":
+        return contextlib.nullcontext()
+    return sdpa_kernel(list(CUDA_SDPA_BACKENDS), set_priority=True)

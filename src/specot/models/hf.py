@@ -22,7 +22,7 @@ from transformers import DynamicCache, StaticCache
 
 from .cache import crop_cache, is_static, keep_cache_positions
 from .chat import decode_tokens, encode_prompt
-from .device import install_gqa_sdpa, install_prepacked_linears, install_small_batch_head
+from .device import install_gqa_sdpa, install_prepacked_linears, install_small_batch_head, sdpa_without_cudnn
 
 __all__ = ["CausalLM", "tree_attention_mask"]
 
@@ -290,17 +290,18 @@ class CausalLM:
         they become graph outputs that the next replay overwrites (found on an H100: "accessing
         tensor output of CUDAGraphs that has been overwritten"). Long passes would also compile one
         graph per prompt length."""
-        if self._compiled is not None and cached > 0 and ids.shape[1] <= COMPILE_MAX_TOKENS:
-            try:
-                torch.compiler.cudagraph_mark_step_begin()  # a new step: earlier graph outputs may be reused
-                return self._compiled(input_ids=ids, **kwargs)
-            except Exception as exc:  # noqa: BLE001 - any compile failure: run eagerly from now on
-                warnings.warn(f"{self.name}: torch.compile of the decoding step failed ({type(exc).__name__}: "
-                              f"{str(exc).splitlines()[0] if str(exc) else ''}); running eagerly", RuntimeWarning,
-                              stacklevel=3)
-                self._compiled = None
-                crop_cache(self._cache, cached)
-        return self.model(input_ids=ids, **kwargs)
+        with sdpa_without_cudnn(ids.device):  # cuDNN attention re-plans at every new pass shape
+            if self._compiled is not None and cached > 0 and ids.shape[1] <= COMPILE_MAX_TOKENS:
+                try:
+                    torch.compiler.cudagraph_mark_step_begin()  # a new step: earlier graph outputs may be reused
+                    return self._compiled(input_ids=ids, **kwargs)
+                except Exception as exc:  # noqa: BLE001 - any compile failure: run eagerly from now on
+                    warnings.warn(f"{self.name}: torch.compile of the decoding step failed ({type(exc).__name__}: "
+                                  f"{str(exc).splitlines()[0] if str(exc) else ''}); running eagerly", RuntimeWarning,
+                                  stacklevel=3)
+                    self._compiled = None
+                    crop_cache(self._cache, cached)
+            return self.model(input_ids=ids, **kwargs)
 
     def _reuse_prefix(self, context: Sequence[int]) -> int:
         """Roll the cache back to the longest common prefix of the cached ids and ``context[:-1]``

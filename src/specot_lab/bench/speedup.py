@@ -73,6 +73,7 @@ from specot.theory import block_efficiency, expected_tokens
 from tqdm import tqdm
 from specot.api import auto_plan, decoding_plan, load_drafter, load_target
 from specot.envinfo import load_average
+from specot.models.device import sdpa_without_cudnn
 from ..corpus import describe_prompt_set
 
 __all__ = ["run_speedup_bench", "measure_cost_curve", "hf_generate", "Method"]
@@ -173,7 +174,7 @@ def hf_generate(model: Any, ids: Sequence[int], temperature: float, max_new_toke
         torch.manual_seed(seed)
         _sync(model.device)
         t0 = time.perf_counter()
-        with torch.inference_mode():
+        with torch.inference_mode(), sdpa_without_cudnn(model.device):  # the attention kernels specot's passes use
             out = model.generate(inp, attention_mask=torch.ones_like(inp), **kw)
         _sync(model.device)
         dt = time.perf_counter() - t0

@@ -32,6 +32,7 @@ from transformers import DynamicCache
 from tqdm import tqdm
 
 from specot.engine import make_generator
+from specot.models.device import sdpa_without_cudnn
 from specot.sampling import sample_categorical
 
 __all__ = ["generate_shards", "teacher_force_shards", "iter_shards", "shard_stats", "SampleConfig", "sample_batch",
@@ -130,8 +131,9 @@ def sample_batch(target: Any, prompts: Sequence[Sequence[int]], cfg: SampleConfi
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
     labels = cfg.top_k > 0
     cache = DynamicCache(config=model.config)
-    out = model(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev),
-                past_key_values=cache, use_cache=True, **({} if labels else {"logits_to_keep": 1}))
+    with sdpa_without_cudnn(dev):  # every decoding step is a new key length: cuDNN attention re-plans each
+        out = model(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev),
+                    past_key_values=cache, use_cache=True, **({} if labels else {"logits_to_keep": 1}))
     logits = out.logits[:, :, :vocab]  # [B, T, V] in the model's dtype ([B, 1, V] without labels)
     del out
     seq_tp: list[list[Tensor]] = [[] for _ in range(B)]
@@ -173,8 +175,9 @@ def sample_batch(target: Any, prompts: Sequence[Sequence[int]], cfg: SampleConfi
             alive = [alive[j] for j in keep_rows]
         mask = torch.cat([mask, torch.ones(len(alive), 1, dtype=mask.dtype)], dim=1)
         cur_pos = cur_pos + 1
-        out = model(input_ids=nxt.view(-1, 1).to(dev), attention_mask=mask.to(dev),
-                    position_ids=cur_pos.view(-1, 1).to(dev), past_key_values=cache, use_cache=True)
+        with sdpa_without_cudnn(dev):
+            out = model(input_ids=nxt.view(-1, 1).to(dev), attention_mask=mask.to(dev),
+                        position_ids=cur_pos.view(-1, 1).to(dev), past_key_values=cache, use_cache=True)
         last = out.logits[:, -1, :vocab].float()  # [B', V]
         if labels:
             tp1, ti1 = _topk(last, cfg.top_k)
@@ -200,7 +203,8 @@ def label_batch(target: Any, texts: Sequence[Sequence[int]], top_k: int = 32) ->
     dev = next(model.parameters()).device
     vocab = int(getattr(target, "vocab_size", 0) or model.config.vocab_size)
     ids, mask = right_padded(texts, pad)
-    out = model(input_ids=ids.to(dev), attention_mask=mask.to(dev), use_cache=False)
+    with sdpa_without_cudnn(dev):
+        out = model(input_ids=ids.to(dev), attention_mask=mask.to(dev), use_cache=False)
     tp, ti = _topk(out.logits[:, :, :vocab], top_k)
     return [{"ids": torch.tensor(list(t), dtype=torch.int32), "n_prompt": 0, "topk_ids": ti[b, : len(t) - 1].clone(),
              "topk_p": tp[b, : len(t) - 1].clone(), "kind": "text"} for b, t in enumerate(texts)]

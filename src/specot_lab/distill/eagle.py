@@ -39,6 +39,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from specot.drafting.eagle import Eagle3Head, EagleDrafter, _config_layers, eagle3_config
+from specot.models.device import sdpa_without_cudnn
 from tqdm import tqdm
 
 from .data import right_padded
@@ -176,7 +177,8 @@ def target_features(target_model: Any, ids: Sequence[int], layers: Sequence[int]
     next-token probabilities ``[T, V]`` (row t: after token t) and the last hidden state ``[T, H]``,
     all float32 whatever the target's dtype."""
     dev = next(target_model.parameters()).device
-    out = target_model(input_ids=torch.tensor([list(ids)], device=dev), output_hidden_states=True)
+    with sdpa_without_cudnn(dev):  # a new length per call: cuDNN attention would re-plan each
+        out = target_model(input_ids=torch.tensor([list(ids)], device=dev), output_hidden_states=True)
     hs = out.hidden_states
     return {"feats": torch.cat([hs[i][0] for i in layers], dim=-1).float(),
             "probs": torch.softmax(out.logits[0].float(), dim=-1),
@@ -214,7 +216,8 @@ def target_features_batch(target_model: Any, chunks: Sequence[Sequence[int]], la
     dev = next(target_model.parameters()).device
     ids, mask = right_padded(chunks, 0)
     ids, mask = ids.to(dev), mask.to(dev)
-    out = target_model(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+    with sdpa_without_cudnn(dev):
+        out = target_model(input_ids=ids, attention_mask=mask, output_hidden_states=True)
     hs = out.hidden_states
     logits = out.logits[:, 1:].index_select(-1, target_ids.to(dev))  # [B, T, V_d]
     return {"tokens": ids[:, 1:],
