@@ -14,6 +14,8 @@ runs even if an earlier one fails; each prints one line and all go to ``--out`` 
    near-ties; the first divergence is reported, not failed.
 4. **Sampling (T = 1) on CUDA** with an explicit CUDA ``torch.Generator`` for each drafter: runs,
    emits valid tokens; a CPU generator with a CUDA target is refused with one line.
+5. **No cuDNN attention**: the attention operators of a short ``suffix+eagle`` run (PyTorch's
+   profiler) include none of cuDNN's, which re-plans at every new pass shape (docs/engine.md).
 
     python scripts/cuda_check.py --out cuda_check.json
 """
@@ -129,6 +131,16 @@ def cpu_generator_refused(target: Any) -> dict[str, Any]:
     return {"ok": False, "message": "a CPU generator with a CUDA target was accepted"}
 
 
+def attention_kernels(target: Any) -> dict[str, Any]:
+    """The attention operators a short ``suffix+eagle`` tree run dispatches (target passes and the
+    EAGLE head): cuDNN's must not be among them (``specot.models.device.sdpa_without_cudnn``)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        generate(PROMPTS[0], target=target, draft="suffix+eagle", drafts=2, gamma=3, temperature=1.0,
+                 max_new_tokens=24, device=str(target.device), seed=0, cuda_graphs=False)
+    ops = sorted({e.key for e in prof.key_averages() if "attention" in e.key and e.key.startswith("aten::_")})
+    return {"ok": bool(ops) and not any("cudnn" in o for o in ops), "attention_ops": ops}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="cuda_check.json")
@@ -170,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
             for label, plan in PLANS:
                 check(f"sampling T=1 bf16: {label}", lambda: sampling_check(tgt, plan))
             check("a CPU generator with a CUDA target is refused", lambda: cpu_generator_refused(tgt))
+            check("bf16 attention kernels: no cuDNN", lambda: attention_kernels(tgt))
         if not args.skip_graphs and cuda:  # last: the static caches stay on the target afterwards
             for label, plan in (PLANS[0], PLANS[3], PLANS[5]):
                 check(f"greedy {dtype} CUDA graphs: {label}", lambda: greedy_check(tgt, plan, True, exact))
