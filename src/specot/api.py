@@ -677,7 +677,9 @@ def _check_target_source(target: Any) -> Any:
 #: itself; at T = 1 it lost on all three sets measured, and 2 x 3 has stayed the fastest shape
 #: there since session 9). In float32 (CPUs without native bf16) the same plan beat n-gram drafting
 #: in every cell of six sets once the head ran prepacked (docs/results.md "Session 23 runs"; with
-#: int8 weights it had lost). Elsewhere ``"ngram"``: on CUDA the plan was not measured.
+#: int8 weights it had lost). Elsewhere ``"ngram"``. On CUDA (an H200, eager, code prompts, session 27,
+#: docs/engine.md) the 2 x 3 EAGLE tree beat it at T = 0 (1.74x against 1.54x) and lost at T = 1
+#: (1.13x against 1.27x), on three prompts: not yet enough to change the rule.
 AUTO_HYBRID = "suffix+eagle"
 AUTO_TREE = (2, 3)
 AUTO_TREE_GREEDY = (3, 6)

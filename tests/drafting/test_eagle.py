@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+import specot._validation as validation
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -201,6 +202,34 @@ def test_q_rows_are_distributions_on_the_draft_vocabulary(law, verifier):
     assert len(dr.trees) > 1
     _check_trees(dr, target)
     assert all(t.law.value == law for t in dr.trees if t.size > 0)
+
+
+@pytest.mark.parametrize("law,verifier", [("wor", "rrs_wor"), ("iid", "kseq")])
+def test_drafting_runs_no_value_checks_on_its_own_laws(monkeypatch, law, verifier):
+    """q comes from standardize (or a mixture of such laws): checking its values again costs a
+    device sync per depth on CUDA. The samplers inside propose must skip them."""
+    target = _target()
+    dr = _recorder(target)
+    inside = []
+    real_check, real_propose = validation.check_prob_values, dr.propose
+
+    def check(p, name):
+        inside.append(getattr(dr, "_in_propose", False))
+        return real_check(p, name)
+
+    def propose(*a, **k):
+        dr._in_propose = True
+        try:
+            return real_propose(*a, **k)
+        finally:
+            dr._in_propose = False
+
+    monkeypatch.setattr(validation, "check_prob_values", check)
+    dr.propose = propose
+    cfg = GenerationConfig(max_new_tokens=20, sampling=SamplingConfig(1.0), seed=3)
+    tree_generate(target, dr, PROMPT, TreeSpec.topology(EAGLE_DEFAULT_TREE, law), cfg, verifier=verifier)
+    assert sum(t.size > 1 for t in dr.trees) > 2 and not any(inside)
+    _check_trees(dr, target)  # the q rows are still distributions on the draft vocabulary
 
 
 def test_q_rows_chain_and_top_k():

@@ -113,6 +113,7 @@ from torch import Tensor, nn
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding
 
+from .._validation import trusted_inputs
 from ..laws import DraftLaw, sample_drafts
 from ..models.device import install_prepacked_linears, prepacking_available, sdpa_without_cudnn
 from ..models.int8 import Int8Linear, quantize_linears_int8
@@ -929,7 +930,8 @@ class EagleDrafter(Drafter):
         if root is None:
             tree = DraftTree.root(context[-1])
         else:
-            tree = self._draft(context, root, spec, depth, sampling, generator)
+            with trusted_inputs():  # q from standardize (or a mixture of laws): no value checks, no syncs for them
+                tree = self._draft(context, root, spec, depth, sampling, generator)
         if tree.q is not None and tree.q.device.type == "cuda":
             torch.cuda.synchronize(tree.q.device)
         self.draft_time_s += time.perf_counter() - t0
