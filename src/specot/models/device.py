@@ -1,6 +1,7 @@
-"""Device and dtype choice: bf16 where the hardware has native bf16 matmuls, and CPU-friendly
-kernels for the few-row passes of speculative verification: the linear layers (oneDNN over
-weights reordered once), the output head and grouped-query attention."""
+"""Device and dtype choice: bf16 where the hardware has native bf16 matmuls, CPU-friendly
+kernels for the few-row passes of speculative verification (the linear layers on oneDNN over
+weights reordered once, the output head and grouped-query attention), and on CUDA the attention
+kernels that do not re-plan at every new pass shape (:func:`sdpa_without_cudnn`)."""
 
 from __future__ import annotations
 
