@@ -462,6 +462,27 @@ def test_checkpoint_round_trip_in_the_published_layout(tmp_path):
     assert isinstance(via_api, EagleDrafter)
 
 
+def test_loading_a_checkpoint_draws_no_random_weights(tmp_path, monkeypatch):
+    """Every weight of a loaded head comes from its checkpoint, so building the modules skips their
+    random initialization (transformers' no_init_weights): 40 ms of the shipped head's load."""
+    target = _target()
+    dr = _eagle(target)
+    dr.head.save_pretrained(tmp_path)
+    calls: list[str] = []
+    for name in ("kaiming_uniform_", "uniform_", "normal_"):
+        real = getattr(torch.nn.init, name)
+
+        def spy(*a, _real=real, _name=name, **k):
+            calls.append(_name)
+            return _real(*a, **k)
+
+        monkeypatch.setattr(torch.nn.init, name, spy)
+    loaded = EagleDrafter.from_pretrained(tmp_path, target)
+    assert calls == []
+    for k, v in dr.head.checkpoint_state().items():
+        assert torch.equal(loaded.head.checkpoint_state()[k], v), k
+
+
 def _speculators_checkpoint(path, dr, *, kind: str = "eagle3", fc_bias=None, extra=None,
                             layer_type: str = "llama") -> None:
     """``dr``'s head written in vLLM's ``speculators`` layout (config nested under

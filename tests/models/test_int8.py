@@ -27,6 +27,20 @@ def test_per_row_quantization_error_is_at_most_half_a_step():
     assert int(q.weight_int8.abs().amax(dim=1).min()) == 127  # every row uses the full range
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_quantization_leaves_the_layer_alone_and_rounds_to_nearest(dtype):
+    """from_linear works on a float32 copy in place: the source weight must stay as it was (a float32
+    weight's .float() is the weight itself), and the ids must be round(w / scale) clamped to ±127."""
+    lin = _linear(dtype=dtype, seed=3)
+    before = lin.weight.detach().clone()
+    q = Int8Linear.from_linear(lin)
+    assert torch.equal(lin.weight.detach(), before)
+    w = before.float()
+    scale = (w.abs().amax(dim=1) / 127.0).clamp_min(1e-12)
+    assert torch.equal(q.weight_int8, torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8))
+    assert torch.equal(q.scale, scale.to(dtype))
+
+
 @pytest.mark.parametrize("k", [64, 40])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_forward_is_the_dequantized_product_on_every_path(dtype, k):
