@@ -9,7 +9,9 @@
 #      compiles for minutes).
 #   2. Speed on code prompts at T = 0 and 1, eager, one run: autoregressive decoding, `auto`
 #      (n-gram on CUDA), `suffix` trees and `suffix+eagle` trees (the CPU's plan), and Hugging
-#      Face's prompt lookup, on 6 prompts. Which plan `auto` should pick on CUDA follows from it.
+#      Face's prompt lookup, on 6 prompts; EAGLE trees of 2 x 3 and 3 x 6 (on the launch-bound H200 a
+#      pass of 7 tokens cost what one of 5 did; the run's cost curve measures 19). Which plan `auto`
+#      should pick on CUDA follows from it.
 #   3. How fast the EAGLE data sampler runs on the GPU (scripts/sampling_speed.py, 64 prompts of
 #      about 300 tokens, 128 new tokens, with labels and ids only): it sizes the next training lease.
 #
@@ -38,7 +40,7 @@ echo "cuda_check exit $?"
 echo "== 2. speed on code prompts, T = 0 and 1, at most ${SPEED_S:-260} s"
 timeout "${SPEED_S:-260}" $PY -m specot.cli.main bench speedup --device "$DEVICE" --dtype auto \
   --prompts docs/bench/prompts_code.jsonl --n-prompts $N --max-new-tokens $TOK --temperatures 0,1 \
-  --gammas 4 --trees 2x3 --draft none --extra-drafts auto,suffix,suffix+eagle --threads 4 --no-progress \
+  --gammas 4 --trees 2x3,3x6 --draft none --extra-drafts auto,suffix,suffix+eagle --threads 4 --no-progress \
   --no-plots --out "$OUT/speedup_code" 2>&1 | tail -30
 echo "speedup exit $?"
 
