@@ -23,14 +23,10 @@ import torch
 
 import specot
 from specot.api import load_target
+from specot_lab.bench.script_io import device_sync
 
 PROMPTS = ("Write a Python function that checks whether a string is a palindrome.",
            "def merge_sorted(a, b):\n    \"\"\"Merge two sorted lists into one sorted list.\"\"\"\n")
-
-
-def _sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         for p in PROMPTS:
             rep = specot.generate(p, target=tgt, draft=draft, gamma=args.gamma, temperature=t, device=args.device,
                                   max_new_tokens=args.max_new_tokens, seed=0)
-        _sync(args.device)
+        device_sync(args.device)
         return rep
 
     for draft in args.drafts.split(","):

@@ -19,13 +19,8 @@ import torch
 from specot import make_generator
 from specot.api import load_target, pydoc_texts
 from specot.envinfo import environment_info, load_average
-from specot_lab.bench.script_io import write_record
+from specot_lab.bench.script_io import device_sync, write_record
 from specot_lab.distill.data import SampleConfig, sample_batch
-
-
-def _sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,10 +42,10 @@ def main(argv: list[str] | None = None) -> int:
     rows, answers = [], {}
     for top_k in (args.top_k, 0):
         cfg = SampleConfig(batch_size=len(prompts), max_new_tokens=args.max_new_tokens, top_k=top_k)
-        _sync(args.device)
+        device_sync(args.device)
         t = time.perf_counter()
         seqs = sample_batch(target, prompts, cfg, eos_ids=target.eos_token_ids, generator=make_generator(0, args.device))
-        _sync(args.device)
+        device_sync(args.device)
         dt = time.perf_counter() - t
         answers[top_k] = [s["ids"].tolist() for s in seqs]
         n_ans = sum(len(s["ids"]) - s["n_prompt"] for s in seqs)

@@ -14,7 +14,14 @@ import torch
 from specot.envinfo import environment_info, load_average
 
 
-__all__ = ["add_run_options", "target_continuation", "timed_run_fields", "write_record"]
+__all__ = ["add_run_options", "device_sync", "target_continuation", "timed_run_fields", "write_record"]
+
+
+def device_sync(device: Any) -> None:
+    """Wait for queued kernels on a CUDA ``device`` (host clocks time nothing of asynchronous work);
+    a no-op elsewhere."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def add_run_options(ap: argparse.ArgumentParser, *, sets: str, dtype: str = "auto", threads: int = 2) -> None:

@@ -62,6 +62,7 @@ import numpy as np
 import torch
 
 from .acceptance import BenchDraft, load_bench_draft, mean_ci
+from .script_io import device_sync
 from specot.drafting.eagle import EagleDrafter
 from specot.drafting.hybrid import HybridDrafter
 from specot.drafting.model import ModelDrafter
@@ -99,21 +100,15 @@ class Method:
     verifier: str | None = None
 
 
-def _sync(device: Any) -> None:
-    """Wait for queued kernels on a CUDA ``device`` (host clocks time nothing of asynchronous work)."""
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _pass_ms(model: Any, context_len: int, n: int, vocab: int, gen: torch.Generator) -> float:
     """Wall time (ms) of a rollback to ``context_len`` cached tokens plus one ``model`` pass over
     ``n`` random tokens (ids below ``vocab``), device-synchronised."""
     toks = torch.randint(0, vocab, (n,), generator=gen).tolist()
-    _sync(model.device)
+    device_sync(model.device)
     t0 = time.perf_counter()
     model.rollback(context_len)
     model.forward(toks)
-    _sync(model.device)
+    device_sync(model.device)
     return 1000.0 * (time.perf_counter() - t0)
 
 
@@ -172,11 +167,11 @@ def hf_generate(model: Any, ids: Sequence[int], temperature: float, max_new_toke
     inp = torch.tensor([list(ids)], dtype=torch.long, device=model.device)
     try:
         torch.manual_seed(seed)
-        _sync(model.device)
+        device_sync(model.device)
         t0 = time.perf_counter()
         with torch.inference_mode(), sdpa_without_cudnn(model.device):  # the attention kernels specot's passes use
             out = model.generate(inp, attention_mask=torch.ones_like(inp), **kw)
-        _sync(model.device)
+        device_sync(model.device)
         dt = time.perf_counter() - t0
     finally:
         h.remove()
