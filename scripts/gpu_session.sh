@@ -12,8 +12,11 @@
 #      Face's prompt lookup, on 6 prompts; EAGLE trees of 2 x 3 and 3 x 6 (on the launch-bound H200 a
 #      pass of 7 tokens cost what one of 5 did; the run's cost curve measures 19). Which plan `auto`
 #      should pick on CUDA follows from it.
-#   3. How fast the EAGLE data sampler runs on the GPU (scripts/sampling_speed.py, 64 prompts of
-#      about 300 tokens, 128 new tokens, with labels and ids only): it sizes the next training lease.
+#   3. What CUDA graphs would buy: one target pass of 1 and 8 tokens, eager against a captured
+#      torch.cuda.CUDAGraph over a StaticCache (scripts/graph_step.py).
+#   4. How fast the EAGLE data sampler runs on the GPU (scripts/sampling_speed.py, 64 prompts of
+#      about 300 tokens, 128 new tokens, with labels and ids only): it sizes the next training lease
+#      (SAMPLE_S=0 skips it).
 #
 # With scripts/device_kit.sh (here, once: `build`, then `slim` so the tree fits the carry):
 #   run carry=[.dev/p00]  : mkdir -p /tmp/g && cp .dev/p00 /tmp/g/
@@ -44,8 +47,14 @@ timeout "${SPEED_S:-260}" $PY -m specot.cli.main bench speedup --device "$DEVICE
   --no-plots --out "$OUT/speedup_code" 2>&1 | tail -30
 echo "speedup exit $?"
 
-echo "== 3. the EAGLE data sampler on the GPU, at most ${SAMPLE_S:-90} s"
+echo "== 3. what CUDA graphs would buy a target pass, at most ${GRAPH_S:-90} s"
+timeout "${GRAPH_S:-90}" $PY scripts/graph_step.py --device "$DEVICE" --out "$OUT/graph_step.json" 2>&1 | tail -5
+echo "graph_step exit $?"
+
+[ "${SAMPLE_S:-90}" = 0 ] || {
+echo "== 4. the EAGLE data sampler on the GPU, at most ${SAMPLE_S:-90} s"
 timeout "${SAMPLE_S:-90}" $PY scripts/sampling_speed.py --device "$DEVICE" --batch-size ${SAMPLE_B:-64} \
   --max-new-tokens $((TOK * 2)) --out "$OUT/sampling_speed.json" 2>&1 | tail -5
 echo "sampling exit $?"
+}
 ls -la "$OUT" "$OUT/speedup_code" 2>/dev/null
