@@ -8,8 +8,8 @@ runs even if an earlier one fails; each prints one line and all go to ``--out`` 
    chi-square, failing below p-value 1e-4 (so a correct verifier fails 1 time in 10 000 per check).
 2. **Greedy ≡ autoregressive in float32 on CUDA** for every drafter and draft shape (chains, draft
    trees, the n-gram and suffix drafters, the EAGLE head, an early-exit model draft), eager and
-   with CUDA graphs (``specot.generate(cuda_graphs=True)``): the speculative tokens must equal the
-   autoregressive tokens of the same run.
+   with CUDA graphs (``specot.generate(cuda_graphs=True)``, autoregressive decoding replayed from
+   graphs too): the speculative tokens must equal the autoregressive tokens of the same run.
 3. **bfloat16 on CUDA**: the same runs, which may part from autoregressive decoding only at
    near-ties; the first divergence is reported, not failed.
 4. **Sampling (T = 1) on CUDA** with an explicit CUDA ``torch.Generator`` for each drafter: runs,
@@ -144,7 +144,7 @@ def attention_kernels(target: Any) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="cuda_check.json")
-    ap.add_argument("--skip-graphs", action="store_true", help="leave out the CUDA-graph runs (slow first compile)")
+    ap.add_argument("--skip-graphs", action="store_true", help="leave out the CUDA-graph runs")
     ap.add_argument("--device", default="cuda", help="cuda (default); cpu only to dry-run this script")
     ap.add_argument("--only", default="", help="comma-separated parts of check names: run only the checks that "
                     "contain one (e.g. 'CUDA graphs,refused' when a lease is short)")
@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
             check("a CPU generator with a CUDA target is refused", lambda: cpu_generator_refused(tgt))
             check("bf16 attention kernels: no cuDNN", lambda: attention_kernels(tgt))
         if not args.skip_graphs and cuda:  # last: the static caches stay on the target afterwards
-            for label, plan in (PLANS[0], PLANS[3], PLANS[5]):
+            for label, plan in (PLANS[0], PLANS[3], PLANS[4], PLANS[5]):
                 check(f"greedy {dtype} CUDA graphs: {label}", lambda: greedy_check(tgt, plan, True, exact))
         tgt = None  # free the GPU memory before the next dtype
         _EARLY_EXIT.clear()

@@ -122,7 +122,7 @@ def _speedup(args: argparse.Namespace) -> int:
         prompt_set=args.prompts, temperatures=temps, gammas=gammas, trees=trees, tree_verifiers=vers,
         peers=not args.no_peers, max_new_tokens=args.max_new_tokens or (12 if quick else 64), seed=args.seed,
         dtype=args.dtype, cost_reps=2 if quick else 5, progress=not args.no_progress,
-        extra_drafts=[d for d in args.extra_drafts.split(",") if d], device=args.device)
+        extra_drafts=[d for d in args.extra_drafts.split(",") if d], device=args.device, cuda_graphs=args.cuda_graphs)
     res["command"] = _command(None)
     res["quick"] = quick
     return _finish(res, args, speedup_table(res))
@@ -186,6 +186,8 @@ def register(subparsers: Any) -> None:
                    "auto (one row: the default plan of specot generate at each temperature)")
     s.add_argument("--device", default="cpu", help="cpu (default), cuda or cuda:N: where the target and drafts run "
                    "(eager passes; the HF peers run there too)")
+    s.add_argument("--cuda-graphs", action="store_true", help="specot's rows (autoregressive included) replay the "
+                   "target's passes as CUDA graphs over a static KV cache; the HF peers stay eager")
     s.set_defaults(func=_speedup)
 
     r = sub.add_parser("results", aliases=["readme"],

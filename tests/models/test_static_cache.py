@@ -1,6 +1,9 @@
 """The static-cache mode of CausalLM (the CUDA-graph path, :meth:`CausalLM.use_static_cache`) on
 the CPU: the same logits as the dynamic cache after prefill, rollback, tree passes and in-place
-compaction, and greedy decoding identical to autoregressive decoding through the one loop."""
+compaction, and greedy decoding identical to autoregressive decoding through the one loop. With
+``cuda_graphs`` the passes are padded to :data:`GRAPH_WIDTHS` exactly as on CUDA and run eagerly
+here (what a graph replays is that same call over the same buffers), so these tests check the
+padding: no real query sees a padding token, the cache's length and positions stay right."""
 
 from __future__ import annotations
 
@@ -9,7 +12,10 @@ import torch
 
 from specot.drafting import ModelDrafter, TreeSpec
 from specot.engine import GenerationConfig, autoregressive_generate, speculative_generate, tree_generate
+from specot.drafting import EAGLE_DEFAULT_TREE, EagleDrafter
+from specot.engine import make_generator
 from specot.models import CausalLM
+from specot.models.hf import GRAPH_WIDTHS
 from specot.sampling import SamplingConfig
 
 from conftest import tiny_llama
@@ -17,13 +23,30 @@ from conftest import tiny_llama
 PROMPT = [1, 5, 3, 7, 2]
 
 
-def _pair(seed=0):
+def _pair(seed=0, graphs=False):
     model = tiny_llama(seed, dtype=torch.float64)
-    return CausalLM(model, name="dyn"), CausalLM(model, name="static").use_static_cache(64)
+    return CausalLM(model, name="dyn"), CausalLM(model, name="static").use_static_cache(64, cuda_graphs=graphs)
 
 
-def test_static_cache_matches_dynamic_cache_through_rollback_and_trees():
-    dyn, sta = _pair()
+def _spy_padding(monkeypatch, lm):
+    """Record (width, cache length before, after, id of the cache) of every padded pass of ``lm``."""
+    seen = []
+    real = CausalLM._padded_call
+
+    def spy(self, p):
+        out = real(self, p)
+        if self is lm:
+            seen.append((p.ids.shape[1], int(p.lens[0]), int(p.lens[1]), id(self._cache)))
+        return out
+
+    monkeypatch.setattr(CausalLM, "_padded_call", spy)
+    return seen
+
+
+@pytest.mark.parametrize("graphs", [False, True])
+def test_static_cache_matches_dynamic_cache_through_rollback_and_trees(graphs, monkeypatch):
+    dyn, sta = _pair(graphs=graphs)
+    seen = _spy_padding(monkeypatch, sta)
     for lm in (dyn, sta):
         lm.reset()
     a, b = dyn.logits_after(PROMPT, [4, 6, 8]), sta.logits_after(PROMPT, [4, 6, 8])
@@ -42,6 +65,8 @@ def test_static_cache_matches_dynamic_cache_through_rollback_and_trees():
         assert lm.cached_ids == PROMPT + [4, 9, 6, 5]
     torch.testing.assert_close(dyn.logits_after(PROMPT + [4, 9, 6, 5, 1], [2]),
                                sta.logits_after(PROMPT + [4, 9, 6, 5, 1], [2]))
+    # the prefill ran plain, the rest padded: 3 new tokens -> 4, the tree (1 context token + 4 nodes) -> 8, 2 -> 2
+    assert [w for w, *_ in seen] == ([4, 8, 2] if graphs else [])
 
 
 def test_static_cache_refuses_to_overflow():
@@ -52,10 +77,11 @@ def test_static_cache_refuses_to_overflow():
         sta.use_static_cache(10**9)
 
 
+@pytest.mark.parametrize("graphs", [False, True])
 @pytest.mark.parametrize("kind", ["chain", "tree"])
-def test_greedy_decoding_with_static_caches_equals_autoregressive(kind):
-    target = CausalLM(tiny_llama(0, dtype=torch.float32), name="t").use_static_cache(96)
-    draft = CausalLM(tiny_llama(1, dtype=torch.float32), name="d").use_static_cache(96)
+def test_greedy_decoding_with_static_caches_equals_autoregressive(kind, graphs):
+    target = CausalLM(tiny_llama(0, dtype=torch.float32), name="t").use_static_cache(160, cuda_graphs=graphs)
+    draft = CausalLM(tiny_llama(1, dtype=torch.float32), name="d").use_static_cache(160, cuda_graphs=graphs)
     cfg = GenerationConfig(max_new_tokens=24, gamma=3, sampling=SamplingConfig(0.0))
     ar = autoregressive_generate(CausalLM(target.model, name="ref"), PROMPT, cfg)
     if kind == "chain":
@@ -65,26 +91,67 @@ def test_greedy_decoding_with_static_caches_equals_autoregressive(kind):
     assert res.tokens == ar.tokens
 
 
-def test_compiled_passes_never_allocate_the_static_cache():
+@pytest.mark.parametrize("kind", ["chain", "tree"])
+def test_eagle_reads_the_same_features_through_padded_passes(kind):
+    """An EAGLE drafter reads the target's hidden states from the padded passes: greedy output is
+    autoregressive decoding, and at T = 1 the same generator draws the same tokens as over a plain
+    dynamic cache (the padding changes no real row)."""
+    model = tiny_llama(0, dtype=torch.float64, layers=4)
+    plain = CausalLM(model, name="plain")
+    padded = CausalLM(model, name="padded").use_static_cache(160, cuda_graphs=True)
+    spec = TreeSpec.topology(EAGLE_DEFAULT_TREE, "greedy") if kind == "tree" else None
+
+    def run(target, temperature):
+        drafter = EagleDrafter.random(target, draft_vocab=[1, 2, 3, 5, 7, 8, 9, 11, 12, 14], seed=1, scale=5.0)
+        cfg = GenerationConfig(max_new_tokens=30, gamma=3, sampling=SamplingConfig(temperature), stop_at_eos=False)
+        gen = make_generator(7)
+        if spec is None:
+            return speculative_generate(target, drafter, PROMPT, cfg, generator=gen)
+        return tree_generate(target, drafter, PROMPT, spec, cfg, verifier="greedy", generator=gen)
+
+    assert run(padded, 0.0).tokens == autoregressive_generate(plain, PROMPT, GenerationConfig(
+        max_new_tokens=30, sampling=SamplingConfig(0.0), stop_at_eos=False)).tokens
+    a, b = run(plain, 1.0), run(padded, 1.0)
+    assert a.tokens == b.tokens and a.stats.accepted == b.stats.accepted > 0
+
+
+def test_padded_passes_never_allocate_the_static_cache_and_keep_its_length(monkeypatch):
     """The CUDA-graph path (found on an H100): a static cache allocated inside a captured graph
-    becomes a graph output that the next replay overwrites. Prefills must run eagerly, so the
-    compiled step only ever sees an allocated cache, and a new sequence reuses the same buffers."""
-    target = CausalLM(tiny_llama(0, dtype=torch.float32), name="t").use_static_cache(96)
-    seen = []
+    becomes a graph output that the next replay overwrites. Prefills run plain, so every padded
+    pass meets an allocated cache; a new sequence reuses the same buffers; each pass is padded to
+    the smallest width that holds it and leaves the cache at the real length, not the padded one."""
+    target = CausalLM(tiny_llama(0, dtype=torch.float32), name="t").use_static_cache(160, cuda_graphs=True)
+    seen = _spy_padding(monkeypatch, target)
+    lengths = []
+    real_forward = CausalLM.forward
 
-    def spy(**kwargs):  # stands in for torch.compile(model.forward): records the cache it was given
-        cache = kwargs["past_key_values"]
-        seen.append((kwargs["input_ids"].shape[1], all(layer.is_initialized for layer in cache.layers), id(cache)))
-        return target.model(**kwargs)
+    def forward(self, tokens, **kw):
+        out = real_forward(self, tokens, **kw)
+        if self is target:
+            lengths.append((len(tokens), int(self._cache.get_seq_length()), len(self.cached_ids)))
+        return out
 
-    target._compiled = spy
+    monkeypatch.setattr(CausalLM, "forward", forward)
     draft = CausalLM(tiny_llama(1, dtype=torch.float32), name="d")
     cfg = GenerationConfig(max_new_tokens=16, gamma=3, sampling=SamplingConfig(0.0))
-    ar = autoregressive_generate(CausalLM(target.model, name="ref"), PROMPT, cfg)
     first = speculative_generate(target, ModelDrafter(draft), PROMPT, cfg)
     second = speculative_generate(target, ModelDrafter(draft), [2] + PROMPT, cfg)
-    assert first.tokens == ar.tokens
+    assert first.tokens == autoregressive_generate(CausalLM(target.model, name="ref"), PROMPT, cfg).tokens
     assert second.tokens == autoregressive_generate(CausalLM(target.model, name="ref"), [2] + PROMPT, cfg).tokens
-    assert seen and all(ok for _, ok, _ in seen)  # no compiled pass met an unallocated cache
-    assert all(t <= 4 for t, _, _ in seen)  # the prefills (5 and 6 tokens here) ran eagerly
-    assert len({c for _, _, c in seen}) == 1  # one cache, reused across sequences (graph addresses stay valid)
+    assert seen and all(w in GRAPH_WIDTHS and before > 0 for w, before, _, _ in seen)
+    assert all(after - before <= w and (after - before) * 2 > w or w == 1 for w, before, after, _ in seen)
+    assert len({c for *_, c in seen}) == 1  # one cache, reused across sequences (graph addresses stay valid)
+    assert len(seen) == sum(1 for t, _, _ in lengths if t <= GRAPH_WIDTHS[-1]) - 2  # all but the two prefills
+    assert all(cache_len == ids for _, cache_len, ids in lengths)  # the real length, never the padded one
+
+
+def test_padding_falls_back_to_plain_passes_without_room(monkeypatch):
+    """A pass whose padded width would overrun the static cache runs unpadded: still exact."""
+    dyn, sta = _pair(graphs=True)
+    seen = _spy_padding(monkeypatch, sta)
+    ctx = list(range(1, 16)) * 4  # 60 of the 64 slots
+    a, b = dyn.logits_after(ctx[:-3], [1, 2, 3]), sta.logits_after(ctx[:-3], [1, 2, 3])
+    torch.testing.assert_close(a, b)
+    a, b = dyn.logits_after(ctx + [4], [5, 6]), sta.logits_after(ctx + [4], [5, 6])  # 3 new tokens at 60: 4 > room
+    torch.testing.assert_close(a, b)
+    assert seen == []

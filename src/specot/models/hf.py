@@ -24,11 +24,11 @@ from .cache import crop_cache, is_static, keep_cache_positions
 from .chat import decode_tokens, encode_prompt
 from .device import install_gqa_sdpa, install_prepacked_linears, install_small_batch_head, sdpa_without_cudnn
 
-__all__ = ["CausalLM", "tree_attention_mask"]
+__all__ = ["CausalLM", "GRAPH_WIDTHS", "tree_attention_mask"]
 
-#: Passes of more new tokens than this run eagerly under :meth:`CausalLM.use_static_cache`
-#: (prompt prefills; compiling them would capture one CUDA graph per prompt length).
-COMPILE_MAX_TOKENS = 64
+#: The widths (new tokens per pass) that :meth:`CausalLM.use_static_cache` with ``cuda_graphs``
+#: pads a pass to: one captured CUDA graph each. Wider passes (prompt prefills) run eagerly.
+GRAPH_WIDTHS = (1, 2, 4, 8, 16, 32, 64)
 
 
 def tree_attention_mask(visible: Tensor, dtype: torch.dtype) -> Tensor:
@@ -36,6 +36,26 @@ def tree_attention_mask(visible: Tensor, dtype: torch.dtype) -> Tensor:
     may attend, the dtype's most negative finite value elsewhere (as transformers' own masks)."""
     fill = torch.finfo(dtype).min
     return torch.zeros(visible.shape, dtype=dtype, device=visible.device).masked_fill(~visible, fill)[None, None]
+
+
+@dataclass
+class _PaddedPass:
+    """The static buffers of one padded pass width (:meth:`CausalLM.use_static_cache`), and its
+    captured CUDA graph once captured."""
+
+    ids: Tensor  # [1, W] int64 token ids, the real ones first
+    pos: Tensor  # [1, W] int64 position ids
+    mask: Tensor  # [1, 1, W, S] additive attention mask over the S static cache slots, the model's dtype
+    lens: Tensor  # [2] int64: the cache's running length before and after the pass
+    hidden: bool  # whether the pass returns the hidden states (an EAGLE drafter reads them)
+    graph: Any = None  # torch.cuda.CUDAGraph, on CUDA after the first pass
+    out: Any = None  # the captured graph's outputs: logits [W, V] and hidden states, static buffers
+
+    @classmethod
+    def empty(cls, width: int, slots: int, dtype: torch.dtype, device: torch.device, hidden: bool) -> "_PaddedPass":
+        z = dict(dtype=torch.int64, device=device)
+        return cls(torch.zeros(1, width, **z), torch.zeros(1, width, **z),
+                   torch.zeros(1, 1, width, slots, dtype=dtype, device=device), torch.zeros(2, **z), hidden)
 
 
 @dataclass
@@ -68,7 +88,9 @@ class CausalLM:
     forward_calls: int = 0
     static_cache_len: int | None = None
     _time_s: float = field(default=0.0, repr=False)
-    _compiled: Any = field(default=None, repr=False)
+    # padded passes (use_static_cache(cuda_graphs=True)): width -> _PaddedPass; None = plain passes
+    _graphs: dict[tuple[int, bool], "_PaddedPass"] | None = field(default=None, repr=False)
+    _graph_pool: Any = field(default=None, repr=False)
     _events: list[Any] = field(default_factory=list, repr=False)
     last_hidden: Tensor | None = field(default=None, repr=False)
     _cache: Any = field(default=None, repr=False)
@@ -102,17 +124,29 @@ class CausalLM:
             install_small_batch_head(self.model)  # where oneDNN is missing: a faster float32 head for 2–32 rows
             install_gqa_sdpa(self.model)  # masked multi-token passes without copying K/V per head group
 
-    def use_static_cache(self, max_len: int, *, compile: bool = False) -> "CausalLM":
-        """Decode over a fixed-size ``StaticCache`` of ``max_len`` positions and, with ``compile``,
-        run every forward pass through ``torch.compile(mode="reduce-overhead")`` — CUDA graphs on a
-        GPU, one graph per pass shape (1-token steps, (γ+1)-token verification passes), as gpt-fast
-        and transformers' static-cache generation do. Rollback moves the cache's running length
-        back; compaction moves entries in place. Off by default, on every device (on the CPU
-        attention would span all ``max_len`` slots); ``specot.generate(cuda_graphs=True)`` turns it
-        on. Each new pass shape compiles first (minutes in all on an H100, docs/engine.md). If
-        compilation fails at run time the wrapper warns once and runs eagerly. The cache's buffers are made by
-        the first pass and kept across sequences (captured graphs hold their addresses): call this
-        again after moving the model to another device or dtype.
+    def use_static_cache(self, max_len: int, *, cuda_graphs: bool = False) -> "CausalLM":
+        """Decode over a fixed-size ``StaticCache`` of ``max_len`` positions and, with
+        ``cuda_graphs``, run every pass of at most 64 new tokens after the prefill as a captured CUDA
+        graph, as gpt-fast, vLLM and EAGLE's own code do: a pass of ``T`` new tokens is padded to
+        the next width of :data:`GRAPH_WIDTHS` (one graph per width, captured with
+        ``torch.cuda.CUDAGraph`` at its first use in tens of milliseconds; no ``torch.compile``), with
+        static buffers for the ids ``[1, W]``, position ids ``[1, W]`` and an additive attention
+        mask ``[1, 1, W, max_len]``. The ``W - T`` padding queries come after the real ones, which
+        never see them; their keys and values land in slots past the cache's new length, which
+        later passes overwrite. Only the real rows are returned.
+
+        Why: a pass of a small target is bound by kernel launches on a GPU. On an H200 the 135 M
+        embedded target's 1-token pass took 19.4 ms eagerly and 4.0 ms replayed, an 8-token pass
+        19.9 and 4.2 ms, the replayed logits bit-identical to the eager pass's
+        (``scripts/graph_step.py``, docs/engine.md).
+
+        Off CUDA the same padded passes run eagerly (that is how the CPU tests check them). If a
+        capture fails the wrapper warns once and runs plain eager passes from then on. Off by
+        default; ``specot.generate(cuda_graphs=True)`` turns it on. Rollback moves the cache's
+        running length back; compaction moves entries in place. The cache's buffers are made by the
+        first pass and kept across sequences (captured graphs hold their addresses): call this again
+        after moving the model to another device or dtype. Padding needs room: a pass whose padded
+        width would overrun ``max_len`` runs unpadded and eagerly.
 
         Raises:
             ValueError: ``max_len`` below 2 or above the model's context.
@@ -120,7 +154,8 @@ class CausalLM:
         if not 2 <= int(max_len) <= self.max_context:
             raise ValueError(f"static cache length {max_len} must lie in [2, {self.max_context}] (the model's context)")
         self.static_cache_len = int(max_len)
-        self._compiled = torch.compile(self.model.forward, mode="reduce-overhead", dynamic=False) if compile else None
+        self._graphs = {} if cuda_graphs else None
+        self._graph_pool = None
         self._cache = None  # a cache of the new length is made by the next pass
         self.reset()
         return self
@@ -247,25 +282,34 @@ class CausalLM:
         if self._cache is None:
             self._cache = (StaticCache(config=self.model.config, max_cache_len=self.static_cache_len)
                            if self.static_cache_len is not None else DynamicCache(config=self.model.config))
-        kwargs: dict[str, Any] = {"past_key_values": self._cache, "use_cache": True}
-        if position_ids is not None:
-            kwargs["position_ids"] = position_ids.reshape(1, -1).to(self.device)
-        if attention_mask is not None:
-            kwargs["attention_mask"] = attention_mask.to(self.device)
-        if last is not None and self._keeps_logits and 0 < last < ids.shape[1]:
-            kwargs["logits_to_keep"] = int(last)
-        if hidden_layers is not None:
-            kwargs["output_hidden_states"] = True
         start = time.perf_counter()
         if ids.device.type == "cuda":
             start_ev = torch.cuda.Event(enable_timing=True)
             start_ev.record()
-        out = self._run(ids, kwargs, C)
-        rows = out.logits[0, :, : self.vocab_size]  # [T, V], or [last, V] with logits_to_keep
-        logits = (rows[-last:] if last is not None else rows).float()  # cast only the rows returned
-        if self._compiled is not None:  # CUDA-graph outputs live in buffers the next replay overwrites
-            logits = logits.clone()
-        self.last_hidden = (torch.cat([out.hidden_states[i][0] for i in hidden_layers], dim=-1)  # [T, L·H]
+        width = self._graph_width(ids.shape[1], C)
+        padded = self._run_padded(ids, position_ids, attention_mask, C, width, hidden_layers is not None) \
+            if width is not None else None
+        if padded is not None:
+            rows_all, hidden = padded  # views into static buffers that the next pass overwrites
+        else:
+            kwargs: dict[str, Any] = {"past_key_values": self._cache, "use_cache": True}
+            if position_ids is not None:
+                kwargs["position_ids"] = position_ids.reshape(1, -1).to(self.device)
+            if attention_mask is not None:
+                kwargs["attention_mask"] = attention_mask.to(self.device)
+            if last is not None and self._keeps_logits and 0 < last < ids.shape[1]:
+                kwargs["logits_to_keep"] = int(last)
+            if hidden_layers is not None:
+                kwargs["output_hidden_states"] = True
+            with sdpa_without_cudnn(ids.device):  # cuDNN attention re-plans at every new pass shape
+                out = self.model(input_ids=ids, **kwargs)
+            self._cache = out.past_key_values
+            rows_all, hidden = out.logits[0], out.hidden_states
+        rows = rows_all[:, : self.vocab_size]  # [T, V], or [last, V] with logits_to_keep
+        rows = rows[-last:] if last is not None else rows
+        # cast only the rows returned; a padded pass's rows are copied out of its static buffer
+        logits = rows.clone() if padded is not None and rows.dtype == torch.float32 else rows.float()
+        self.last_hidden = (torch.cat([hidden[i][0] for i in hidden_layers], dim=-1)  # [T, L·H]
                             if hidden_layers is not None else None)
         if logits.device.type == "cuda":  # GPU-side span of the pass, read back lazily (no host sync here)
             end = torch.cuda.Event(enable_timing=True)
@@ -274,34 +318,103 @@ class CausalLM:
         else:
             self._time_s += time.perf_counter() - start
         self.forward_calls += 1
-        self._cache = out.past_key_values
         if ids.device.type == "cpu":
             self._cached_ids.extend(ids[0].tolist())
         else:
             self._pending.append(ids[0])
         return logits
 
-    def _run(self, ids: Tensor, kwargs: dict[str, Any], cached: int) -> Any:
-        """One model call, compiled when :meth:`use_static_cache` asked for it (eager fallback).
+    # ----------------------------------------------------------------- padded passes (CUDA graphs)
+    def _graph_width(self, T: int, cached: int) -> int | None:
+        """The width a pass of ``T`` new tokens after ``cached`` positions is padded to, or ``None``
+        for a plain eager pass: graphs off, the prefill (the static cache allocates its buffers at
+        its first update; allocated inside a captured graph they would become graph outputs that
+        the next replay overwrites), wider than :data:`GRAPH_WIDTHS`, or no room for the padding."""
+        if self._graphs is None or cached == 0 or self._cache is None or T > GRAPH_WIDTHS[-1]:
+            return None
+        W = next(w for w in GRAPH_WIDTHS if w >= T)
+        return W if cached + W <= int(self.static_cache_len or 0) else None
 
-        Passes over an empty cache (the prefill) and passes longer than :data:`COMPILE_MAX_TOKENS`
-        run eagerly: the static cache allocates its buffers on its first update, and transformers
-        pins them as static addresses only outside a compiled region. Allocated inside a CUDA graph
-        they become graph outputs that the next replay overwrites (found on an H100: "accessing
-        tensor output of CUDAGraphs that has been overwritten"). Long passes would also compile one
-        graph per prompt length."""
-        with sdpa_without_cudnn(ids.device):  # cuDNN attention re-plans at every new pass shape
-            if self._compiled is not None and cached > 0 and ids.shape[1] <= COMPILE_MAX_TOKENS:
-                try:
-                    torch.compiler.cudagraph_mark_step_begin()  # a new step: earlier graph outputs may be reused
-                    return self._compiled(input_ids=ids, **kwargs)
-                except Exception as exc:  # noqa: BLE001 - any compile failure: run eagerly from now on
-                    warnings.warn(f"{self.name}: torch.compile of the decoding step failed ({type(exc).__name__}: "
-                                  f"{str(exc).splitlines()[0] if str(exc) else ''}); running eagerly", RuntimeWarning,
-                                  stacklevel=3)
-                    self._compiled = None
-                    crop_cache(self._cache, cached)
-            return self.model(input_ids=ids, **kwargs)
+    def _set_cache_length(self, length: Tensor | int) -> None:
+        """Set every layer's running length of the static cache (a device op: no host sync)."""
+        for layer in self._cache.layers:
+            if isinstance(length, Tensor):
+                layer.cumulative_length.copy_(length)
+            else:
+                layer.cumulative_length.fill_(length)
+
+    def _padded_call(self, p: "_PaddedPass") -> tuple[Tensor, Any]:
+        """The model over ``p``'s static buffers: the cache's length set to ``p.lens[0]`` before
+        and to ``p.lens[1]`` after, inside what a graph captures. Returns logits ``[W, V]`` and the
+        hidden states (a tuple of ``[1, W, H]``, or ``None``)."""
+        self._set_cache_length(p.lens[0])
+        out = self.model(input_ids=p.ids, position_ids=p.pos, attention_mask=p.mask, past_key_values=self._cache,
+                         use_cache=True, output_hidden_states=p.hidden)
+        self._set_cache_length(p.lens[1])
+        return out.logits[0], (out.hidden_states if p.hidden else None)
+
+    def _run_padded(self, ids: Tensor, position_ids: Tensor | None, attention_mask: Tensor | None, cached: int,
+                    width: int, hidden: bool) -> tuple[Tensor, Any] | None:
+        """One pass of ``ids [1, T]`` padded to ``width`` (:meth:`use_static_cache`): replayed
+        from its CUDA graph (captured at the first pass of this width), eagerly off CUDA. Returns
+        the real rows (logits ``[T, V]``, hidden states), or ``None`` after a failed capture (the
+        caller then runs a plain pass)."""
+        T, dev, S = ids.shape[1], ids.device, int(self.static_cache_len or 0)
+        p = self._graphs.get((width, hidden)) if self._graphs is not None else None
+        if p is None:
+            p = _PaddedPass.empty(width, S, self.dtype, dev, hidden)
+        p.ids[:, :T].copy_(ids)
+        pos = (position_ids.reshape(1, -1).to(dev) if position_ids is not None
+               else torch.arange(cached, cached + T, device=dev)[None])  # [1, T]
+        p.pos[:, :T].copy_(pos)
+        p.pos[:, T:].copy_(pos[:, -1:].expand(1, width - T))  # padding: any valid position
+        if attention_mask is not None:
+            p.mask[:, :, :T].copy_(attention_mask)
+        else:  # causal over the cached positions
+            visible = torch.arange(S, device=dev)[None, :] <= torch.arange(cached, cached + T, device=dev)[:, None]
+            p.mask[:, :, :T].copy_(tree_attention_mask(visible, self.dtype))
+        p.mask[:, :, T:].zero_()  # padding queries see every slot; no real query sees them
+        p.lens[0].fill_(cached)
+        p.lens[1].fill_(cached + T)  # the padding's keys and values lie past the new length
+        with sdpa_without_cudnn(dev):  # cuDNN attention re-plans at every new pass shape
+            if dev.type != "cuda":
+                logits, states = self._padded_call(p)
+            else:
+                if p.graph is None and not self._capture(p, cached):
+                    return None
+                p.graph.replay()
+                logits, states = p.out
+        if self._graphs is not None:
+            self._graphs[(width, hidden)] = p
+        return logits[:T], (tuple(h[:, :T] for h in states) if states is not None else None)
+
+    def _capture(self, p: "_PaddedPass", cached: int) -> bool:
+        """Capture ``p``'s pass as a CUDA graph (after two warm-up passes on a side stream, as
+        ``torch.cuda.graphs`` asks; they compute the same pass). All graphs share one memory pool:
+        passes run one at a time and their outputs are copied out before the next. On failure:
+        warn once, restore the cache's length and run plain passes from now on (``False``)."""
+        try:
+            dev = p.ids.device
+            side = torch.cuda.Stream(device=dev)
+            side.wait_stream(torch.cuda.current_stream(dev))
+            with torch.cuda.stream(side):
+                for _ in range(2):
+                    self._padded_call(p)
+            torch.cuda.current_stream(dev).wait_stream(side)
+            if self._graph_pool is None:
+                self._graph_pool = torch.cuda.graph_pool_handle()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self._graph_pool):
+                out = self._padded_call(p)
+            p.graph, p.out = graph, out
+            return True
+        except Exception as exc:  # noqa: BLE001 - any capture failure: plain eager passes from now on
+            warnings.warn(f"{self.name}: capturing a CUDA graph of a {p.ids.shape[1]}-token pass failed "
+                          f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); running eagerly",
+                          RuntimeWarning, stacklevel=4)
+            self._graphs = None
+            self._set_cache_length(cached)
+            return False
 
     def _reuse_prefix(self, context: Sequence[int]) -> int:
         """Roll the cache back to the longest common prefix of the cached ids and ``context[:-1]``

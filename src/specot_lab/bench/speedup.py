@@ -75,6 +75,7 @@ from tqdm import tqdm
 from specot.api import auto_plan, decoding_plan, load_drafter, load_target
 from specot.envinfo import load_average
 from specot.models.device import sdpa_without_cudnn
+from specot.models.hf import GRAPH_WIDTHS
 from ..corpus import describe_prompt_set
 
 __all__ = ["run_speedup_bench", "measure_cost_curve", "hf_generate", "Method"]
@@ -312,11 +313,11 @@ def run_speedup_bench(*, target: Any = None, draft: str | BenchDraft | None = "d
                       tree_verifiers: Sequence[str] = ("kseq", "rrs_wor", "greedy"), peers: bool = True,
                       max_new_tokens: int = 64, seed: int = 0, dtype: str = "float32", cost_reps: int = 5,
                       progress: bool = True, log: Any = sys.stderr, extra_drafts: Sequence[str] = (),
-                      device: str = "cpu") -> dict[str, Any]:
+                      device: str = "cpu", cuda_graphs: bool = False) -> dict[str, Any]:
     """Run the speedup benchmark (module docstring) with the target on ``device``; returns the
-    JSON-ready dict."""
-
-
+    JSON-ready dict. With ``cuda_graphs`` every specot row (autoregressive decoding included) runs
+    the target over a static KV cache with its passes replayed as CUDA graphs
+    (:meth:`specot.models.CausalLM.use_static_cache`); the Hugging Face rows stay eager."""
     t_start = time.perf_counter()
     load_start = load_average()
     tgt = load_target(target, dtype=dtype, device=device)
@@ -327,6 +328,9 @@ def run_speedup_bench(*, target: Any = None, draft: str | BenchDraft | None = "d
             print(f"[bench speedup] no draft model: {bd.reason}; running the n-gram and AR rows only", file=log)
     ngram = load_drafter("ngram", tgt, ngram_corpus="pydoc") if tgt.tokenizer is not None else load_drafter("ngram", tgt, ngram_corpus=None)
     encoded = [tgt.encode_prompt(p) if isinstance(p, str) and tgt.tokenizer is not None else list(p) for p in prompts]
+    if cuda_graphs:  # room for the longest prompt, the output, a draft tree and the padding of a pass
+        span = max(map(len, encoded)) + max_new_tokens + 128 + 2 * GRAPH_WIDTHS[-1]
+        tgt.use_static_cache(min(span, tgt.max_context), cuda_graphs=True)
     peers = bool(peers and hasattr(tgt.model, "generate"))
     methods = _build_methods(tgt, ngram, bd, gammas, trees, tree_verifiers, peers, max_new_tokens, extra_drafts)
 
@@ -407,6 +411,7 @@ def run_speedup_bench(*, target: Any = None, draft: str | BenchDraft | None = "d
         "seed": seed,
         "peers": bool(peers),
         "torch_threads": torch.get_num_threads(),
+        "cuda_graphs": bool(cuda_graphs),
         "cost_curve": cost,
         "rows": rows,
         "load_avg_start": load_start,
