@@ -10,6 +10,9 @@
 #      autoregressive decoding included, replays the target's passes as CUDA graphs; the HF rows
 #      stay eager (they anchor this run to an eager one).
 #   3. scripts/graph_step.py: one pass of 1 and 8 tokens, eager against replayed.
+#   4. `make demo`'s command on the GPU with its defaults (CUDA graphs on, draft auto), at the
+#      default temperature and at T = 0 (DEMO_S=0 skips it).
+# SET picks the prompt set of part 2 (default the code prompts); CHECK_S=0 / GRAPH_S=0 skip parts 1 / 3.
 # Dry run on a CPU: DEVICE=cpu QUICK=1 OUT=/tmp/o bash scripts/gpu_graphs.sh
 set -uo pipefail
 if [ -f /tmp/env.sh ]; then source /tmp/env.sh; else cd "$(dirname "$0")/.."; fi
@@ -21,19 +24,30 @@ if [ -n "${QUICK:-}" ]; then N=1; TOK=8; else N=${N:-6}; TOK=64; fi
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv > "$OUT/gpu.txt" 2>&1 || true
 
 echo "== 1. CUDA-graph checks, at most ${CHECK_S:-150} s"
-if [ "$DEVICE" = cpu ]; then echo "(skipped on a CPU: cuda_check runs graphs on CUDA only)"; else
+if [ "$DEVICE" = cpu ] || [ "${CHECK_S:-150}" = 0 ]; then echo "(skipped)"; else
 timeout "${CHECK_S:-150}" $PY scripts/cuda_check.py --device "$DEVICE" --only "CUDA graphs" \
   --out "$OUT/cuda_check_graphs.json" 2>&1 | tail -12
 echo "cuda_check exit $?"; fi
 
 echo "== 2. speed with CUDA graphs, code prompts, T = 0 and 1, at most ${SPEED_S:-240} s"
 timeout "${SPEED_S:-240}" $PY -m specot.cli.main bench speedup --device "$DEVICE" --dtype auto --cuda-graphs \
-  --prompts docs/bench/prompts_code.jsonl --n-prompts $N --max-new-tokens $TOK --temperatures 0,1 \
+  --prompts "${SET:-docs/bench/prompts_code.jsonl}" --n-prompts $N --max-new-tokens $TOK --temperatures 0,1 \
   --gammas 4 --trees 2x3,3x6 --draft none --extra-drafts auto,suffix,suffix+eagle --threads 4 --no-progress \
-  --no-plots --out "$OUT/speedup_code_graphs" 2>&1 | tail -30
+  --no-plots --out "$OUT/speedup_graphs_$(basename "${SET:-prompts_code}" .jsonl)" 2>&1 | tail -30
 echo "speedup exit $?"
 
+[ "${GRAPH_S:-60}" = 0 ] || {
 echo "== 3. one pass, eager against replayed, at most ${GRAPH_S:-60} s"
 timeout "${GRAPH_S:-60}" $PY scripts/graph_step.py --device "$DEVICE" --out "$OUT/graph_step.json" 2>&1 | tail -3
 echo "graph_step exit $?"
+}
+
+[ "${DEMO_S:-60}" = 0 ] || {
+echo "== 4. make demo's command on $DEVICE, defaults, then T = 0, at most ${DEMO_S:-60} s each"
+DEMO_PROMPT=$(sed -n 's/^DEMO_PROMPT *?*:*= *//p' Makefile 2>/dev/null | head -1)
+for extra in "" "--temperature 0"; do
+  timeout "${DEMO_S:-60}" $PY -m specot.cli.main generate --prompt "${DEMO_PROMPT:-Explain in two sentences what a Python generator is.}" \
+    --device "$DEVICE" --max-new-tokens $((TOK + TOK / 2)) --baseline --repeats 5 $extra 2>&1 | tail -4
+done
+}
 ls -la "$OUT" 2>/dev/null

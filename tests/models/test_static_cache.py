@@ -10,6 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+import specot
+
 from specot.drafting import ModelDrafter, TreeSpec
 from specot.engine import GenerationConfig, autoregressive_generate, speculative_generate, tree_generate
 from specot.drafting import EAGLE_DEFAULT_TREE, EagleDrafter
@@ -155,3 +157,16 @@ def test_padding_falls_back_to_plain_passes_without_room(monkeypatch):
     a, b = dyn.logits_after(ctx + [4], [5, 6]), sta.logits_after(ctx + [4], [5, 6])  # 3 new tokens at 60: 4 > room
     torch.testing.assert_close(a, b)
     assert seen == []
+
+
+def test_generate_turns_graphs_on_for_cuda_only_unless_asked():
+    """``specot.generate(cuda_graphs=None)`` decodes over plain caches off CUDA; ``True`` pads the
+    passes here too, and greedy output is still autoregressive decoding."""
+    target = CausalLM(tiny_llama(0, dtype=torch.float32), name="t")
+    kw = dict(target=target, draft="ngram", ngram_corpus=None, temperature=0.0, max_new_tokens=16, gamma=3,
+              baseline=True)
+    plain = specot.generate(PROMPT * 3, **kw)
+    assert not plain.cuda_graphs and target.static_cache_len is None and target._graphs is None
+    padded = specot.generate(PROMPT * 3, cuda_graphs=True, **kw)
+    assert padded.cuda_graphs and padded.to_dict()["cuda_graphs"] and target._graphs
+    assert padded.result.tokens == padded.baseline.tokens == plain.result.tokens

@@ -70,9 +70,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                         "greedy output equals autoregressive decoding token for token in float32 (bf16/fp16: up to "
                         "near-ties)")
     p.add_argument("--device", default="cpu", help="torch device: cpu (default), cuda, cuda:N")
-    p.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=False,
+    p.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=None,
                    help="static KV caches with the model passes replayed as CUDA graphs, one per padded width "
-                        "(off by default; on an H200 a target pass went from 19 to 4 ms; docs/engine.md)")
+                        "(default: on with --device cuda; on an H200 a target pass went from 19 to 4 ms; docs/engine.md)")
     p.add_argument("--baseline", action="store_true",
                    help="also run autoregressive decoding for the same number of tokens and print the measured speedup")
     p.add_argument("--repeats", type=int, default=1,
@@ -190,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
     print("\n")
     st = report.result.stats.to_dict()
     print(_fmt_stats(report.result.method if report.result.method == "tree" else "speculative", st)
-          + f" | draft {report.draft} | {_verifier_text(report)}")
+          + f" | draft {report.draft}{', CUDA graphs' if report.cuda_graphs else ''} | {_verifier_text(report)}")
     if report.result.method == "tree":
         print(f"[tree] mean tree size {st['mean_tree_size']:.1f} nodes | mean accepted length "
               f"{st['mean_accepted_length']:.2f} | time outside forward passes {100 * st['overhead_share']:.1f}%")
