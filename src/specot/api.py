@@ -436,8 +436,8 @@ def generate(
             file, or ``None`` for prompt lookup only), when the draft is ``"ngram"``.
         cuda_graphs: decode over static KV caches with the target's (and a draft model's) passes
             of up to 64 new tokens padded to a few widths and replayed as CUDA graphs
-            (:meth:`CausalLM.use_static_cache`; each width is captured at its first use, in tens of
-            milliseconds). ``None`` (default): on when the target is on CUDA. On an H200 it cut a
+            (:meth:`CausalLM.use_static_cache`; each width is captured at its first use, well under
+            0.1 s). ``None`` (default): on when the target is on CUDA. On an H200 it cut a
             pass of the 135 M embedded target from 19 ms to 4 ms and made every decoding method 3-4x
             faster, autoregressive decoding included (docs/engine.md); the outputs keep the
             exactness contract (greedy equal to autoregressive decoding in float32, checked on the
@@ -687,9 +687,11 @@ def _check_target_source(target: Any) -> Any:
 #: itself; at T = 1 it lost on all three sets measured, and 2 x 3 has stayed the fastest shape
 #: there since session 9). In float32 (CPUs without native bf16) the same plan beat n-gram drafting
 #: in every cell of six sets once the head ran prepacked (docs/results.md "Session 23 runs"; with
-#: int8 weights it had lost). Elsewhere ``"ngram"``. On CUDA (an H200, eager, code prompts, session 27,
-#: docs/engine.md) the 2 x 3 EAGLE tree beat it at T = 0 (1.74x against 1.54x) and lost at T = 1
-#: (1.13x against 1.27x), on three prompts: not yet enough to change the rule.
+#: int8 weights it had lost). Elsewhere ``"ngram"``. On CUDA, where ``generate`` replays the passes
+#: as CUDA graphs by default, n-gram drafting won every cell on an H200 (session 28, docs/engine.md;
+#: code / chat prompts, T = 0 / 1: 1.54x / 1.28x / 1.22x / 0.92x against 1.19x / 0.84x / 0.73x / 0.62x
+#: for the 2 x 3 EAGLE tree): a graphed target pass costs 4-5 ms and the eager EAGLE draft 3.5-9 ms.
+#: Eagerly the 3 x 6 EAGLE tree led at T = 0 on code (1.96x against 1.53x).
 AUTO_HYBRID = "suffix+eagle"
 AUTO_TREE = (2, 3)
 AUTO_TREE_GREEDY = (3, 6)
