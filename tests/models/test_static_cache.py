@@ -7,10 +7,13 @@ padding: no real query sees a padding token, the cache's length and positions st
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
 import specot
+from specot.api import _use_cuda_graphs
 
 from specot.drafting import ModelDrafter, TreeSpec
 from specot.engine import GenerationConfig, autoregressive_generate, speculative_generate, tree_generate
@@ -170,3 +173,13 @@ def test_generate_turns_graphs_on_for_cuda_only_unless_asked():
     padded = specot.generate(PROMPT * 3, cuda_graphs=True, **kw)
     assert padded.cuda_graphs and padded.to_dict()["cuda_graphs"] and target._graphs
     assert padded.result.tokens == padded.baseline.tokens == plain.result.tokens
+
+
+def test_graphs_by_default_only_on_cuda_and_for_architectures_with_static_caches():
+    def lm(device, can):
+        return SimpleNamespace(device=torch.device(device), model=SimpleNamespace(_can_compile_fullgraph=can))
+
+    assert _use_cuda_graphs(None, lm("cuda", True))
+    assert not _use_cuda_graphs(None, lm("cuda", False))  # e.g. a model with its own cache type
+    assert not _use_cuda_graphs(None, lm("cpu", True))
+    assert _use_cuda_graphs(True, lm("cpu", False)) and not _use_cuda_graphs(False, lm("cuda", True))
