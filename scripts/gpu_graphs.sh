@@ -14,14 +14,8 @@
 #      default temperature and at T = 0 (DEMO_S=0 skips it).
 # SET picks the prompt set of part 2 (default the code prompts); CHECK_S=0 / GRAPH_S=0 skip parts 1 / 3.
 # Dry run on a CPU: DEVICE=cpu QUICK=1 OUT=/tmp/o bash scripts/gpu_graphs.sh
-set -uo pipefail
-if [ -f /tmp/env.sh ]; then source /tmp/env.sh; else cd "$(dirname "$0")/.."; fi
-DEVICE=${DEVICE:-cuda}
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-PY=${PY:-python3}
+source "$(dirname "$0")/device_env.sh"
 if [ -n "${QUICK:-}" ]; then N=1; TOK=8; else N=${N:-6}; TOK=64; fi
-nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv > "$OUT/gpu.txt" 2>&1 || true
 
 echo "== 1. CUDA-graph checks, at most ${CHECK_S:-150} s"
 if [ "$DEVICE" = cpu ] || [ "${CHECK_S:-150}" = 0 ]; then echo "(skipped)"; else

@@ -26,14 +26,8 @@
 #   then `scripts/device_kit.sh unslim` here; the JSON comes back under $OUT.
 # Each part has its own time limit, so a slow part cannot eat the next one's; every result is
 # written as it is made. Dry run on a CPU: DEVICE=cpu QUICK=1 OUT=/tmp/o bash scripts/gpu_session.sh
-set -uo pipefail
-if [ -f /tmp/env.sh ]; then source /tmp/env.sh; else cd "$(dirname "$0")/.."; fi
-DEVICE=${DEVICE:-cuda}
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-PY=${PY:-python3}
+source "$(dirname "$0")/device_env.sh"
 if [ -n "${QUICK:-}" ]; then N=1; TOK=8; SAMPLE_B=${SAMPLE_B:-4}; CHECK_ONLY="refused,sampling T=1 bf16: ngram,no cuDNN"; else N=${N:-6}; TOK=64; CHECK_ONLY=""; fi
-nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv > "$OUT/gpu.txt" 2>&1 || true
 
 echo "== 1. CUDA checks (bf16, sampling, verifiers), at most ${CHECK_S:-200} s"
 timeout "${CHECK_S:-200}" $PY scripts/cuda_check.py --device "$DEVICE" --skip-graphs \
