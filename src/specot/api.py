@@ -43,6 +43,7 @@ from .drafting.ngram import NGramDrafter, NGramTable
 from .drafting.suffix import NGramCounts, SuffixDrafter
 from .drafting.tree import TreeSpec, default_law_for, parse_tree_spec
 from .engine.generate import autoregressive_generate, speculative_generate, tree_generate
+from .engine.loop import make_generator
 from .engine.types import GenerationConfig, GenerationResult
 from .models.embedded import (EMBEDDED_DRAFT, EMBEDDED_EAGLE, EMBEDDED_TARGET, embedded_draft_dir, embedded_eagle_dir, is_embedded_target, load_embedded_draft,
                               load_embedded_target)
@@ -551,6 +552,17 @@ def generate(
 
     info = verifier_info(ver)
     dtype_name = str(tgt.dtype).removeprefix("torch.")
+    if graphs and baseline:
+        # capture the CUDA graphs that the plan meets before timing it, as the benchmarks' warm-up runs do:
+        # the first speculative run would pay every capture and the baseline none (on an H200 a first
+        # pair measured 0.26x against 0.95x for the next four). Its own generator: the user's is untouched.
+        warm = dataclasses.replace(cfg, max_new_tokens=min(cfg.max_new_tokens, 16))
+        g_warm = make_generator(0, tgt.device)
+        if spec is None:
+            speculative_generate(tgt, drafter, ids, warm, verifier=ver, generator=g_warm)
+        else:
+            tree_generate(tgt, drafter, ids, spec, warm, verifier=ver, generator=g_warm)
+        autoregressive_generate(tgt, ids, dataclasses.replace(warm, max_new_tokens=2), generator=g_warm)
     t0 = time.perf_counter()
     try:
         if spec is None:

@@ -183,3 +183,25 @@ def test_graphs_by_default_only_on_cuda_and_for_architectures_with_static_caches
     assert not _use_cuda_graphs(None, lm("cuda", False))  # e.g. a model with its own cache type
     assert not _use_cuda_graphs(None, lm("cpu", True))
     assert _use_cuda_graphs(True, lm("cpu", False)) and not _use_cuda_graphs(False, lm("cuda", True))
+
+
+def test_baseline_runs_capture_the_graphs_before_timing_without_changing_the_output(monkeypatch):
+    """With graphs and ``baseline``, ``generate`` decodes a short untimed warm-up first (so the timed
+    speculative run does not pay the captures the baseline then reuses), on its own generator: the
+    sampled output is the one a call without the baseline gives."""
+    target = CausalLM(tiny_llama(0, dtype=torch.float32), name="t")
+    calls = []
+    real = specot.api.speculative_generate
+
+    def spy(*a, **kw):
+        calls.append(kw.get("on_tokens"))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(specot.api, "speculative_generate", spy)
+    kw = dict(target=target, draft="ngram", ngram_corpus=None, temperature=1.0, max_new_tokens=24, gamma=3, seed=5,
+              cuda_graphs=True)
+    alone = specot.generate(PROMPT * 3, **kw)
+    assert len(calls) == 1
+    timed = specot.generate(PROMPT * 3, baseline=True, **kw)
+    assert len(calls) == 3 and calls[1] is None  # the warm-up streams nothing
+    assert timed.result.tokens == alone.result.tokens
