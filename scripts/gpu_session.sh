@@ -1,13 +1,14 @@
 #!/bin/bash
 # The checks of a SHORT GPU lease (15 minutes of device time, start-up included), as one prepared
-# script (docs/engine.md, "What the H200 showed in session 27": it ran there in 260 s, all checks
-# passing; since then specot's passes leave cuDNN attention out, which part 1 checks and part 2 times).
+# script (docs/engine.md, "What the H200 showed in sessions 27 and 28": it ran there in 260 s and
+# 160 s, all checks passing). scripts/gpu_graphs.sh is its companion for the CUDA-graph path, which
+# specot.generate takes by default on CUDA since session 28.
 #
 #   1. cuda_check.py: bf16 greedy and T = 1 sampling with a CUDA generator for every plan, the
-#      refusal of a CPU generator, the verifiers on CUDA, the attention kernels (no cuDNN) (the
-#      float32 greedy checks passed in session 15; CUDA graphs are left out: each pass shape
-#      compiles for minutes).
-#   2. Speed on code prompts at T = 0 and 1, eager, one run: autoregressive decoding, `auto`
+#      refusal of a CPU generator, the verifiers on CUDA, the attention kernels (no cuDNN), and bf16
+#      greedy with CUDA graphs (the float32 greedy checks passed in sessions 15 and 28). The checks
+#      pass cuda_graphs=False except the graph ones.
+#   2. Speed on code prompts at T = 0 and 1, eager (no graphs), one run: autoregressive decoding, `auto`
 #      (n-gram on CUDA), `suffix` trees and `suffix+eagle` trees (the CPU's plan), and Hugging
 #      Face's prompt lookup, on 6 prompts; EAGLE trees of 2 x 3 and 3 x 6 (on the launch-bound H200 a
 #      pass of 7 tokens cost what one of 5 did; the run's cost curve measures 19). Which plan `auto`
@@ -30,7 +31,7 @@ source "$(dirname "$0")/device_env.sh"
 if [ -n "${QUICK:-}" ]; then N=1; TOK=8; SAMPLE_B=${SAMPLE_B:-4}; CHECK_ONLY="refused,sampling T=1 bf16: ngram,no cuDNN"; else N=${N:-6}; TOK=64; CHECK_ONLY=""; fi
 
 echo "== 1. CUDA checks (bf16, sampling, verifiers), at most ${CHECK_S:-200} s"
-timeout "${CHECK_S:-200}" $PY scripts/cuda_check.py --device "$DEVICE" --skip-graphs \
+timeout "${CHECK_S:-200}" $PY scripts/cuda_check.py --device "$DEVICE" \
   --only "${CHECK_ONLY:-bfloat16,bf16,refused,verifier}" --out "$OUT/cuda_check.json" 2>&1 | tail -40
 echo "cuda_check exit $?"
 
