@@ -12,6 +12,8 @@
 #   3. scripts/graph_step.py: one pass of 1 and 8 tokens, eager against replayed.
 #   4. `make demo`'s command on the GPU with its defaults (CUDA graphs on, draft auto), at the
 #      default temperature and at T = 0 (DEMO_S=0 skips it).
+#   5. The n-gram drafter's γ schedule with graphs (scripts/ngram_schedule_ab.py: constant against
+#      heuristic, 4 sets x T = 0 / 1; NGRAM_S=0 skips it): chat at T = 1 ran at 0.92x in session 28.
 # SET picks the prompt set of part 2 (default the code prompts); CHECK_S=0 / GRAPH_S=0 skip parts 1 / 3.
 # Dry run on a CPU: DEVICE=cpu QUICK=1 OUT=/tmp/o bash scripts/gpu_graphs.sh
 source "$(dirname "$0")/device_env.sh"
@@ -43,5 +45,11 @@ for extra in "" "--temperature 0"; do
   timeout "${DEMO_S:-60}" $PY -m specot.cli.main generate --prompt "${DEMO_PROMPT:-Explain in two sentences what a Python generator is.}" \
     --device "$DEVICE" --max-new-tokens $((TOK + TOK / 2)) --baseline --repeats 5 $extra 2>&1 | tail -4
 done
+}
+[ "${NGRAM_S:-150}" = 0 ] || {
+echo "== 5. the n-gram drafter's γ schedule with graphs, at most ${NGRAM_S:-150} s"
+graphs=$([ "$DEVICE" = cpu ] || echo --cuda-graphs)
+timeout "${NGRAM_S:-150}" $PY scripts/ngram_schedule_ab.py --device "$DEVICE" $graphs --n-prompts $N \
+  --max-new-tokens $TOK --out "$OUT/ngram_schedule_ab.json" 2>&1 | grep speedup
 }
 ls -la "$OUT" 2>/dev/null

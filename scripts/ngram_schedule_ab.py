@@ -11,6 +11,7 @@ prompt is decoded by autoregressive decoding and by each variant, interleaved pr
 (the order rotating), so a change of load hits every variant alike. Run it on a quiet machine.
 
     python scripts/ngram_schedule_ab.py --out docs/bench/ngram_schedule_ab.json
+    python scripts/ngram_schedule_ab.py --device cuda --cuda-graphs --out ngram_schedule_ab_gpu.json
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from tqdm import tqdm
 from specot.api import load_drafter, load_target
 from specot.engine import GenerationConfig, autoregressive_generate, speculative_generate
 from specot.envinfo import load_average
+from specot.models.hf import GRAPH_WIDTHS
 from specot.sampling import SamplingConfig
 from specot_lab.corpus import load_prompts
 from specot_lab.bench.script_io import add_run_options, timed_run_fields, write_record
@@ -36,10 +38,19 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_run_options(ap, sets="docs/bench/prompts_code.jsonl,docs/bench/prompts_chat.jsonl,"
                              "docs/bench/prompts_general.jsonl,mixed")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--cuda-graphs", action="store_true", help="replay the target's passes as CUDA graphs "
+                    "(CausalLM.use_static_cache), as specot.generate does on CUDA")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     load_start = load_average()
-    tgt = load_target(None, dtype=args.dtype)
+    tgt = load_target(None, dtype=args.dtype, device=args.device)
+    sets = {name: [tgt.encode_prompt(p) for p in load_prompts(name, args.n_prompts)]
+            for name in args.sets.split(",") if name}
+    if args.cuda_graphs:  # room for the longest prompt, the output, a 2γ draft and the padding of a pass
+        longest = max(len(ids) for prompts in sets.values() for ids in prompts)
+        span = longest + args.max_new_tokens + 2 * args.gamma + 2 * GRAPH_WIDTHS[-1]
+        tgt.use_static_cache(min(span, tgt.max_context), cuda_graphs=True)
     drafter = load_drafter("ngram", tgt)
     warm = tgt.encode_prompt("def add(a, b):")
     for sched in SCHEDULES:  # warm-up: first-call allocations stay out of the timings
@@ -47,8 +58,7 @@ def main(argv: list[str] | None = None) -> int:
                                                                   gamma_schedule=sched, seed=0))
     rows = []
     keys = ["ar", *SCHEDULES]
-    for set_name in [s for s in args.sets.split(",") if s]:
-        prompts = [tgt.encode_prompt(p) for p in load_prompts(set_name, args.n_prompts)]
+    for set_name, prompts in sets.items():
         for temp in (0.0, 1.0):
             tot = {k: {"time_s": 0.0, "tokens": 0, "calls": 0, "drafted": 0, "accepted": 0} for k in keys}
             for i, ids in enumerate(tqdm(prompts, desc=f"{set_name[-16:]} T={temp:g}", file=sys.stderr)):
@@ -76,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{set_name[-16:]:16s} T={temp:g} {key:9s} speedup={row['speedup']:.3f} "
                       f"BE={row['block_efficiency']:.2f} drafted/pass={row['drafted_per_pass']:.2f}", file=sys.stderr)
     write_record(args.out, "ngram_schedule_ab", "ngram_schedule_ab.py", argv, **timed_run_fields(args, tgt, load_start),
-                 rows=rows)
+                 device=args.device, cuda_graphs=args.cuda_graphs, rows=rows)
     return 0
 
 
