@@ -131,9 +131,10 @@ class CausalLM:
         the next width of :data:`GRAPH_WIDTHS` (one graph per width, captured with
         ``torch.cuda.CUDAGraph`` at its first use: two eager warm-up passes and the capture, well
         under 0.1 s; no ``torch.compile``), with static buffers for the ids ``[1, W]``, position
-        ids ``[1, W]`` and an additive attention mask ``[1, 1, W, max_len]``. The ``W - T`` padding queries come after the real ones, which
-        never see them; their keys and values land in slots past the cache's new length, which
-        later passes overwrite. Only the real rows are returned.
+        ids ``[1, W]`` and an additive attention mask ``[1, 1, W, max_len]``. The ``W - T``
+        padding queries come after the real ones, which never see them; their keys and values land
+        in slots past the cache's new length, which later passes overwrite. Only the real rows are
+        returned.
 
         Why: a pass of a small target is bound by kernel launches on a GPU. On an H200 the 135 M
         embedded target's 1-token pass took 19.4 ms eagerly and 4.0 ms replayed, an 8-token pass
@@ -142,8 +143,8 @@ class CausalLM:
 
         Off CUDA the same padded passes run eagerly (that is how the CPU tests check them). If a
         capture fails the wrapper warns once and runs plain eager passes from then on. Off by
-        default here; ``specot.generate`` turns it on for a target on CUDA. Rollback moves the cache's
-        running length back; compaction moves entries in place. The cache's buffers are made by the
+        default here; ``specot.generate`` turns it on for a target on CUDA. Rollback moves the
+        cache's running length back; compaction moves entries in place. The cache's buffers are made by the
         first pass and kept across sequences (captured graphs hold their addresses): call this again
         after moving the model to another device or dtype. Padding needs room: a pass whose padded
         width would overrun ``max_len`` runs unpadded and eagerly.
