@@ -84,8 +84,9 @@ class GenerateReport:
             exceeded the core count).
         draft: the drafter and draft shape that ran, e.g. ``"suffix+eagle, tree 2x3"`` (what
             ``"auto"`` resolved to).
-        cuda_graphs: whether the target's passes were replayed as CUDA graphs (``cuda_graphs``
-            of :func:`generate`).
+        cuda_graphs: whether the target's passes ran padded as CUDA graphs (``cuda_graphs`` of
+            :func:`generate`, or a target already set up by an earlier call; ``False`` after a
+            failed capture).
     """
 
     result: GenerationResult
@@ -454,6 +455,7 @@ def generate(
             faster, autoregressive decoding included (docs/engine.md); the outputs keep the
             exactness contract (greedy equal to autoregressive decoding in float32, checked on the
             GPU). Off CUDA, ``True`` runs the same padded passes eagerly (slower: the tests use it).
+            A loaded target keeps its static cache and graphs for later calls.
 
     Exactness: with a lossless verifier the output is lossless in distribution given the target's
     logits; greedy (temperature 0) equals autoregressive decoding token for token in float32, and
@@ -576,7 +578,8 @@ def generate(
     if min_confidence is not None:
         shape += f", min_confidence {min_confidence:g}"
     report = GenerateReport(result=result, prompt_tokens=len(ids), verifier=info, dtype=dtype_name,
-                            draft=f"{draft if isinstance(draft, str) else drafter.name}, {shape}", cuda_graphs=graphs)
+                            draft=f"{draft if isinstance(draft, str) else drafter.name}, {shape}",
+                            cuda_graphs=tgt.cuda_graphs)
     if baseline:
         try:
             for r in range(repeats):

@@ -173,6 +173,8 @@ def test_generate_turns_graphs_on_for_cuda_only_unless_asked():
     padded = specot.generate(PROMPT * 3, cuda_graphs=True, **kw)
     assert padded.cuda_graphs and padded.to_dict()["cuda_graphs"] and target._graphs
     assert padded.result.tokens == padded.baseline.tokens == plain.result.tokens
+    # the target keeps its padded passes (and captured graphs) across calls, and the report says so
+    assert specot.generate(PROMPT * 3, cuda_graphs=False, **kw).cuda_graphs
 
 
 def test_graphs_by_default_only_on_cuda_and_for_architectures_with_static_caches():

@@ -170,6 +170,12 @@ class CausalLM:
     def dtype(self) -> torch.dtype:
         return next(self.model.parameters()).dtype
 
+    @property
+    def cuda_graphs(self) -> bool:
+        """Whether passes run padded over the static cache, replayed as CUDA graphs on CUDA
+        (:meth:`use_static_cache` with ``cuda_graphs``, and no capture has failed)."""
+        return self._graphs is not None
+
     # ----------------------------------------------------------------- text (specot.models.chat)
     def encode_prompt(self, prompt: str, *, chat: bool | None = None, system: str | None = None) -> list[int]:
         """Token ids of ``prompt`` (:func:`specot.models.chat.encode_prompt` with this model's tokenizer)."""
