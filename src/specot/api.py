@@ -451,8 +451,8 @@ def generate(
             (:meth:`CausalLM.use_static_cache`; each width is captured at its first use, well under
             0.1 s). ``None`` (default): on when the target is on CUDA and its architecture supports static
             caches (transformers' ``_can_compile_fullgraph``). On an H200 it cut a
-            pass of the 135 M embedded target from 19 ms to 4 ms and made every decoding method 3-4x
-            faster, autoregressive decoding included (docs/engine.md); the outputs keep the
+            pass of the 135 M embedded target from 19 ms to 4 ms and made every decoding method
+            2.3-4.3x faster, autoregressive decoding included (docs/engine.md); the outputs keep the
             exactness contract (greedy equal to autoregressive decoding in float32, checked on the
             GPU). Off CUDA, ``True`` runs the same padded passes eagerly (slower: the tests use it).
             A loaded target keeps its static cache and graphs for later calls.
