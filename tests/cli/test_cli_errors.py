@@ -198,6 +198,7 @@ def test_report_to_dict_has_lossless(tiny_target, tiny_draft):
     (["--dtype", "float8"], "unknown dtype"),
     (["--ngram-n", "0"], "ngram_n"),
     (["--ngram-corpus", "/no/such/corpus.txt"], "does not exist"),
+    (["--cuda-graphs"], "--cuda-graphs needs --device cuda"),
 ])
 def test_checked_before_loading(tiny_model_dir, capsys, no_loading, extra, match):
     assert cli_main(_gen(tiny_model_dir, *extra)) == 1

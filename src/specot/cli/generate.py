@@ -163,6 +163,9 @@ def _speedup_line(report: object) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.cuda_graphs and not str(args.device).startswith("cuda"):
+        raise ValueError(f"--cuda-graphs needs --device cuda (on {args.device} the padded passes would only run "
+                         "slower); drop it or pass --device cuda")
     prompt = args.prompt if args.prompt is not None else _read_prompt(args.prompt_file)
     params = _verifier_params(args)
     corpus = None if args.ngram_corpus == "none" else args.ngram_corpus
