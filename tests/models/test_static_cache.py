@@ -20,7 +20,7 @@ from specot.engine import GenerationConfig, autoregressive_generate, speculative
 from specot.drafting import EAGLE_DEFAULT_TREE, EagleDrafter
 from specot.engine import make_generator
 from specot.models import CausalLM
-from specot.models.hf import GRAPH_WIDTHS
+from specot.models.hf import GRAPH_WIDTHS, _PaddedPass
 from specot.sampling import SamplingConfig
 
 from conftest import tiny_llama
@@ -207,3 +207,23 @@ def test_baseline_runs_capture_the_graphs_before_timing_without_changing_the_out
     timed = specot.generate(PROMPT * 3, baseline=True, **kw)
     assert len(calls) == 3 and calls[1] is None  # the warm-up streams nothing
     assert timed.result.tokens == alone.result.tokens
+
+
+def test_a_failed_capture_warns_and_falls_back_to_plain_passes(monkeypatch):
+    """Capture itself needs CUDA; its failure path does not: one warning naming the width, graphs
+    off from then on, the cache's length restored, and the plain passes that follow still exact."""
+    lm = CausalLM(tiny_llama(0, dtype=torch.float64), name="t").use_static_cache(64, cuda_graphs=True)
+    lm.logits_after(PROMPT)  # the prefill allocates the cache
+    p = _PaddedPass.empty(4, 64, lm.dtype, lm.device, False)
+
+    def no_stream(*a, **k):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(torch.cuda, "Stream", no_stream)
+    with pytest.warns(RuntimeWarning, match="capturing a CUDA graph of a 4-token pass failed.*running eagerly"), \
+            torch.inference_mode():  # as inside CausalLM.forward, which calls it
+        assert lm._capture(p, len(PROMPT) - 1) is False
+    assert not lm.cuda_graphs and int(lm._cache.get_seq_length()) == len(PROMPT) - 1
+    del lm._cached_ids[len(PROMPT) - 1:]  # as the caller's rollback would
+    dyn = CausalLM(lm.model, name="dyn")
+    torch.testing.assert_close(lm.logits_after(PROMPT + [4], [6, 8]), dyn.logits_after(PROMPT + [4], [6, 8]))
