@@ -337,18 +337,16 @@ class CausalLM:
         for a plain eager pass: graphs off, the prefill (the static cache allocates its buffers at
         its first update; allocated inside a captured graph they would become graph outputs that
         the next replay overwrites), wider than :data:`GRAPH_WIDTHS`, or no room for the padding."""
-        if self._graphs is None or cached == 0 or self._cache is None or T > GRAPH_WIDTHS[-1]:
+        if self._graphs is None or cached == 0 or T > GRAPH_WIDTHS[-1]:
             return None
         W = next(w for w in GRAPH_WIDTHS if w >= T)
         return W if cached + W <= int(self.static_cache_len or 0) else None
 
-    def _set_cache_length(self, length: Tensor | int) -> None:
-        """Set every layer's running length of the static cache (a device op: no host sync)."""
+    def _set_cache_length(self, length: Tensor) -> None:
+        """Set every layer's running length of the static cache from the 0-d device tensor
+        ``length`` (a copy inside what a graph captures: no host sync)."""
         for layer in self._cache.layers:
-            if isinstance(length, Tensor):
-                layer.cumulative_length.copy_(length)
-            else:
-                layer.cumulative_length.fill_(length)
+            layer.cumulative_length.copy_(length)
 
     def _padded_call(self, p: "_PaddedPass") -> tuple[Tensor, Any]:
         """The model over ``p``'s static buffers: the cache's length set to ``p.lens[0]`` before
@@ -367,9 +365,9 @@ class CausalLM:
         the real rows (logits ``[T, V]``, hidden states), or ``None`` after a failed capture (the
         caller then runs a plain pass)."""
         T, dev, S = ids.shape[1], ids.device, int(self.static_cache_len or 0)
-        p = self._graphs.get((width, hidden)) if self._graphs is not None else None
+        p = self._graphs.get((width, hidden))
         if p is None:
-            p = _PaddedPass.empty(width, S, self.dtype, dev, hidden)
+            p = self._graphs[(width, hidden)] = _PaddedPass.empty(width, S, self.dtype, dev, hidden)
         p.ids[:, :T].copy_(ids)
         pos = (position_ids.reshape(1, -1).to(dev) if position_ids is not None
                else torch.arange(cached, cached + T, device=dev)[None])  # [1, T]
@@ -391,8 +389,6 @@ class CausalLM:
                     return None
                 p.graph.replay()
                 logits, states = p.out
-        if self._graphs is not None:
-            self._graphs[(width, hidden)] = p
         return logits[:T], (tuple(h[:, :T] for h in states) if states is not None else None)
 
     def _capture(self, p: "_PaddedPass", cached: int) -> bool:
@@ -420,7 +416,7 @@ class CausalLM:
                           f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); running eagerly",
                           RuntimeWarning, stacklevel=4)
             self._graphs = None
-            self._set_cache_length(cached)
+            crop_cache(self._cache, cached)
             return False
 
     def _reuse_prefix(self, context: Sequence[int]) -> int:
