@@ -136,10 +136,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--everyday", type=int, default=0, help="how many everyday requests to add (attempt 8: 500)")
     ap.add_argument("--exclude", default=None, help="a prompts JSONL whose prompts are left out")
+    ap.add_argument("--per-module", type=int, default=6, help="public names asked about per documented module")
+    ap.add_argument("--code", type=int, default=900, help="code excerpts asked about (at most the corpus's)")
+    ap.add_argument("--prose", type=int, default=900, help="prose excerpts asked about (at most the corpus's)")
+    ap.add_argument("--topics", type=int, default=600, help="markdown-heading topics asked about")
     args = ap.parse_args(argv)
     with open(args.corpus, encoding="utf-8") as f:
         corpus = [json.loads(line) for line in f]
-    prompts = build(corpus, random.Random(args.seed), n_everyday=args.everyday)
+    prompts = build(corpus, random.Random(args.seed), per_module=args.per_module, n_code=args.code,
+                    n_prose=args.prose, n_topic=args.topics, n_everyday=args.everyday)
     if args.exclude:
         with open(args.exclude, encoding="utf-8") as f:
             seen = {json.loads(line)["prompt"] for line in f}

@@ -15,7 +15,8 @@
 #   scripts/device_kit.sh unslim   # here, before any commit: restore the index and the excludes
 #
 # scripts/gpu_session.sh is the prepared check-and-benchmark run of a 15-minute lease (that third call);
-# scripts/gpu_train_job.sh the sampling-and-training job to start detached there on a longer one.
+# scripts/gpu_train_job.sh the sampling-and-training job to start detached there instead (its header
+# lists its calls; its third call also carries .dev/job, the prompts, which this kit does not build).
 # On the device every command then starts with `source /tmp/env.sh` (PYTHONPATH, HF_HUB_OFFLINE,
 # cd /tmp/repo). $OUT returns at most 8 files of 16 MiB: tar and split larger results.
 set -euo pipefail
