@@ -13,6 +13,15 @@ Sub-commands (run in this order; each is resumable and logs progress):
   Hugging Face model directory (bf16 safetensors + config + tokenizer).
 * ``specot distill eval --draft DIR|distilled`` — held-out α (T = 1 and 0), c (float32 and bf16),
   the Leviathan prediction and the end-to-end speedup over autoregressive decoding.
+
+An EAGLE-3 head for any target (docs/distillation.md), the shipped head's recipe:
+
+* ``specot distill data --target T --prompts FILE.jsonl --top-k 0 --out DIR`` — the target's own
+  answers to your prompts (token ids only: the head's training runs the target again for its
+  features, so it needs no stored probabilities);
+* ``specot distill eagle --target T --data DIR [--text FILE ...] --batch-size 16 --lr 1.5e-4 --out RUN``
+  — train on those answers (and raw text, teacher-forced) with the training-time-test unroll;
+  ``draft="eagle:RUN/head"`` then drafts with it.
 """
 
 from __future__ import annotations
@@ -24,20 +33,20 @@ import sys
 import time
 from pathlib import Path
 import torch
-from .corpus import heldout_prompts, raw_texts, train_prompts, write_jsonl
-from .distill.data import SampleConfig, generate_shards, teacher_force_shards
-from specot.models.embedded import load_embedded_target
-from .distill.train import DraftArch, TrainConfig, export_draft, init_draft, train
-from specot.models.device import resolve_dtype
-from .distill.evaluate import evaluate_draft, format_report
 from specot.api import load_target
+from specot.models.device import resolve_dtype
+from specot.models.embedded import load_embedded_target
+
+from .corpus import heldout_prompts, load_prompts, raw_texts, train_prompts, write_jsonl
+from .distill.data import SampleConfig, generate_shards, iter_shards, teacher_force_shards
 from .distill.eagle import TOKEN_LOSSES, EagleTrainConfig, train_eagle
+from .distill.evaluate import evaluate_draft, format_report
+from .distill.train import DraftArch, TrainConfig, export_draft, init_draft, train
 
 __all__ = ["register"]
 
 
 def _threads(n: int) -> None:
-
     if n:
         torch.set_num_threads(n)
 
@@ -57,17 +66,22 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
     pd = dsub.add_parser("data", help="sample the target into soft-label shards (resumable)")
     pd.add_argument("--out", type=Path, required=True, help="shard directory")
+    pd.add_argument("--target", default="smollm2", help="target model directory / hub id (default: the embedded one)")
     pd.add_argument("--split", choices=("train", "heldout", "text"), default="train",
                     help="train prompts (default), held-out prompts, or raw train text by teacher forcing")
+    pd.add_argument("--prompts", default=None, help="a JSONL file of {\"prompt\": ...} lines to sample instead of "
+                    "the split's prompts (e.g. from scripts/build_eagle_prompts.py)")
     pd.add_argument("--n-prompts", type=int, default=None, help="limit the prompt set (held-out default 40)")
     pd.add_argument("--batch-size", type=int, default=48)
     pd.add_argument("--max-new-tokens", type=int, default=160)
     pd.add_argument("--temperature", type=float, default=1.0)
-    pd.add_argument("--top-k", type=int, default=32, help="probabilities stored per position (default 32)")
+    pd.add_argument("--top-k", type=int, default=32, help="probabilities stored per position (default 32; 0 keeps "
+                    "token ids only, all that `distill eagle` reads)")
     pd.add_argument("--seed", type=int, default=0)
     pd.add_argument("--max-tokens", type=int, default=None, help="stop after this many stored tokens")
     pd.add_argument("--dtype", default="float32", help="target dtype (default float32; bf16 is ~3x slower batched on AVX2-only CPUs)")
     pd.add_argument("--threads", type=int, default=0, help="torch threads (0 = default; 1 is faster on a busy CPU)")
+    pd.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N: where the target samples")
     pd.add_argument("--extra-text", action="store_true",
                     help="text split: add the docstrings of specot_lab.corpus.TEXT_MODULES (~3.4 M characters)")
     pd.set_defaults(func=_run_data)
@@ -105,7 +119,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     pg = dsub.add_parser("eagle", help="train an EAGLE-3 head on the target's features (resumable; a GPU is advised)")
     pg.add_argument("--out", type=Path, required=True, help="run directory (ckpt.pt, log.jsonl, head/)")
     pg.add_argument("--target", default="smollm2", help="target model directory / hub id (default: the embedded one)")
-    pg.add_argument("--text", type=Path, nargs="*", default=[], help="training text files (default: the distill train texts)")
+    pg.add_argument("--data", type=Path, nargs="*", default=[], help="shard directories of the target's own answers "
+                    "(`specot distill data`): their token ids, prompt and answer, are trained on")
+    pg.add_argument("--text", type=Path, nargs="*", default=[], help="training text files, teacher-forced (default, "
+                    "when neither --data nor --text is given: the distill train texts)")
     pg.add_argument("--draft-vocab", type=int, default=None, help="reduced draft vocabulary size (default: full; with "
                     "--init-head, a size above the head's grows its vocabulary, else the head's is kept)")
     pg.add_argument("--layers", default=None, help="feature layers i,j,k (default: 2, L//2, L-3)")
@@ -116,6 +133,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                     "rate at T = 1 (DistillSpec)")
     pg.add_argument("--steps", type=int, default=1000)
     pg.add_argument("--max-steps", type=int, default=None, help="stop (resumably) after this many steps")
+    pg.add_argument("--batch-size", type=int, default=1, help="sequences per optimizer step (the shipped head: 16, "
+                    "with --lr 1.5e-4)")
+    pg.add_argument("--time-budget-min", type=float, default=None, help="end within this many minutes: --steps is "
+                    "shortened from the measured step rate")
+    pg.add_argument("--save-every", type=int, default=200, help="checkpoint every this many steps (resumable)")
     pg.add_argument("--lr", type=float, default=1e-4)
     pg.add_argument("--max-len", type=int, default=512)
     pg.add_argument("--dtype", default="float32", help="the target's dtype (its features); bfloat16 is 3x faster "
@@ -157,13 +179,20 @@ def _run_prompts(args: argparse.Namespace) -> int:
 def _run_data(args: argparse.Namespace) -> int:
     _threads(args.threads)
     t0 = time.perf_counter()
-    target = load_embedded_target(dtype=args.dtype)
+    target = load_target(args.target, dtype=args.dtype, device=args.device)
+    if args.prompts is not None and args.split == "text":
+        raise ValueError("--prompts names prompts to sample; --split text teacher-forces raw text: pass one of them")
     if args.split == "text":
         texts = raw_texts("train", extra=args.extra_text)
         random.Random(args.seed).shuffle(texts)  # a --max-tokens cut keeps every source represented
         stats = teacher_force_shards(target, texts, args.out, top_k=args.top_k, max_tokens=args.max_tokens)
     else:
-        prompts = train_prompts(args.seed, max_prompts=args.n_prompts) if args.split == "train" else heldout_prompts(args.n_prompts or 40)
+        if args.prompts is not None:
+            prompts = load_prompts(args.prompts, args.n_prompts or sys.maxsize)
+        elif args.split == "train":
+            prompts = train_prompts(args.seed, max_prompts=args.n_prompts)
+        else:
+            prompts = heldout_prompts(args.n_prompts or 40)
         cfg = SampleConfig(batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                            top_k=args.top_k, seed=args.seed if args.split == "train" else args.seed + 10_000)
         stats = generate_shards(target, prompts, args.out, cfg, max_tokens=args.max_tokens,
@@ -174,7 +203,6 @@ def _run_data(args: argparse.Namespace) -> int:
 
 
 def _run_train(args: argparse.Namespace) -> int:
-
     _threads(args.threads)
     t0 = time.perf_counter()
     arch = DraftArch(hidden=args.hidden, layers=args.layers, heads=args.heads, kv_heads=args.kv_heads,
@@ -194,8 +222,6 @@ def _run_train(args: argparse.Namespace) -> int:
 
 
 def _run_export(args: argparse.Namespace) -> int:
-
-
     tc = json.loads((args.run / "train_config.json").read_text())
     target = load_embedded_target(dtype="float32")
     model = init_draft(target.model, DraftArch(**tc["arch"]), pca_init=False)
@@ -208,7 +234,6 @@ def _run_export(args: argparse.Namespace) -> int:
 
 
 def _run_eval(args: argparse.Namespace) -> int:
-
     _threads(args.threads)
     res = evaluate_draft(args.draft, n_prompts=args.n_prompts, max_new_tokens=args.max_new_tokens,
                          gammas=[int(g) for g in args.gammas.split(",")],
@@ -223,22 +248,24 @@ def _run_eval(args: argparse.Namespace) -> int:
 
 
 def _run_eagle(args: argparse.Namespace) -> int:
-
     _threads(args.threads)
+    for d in args.data:
+        if not any(d.glob("shard_*.pt")):
+            raise ValueError(f"--data {d}: no shard_*.pt files there; sample them with `specot distill data --out {d}`")
     target = load_target(args.target, dtype=args.dtype, device=args.device)
-    if target.tokenizer is None:
+    seqs = [s["ids"].tolist() for s in iter_shards(*args.data)]  # the target's answers, prompt included
+    texts = [f.read_text(encoding="utf-8") for f in args.text] if args.text or args.data else raw_texts("train")
+    if texts and target.tokenizer is None:
         raise ValueError(f"target {args.target!r} has no tokenizer to encode the training text")
-    if args.text:
-        texts = [f.read_text(encoding="utf-8") for f in args.text]
-    else:
-
-        texts = raw_texts("train")
-    seqs = [target.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+    seqs += [target.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+    print(f"{len(seqs)} training sequences, {sum(map(len, seqs))} tokens", file=sys.stderr)
     layers = tuple(int(i) for i in args.layers.split(",")) if args.layers else None
     cfg = EagleTrainConfig(draft_vocab_size=args.draft_vocab, layers=layers, ttt_steps=args.ttt_steps,
                            feat_weight=args.feat_weight, lr=args.lr, steps=args.steps, max_len=args.max_len,
                            seed=args.seed, autocast=args.autocast, token_loss=args.token_loss,
-                           init_head=str(args.init_head) if args.init_head else None, num_layers=args.num_layers)
+                           init_head=str(args.init_head) if args.init_head else None, num_layers=args.num_layers,
+                           batch_size=args.batch_size, save_every=args.save_every,
+                           time_budget_s=args.time_budget_min * 60 if args.time_budget_min else None)
     train_eagle(target, seqs, args.out, cfg, max_steps=args.max_steps)
     print(f"EAGLE head -> {args.out / 'head'} (use it with draft='eagle:{args.out / 'head'}')")
     return 0

@@ -851,6 +851,47 @@ def test_cli_distill_eagle_and_api(tiny_model_dir, tmp_path):
         specot.generate("the cat", target=str(tiny_model_dir), draft=f"eagle:{tmp_path / 'nowhere'}", chat=False)
 
 
+def test_cli_distill_data_then_eagle_trains_on_the_targets_own_answers(tiny_model_dir, tmp_path, capsys):
+    """The shipped head's recipe through the CLI, for any target: ``specot distill data --target T
+    --prompts FILE --top-k 0`` samples the target's answers (token ids only), and ``specot distill
+    eagle --data DIR`` trains on exactly those sequences (and on ``--text`` too when given), in
+    batches; a folder without shards, or ``--prompts`` with ``--split text``, is one line of error."""
+    import specot
+    from specot.cli.main import main
+    from specot_lab.distill.data import iter_shards
+
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in ["the cat", "a dog ran", "the red mat"]))
+    data = tmp_path / "answers"
+    assert main(["distill", "data", "--target", str(tiny_model_dir), "--prompts", str(prompts), "--top-k", "0",
+                 "--max-new-tokens", "6", "--batch-size", "2", "--out", str(data)]) == 0
+    seqs = list(iter_shards(data))
+    assert len(seqs) == 3 and all("topk_ids" not in s for s in seqs)  # one answer per prompt, ids only
+    capsys.readouterr()
+    out = tmp_path / "run"
+    assert main(["distill", "eagle", "--target", str(tiny_model_dir), "--data", str(data), "--out", str(out),
+                 "--steps", "3", "--batch-size", "2", "--max-len", "32", "--draft-vocab", "12"]) == 0
+    n_tokens = sum(len(s["ids"]) for s in seqs)
+    assert f"3 training sequences, {n_tokens} tokens" in capsys.readouterr().err  # the answers, no default text
+    assert len((out / "log.jsonl").read_text().splitlines()) == 3
+    rep = specot.generate("the cat", target=str(tiny_model_dir), draft=f"eagle:{out / 'head'}", chat=False,
+                          temperature=0.0, max_new_tokens=8, dtype="float32", baseline=True)
+    assert rep.result.tokens == rep.baseline.tokens
+    text = tmp_path / "train.txt"
+    text.write_text("the cat sat on the mat . " * 4)
+    assert main(["distill", "eagle", "--target", str(tiny_model_dir), "--data", str(data), "--text", str(text),
+                 "--out", str(tmp_path / "run2"), "--steps", "1", "--max-len", "32", "--draft-vocab", "12"]) == 0
+    assert "4 training sequences" in capsys.readouterr().err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["distill", "eagle", "--target", str(tiny_model_dir), "--data", str(empty), "--out",
+                 str(tmp_path / "run3")]) == 1
+    assert "no shard_*.pt files" in capsys.readouterr().err
+    assert main(["distill", "data", "--target", str(tiny_model_dir), "--prompts", str(prompts), "--split", "text",
+                 "--out", str(tmp_path / "x")]) == 1
+    assert "pass one of them" in capsys.readouterr().err
+
+
 def test_training_continues_from_a_trained_head(trained, tmp_path):
     """``init_head`` (attempt 5): a new run starts from a trained head's weights, draft vocabulary
     and layers, so its first losses are those the head ended with, not a random head's."""
