@@ -49,6 +49,8 @@ PLANS: list[tuple[str, dict[str, Any]]] = [
     ("eagle chain γ=4", dict(draft="eagle", gamma=4)),
     ("eagle tree 2x3 greedy", dict(draft="eagle", drafts=2, gamma=3, tree="greedy", verifier="greedy")),
     ("suffix+eagle tree 2x3 (the CPU auto plan)", dict(draft="suffix+eagle", drafts=2, gamma=3)),
+    ("suffix+eagle tree 3x6 (the CPU auto plan at T = 0; EAGLE's trees graphed with CUDA graphs)",
+     dict(draft="suffix+eagle", drafts=3, gamma=6)),
     ("early-exit:6 chain γ=4", dict(draft="early-exit", gamma=4)),
     ("early-exit:6 tree 2x3 kseq", dict(draft="early-exit", drafts=2, gamma=3, tree="iid", verifier="kseq")),
 ]
@@ -95,7 +97,7 @@ def plan_kwargs(plan: dict[str, Any], target: Any) -> dict[str, Any]:
 
 
 def greedy_check(target: Any, plan: dict[str, Any], graphs: bool, exact: bool) -> dict[str, Any]:
-    firsts, speedups, alphas = [], [], []
+    firsts, speedups, alphas, draft_ms = [], [], [], []
     for prompt in PROMPTS:
         rep = generate(prompt, target=target, temperature=0.0, max_new_tokens=48, device=str(target.device),
                        baseline=True, cuda_graphs=graphs, **plan_kwargs(plan, target))
@@ -105,10 +107,11 @@ def greedy_check(target: Any, plan: dict[str, Any], graphs: bool, exact: bool) -
         speedups.append(rep.speedup)
         st = rep.result.stats
         alphas.append(st.accepted / st.drafted if st.drafted else None)
+        draft_ms.append(round(1000 * st.draft_time_s / max(st.iterations, 1), 2))
     equal = all(f is None for f in firsts)
     return {"ok": equal or not exact, "equal": equal, "first_divergence": firsts,
             "speedup_vs_ar_same_run": [round(s, 3) if s else s for s in speedups],
-            "acceptance": [round(x, 3) if x is not None else None for x in alphas]}
+            "acceptance": [round(x, 3) if x is not None else None for x in alphas], "draft_ms_per_iteration": draft_ms}
 
 
 def sampling_check(target: Any, plan: dict[str, Any]) -> dict[str, Any]:
@@ -184,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
             check("a CPU generator with a CUDA target is refused", lambda: cpu_generator_refused(tgt))
             check("bf16 attention kernels: no cuDNN", lambda: attention_kernels(tgt))
         if not args.skip_graphs and cuda:  # last: the static caches stay on the target afterwards
-            for label, plan in (PLANS[0], PLANS[3], PLANS[4], PLANS[5]):
+            for label, plan in (PLANS[0], PLANS[3], PLANS[4], PLANS[5], PLANS[6]):
                 check(f"greedy {dtype} CUDA graphs: {label}", lambda: greedy_check(tgt, plan, True, exact))
         tgt = None  # free the GPU memory before the next dtype
         _EARLY_EXIT.clear()

@@ -539,6 +539,7 @@ def generate(
                 continue
             if m.static_cache_len is None or m.static_cache_len < min(span, m.max_context):
                 m.use_static_cache(min(span, m.max_context), cuda_graphs=True)
+        drafter.use_static_cache(min(span, tgt.max_context), cuda_graphs=True)  # EAGLE's temperature-0 trees
 
     streamed: list[int] = []
     printed = [""]

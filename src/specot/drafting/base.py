@@ -244,6 +244,12 @@ class Drafter(ABC):
         self.schedule = schedule if schedule is not None else DraftSchedule(spec.depth)
         self.stop_tokens = frozenset(stop_tokens)
 
+    def use_static_cache(self, max_len: int, *, cuda_graphs: bool = False) -> "Drafter":
+        """Draft over static buffers of ``max_len`` committed positions, replayed as CUDA graphs with
+        ``cuda_graphs`` on CUDA, where the drafter can (:class:`~specot.drafting.EagleDrafter`'s
+        temperature-0 trees); otherwise nothing changes. Returns ``self``."""
+        return self
+
     def depth_limit(self, max_depth: int) -> int:
         """Depth of the next tree: the schedule's γ, cut at ``max_depth`` (tokens still allowed − 1);
         ``max_depth`` itself before :meth:`start` (a drafter used on its own)."""

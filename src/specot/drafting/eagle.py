@@ -120,6 +120,7 @@ from ..models.device import install_prepacked_linears, prepacking_available, sdp
 from ..models.int8 import Int8Linear, quantize_linears_int8
 from ..sampling import SamplingConfig, standardize
 from .base import DraftOutcome, DraftTree, Drafter, greedy_q
+from .eagle_static import StaticTreeDraft
 from .suffix import SuffixIndex
 from .tree import TreeSpec
 
@@ -286,13 +287,19 @@ class _Eagle3Attention(nn.Module):
         return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin, v
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, past_k: Tensor, past_v: Tensor,
-                mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+                mask: Tensor, slots: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """``x [T, 2H]``, ``cos/sin [T, d]``, ``past_k/v [kv, P, d]``, boolean ``mask [T, P + T]``
-        (True: attend). Returns the output ``[T, H]`` and the new keys / values ``[kv, T, d]``."""
+        (True: attend). Returns the output ``[T, H]`` and the new keys / values ``[kv, T, d]``.
+        With ``slots [T]`` the past is a static cache ``[kv, S, d]``: the new keys and values are
+        written into it at ``slots`` (in place) and ``mask [T, S]`` covers all of it (the form a
+        captured CUDA graph needs: no shape depends on the context's length)."""
         T = x.shape[0]
         q, k, v = self.project(x, cos, sin)
-        keys = torch.cat([past_k, k], dim=1)  # [kv, P + T, d]
-        vals = torch.cat([past_v, v], dim=1)
+        if slots is None:
+            keys = torch.cat([past_k, k], dim=1)  # [kv, P + T, d]
+            vals = torch.cat([past_v, v], dim=1)
+        else:
+            keys, vals = past_k.index_copy_(1, slots, k), past_v.index_copy_(1, slots, v)  # [kv, S, d]
         return self.o_proj(_attend(q, keys, vals, mask).transpose(0, 1).reshape(T, -1)), k, v
 
 
@@ -311,11 +318,11 @@ class _Eagle3Layer(nn.Module):
         self.post_attention_layernorm = LlamaRMSNorm(cfg.hidden_size, eps=eps)
 
     def forward(self, emb: Tensor, feat: Tensor, cos: Tensor, sin: Tensor, past_k: Tensor, past_v: Tensor,
-                mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+                mask: Tensor, slots: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
         normed = self.hidden_norm(feat)
         residual = normed if self.norm_before_residual else feat
         x = torch.cat([self.input_layernorm(emb), normed], dim=-1)  # [T, 2H]: embedding first
-        a, k, v = self.self_attn(x, cos, sin, past_k, past_v, mask)
+        a, k, v = self.self_attn(x, cos, sin, past_k, past_v, mask, slots)
         h = residual + a
         h = h + self.mlp(self.post_attention_layernorm(h))
         return h, k, v
@@ -335,8 +342,8 @@ class _DecoderLayer(nn.Module):
         self.post_attention_layernorm = LlamaRMSNorm(cfg.hidden_size, eps=eps)
 
     def forward(self, h: Tensor, cos: Tensor, sin: Tensor, past_k: Tensor, past_v: Tensor,
-                mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        a, k, v = self.self_attn(self.input_layernorm(h), cos, sin, past_k, past_v, mask)
+                mask: Tensor, slots: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        a, k, v = self.self_attn(self.input_layernorm(h), cos, sin, past_k, past_v, mask, slots)
         h = h + a
         return h + self.mlp(self.post_attention_layernorm(h)), k, v
 
@@ -448,26 +455,28 @@ class Eagle3Head(nn.Module):
 
     # ------------------------------------------------------------------ forward
     def step(self, tokens: Tensor, feats: Tensor, positions: Tensor, past_k: Tensor, past_v: Tensor,
-             mask: Tensor, fused: bool, last_logits: bool = False) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+             mask: Tensor, fused: bool, last_logits: bool = False, *, slots: Tensor | None = None,
+             logit_rows: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """Run ``T`` draft positions: ``tokens [T]``, features ``feats`` (``fused``: the target's
         ``[T, k·H_t]``, through ``fc``; else draft output features ``[T, H]``), rotary ``positions
         [T]``, ``past_k/v [L, kv, P, d]`` (L = the head's layers), ``mask [T, P + T]``. Returns
         (draft logits ``[T, V_d]``, output features ``[T, H]`` (pre-norm, fed to the next draft step),
         new keys, new values ``[L, kv, T, d]``). ``last_logits``: logits of the last position only
-        (``[1, V_d]``; a catch-up pass needs no others)."""
+        (``[1, V_d]``; a catch-up pass needs no others); ``logit_rows [R]``: of those rows only.
+        With ``slots [T]``, ``past_k/v`` is a static cache ``[L, kv, S, d]`` that the new entries are
+        written into at ``slots`` and ``mask`` is ``[T, S]`` (:class:`StaticTreeDraft`)."""
         dt = self.dtype
         f = self.fuse(feats) if fused else feats.to(dt)
         cos, sin = self.rotary(f, positions[None])
         cos, sin = cos[0], sin[0]
-        h, k, v = self.midlayer(self.embed(tokens), f, cos, sin, past_k[0], past_v[0], mask)
-        if not len(self.layers):
-            return self.lm_head(self.norm(h[-1:] if last_logits else h)), h, k[None], v[None]
+        h, k, v = self.midlayer(self.embed(tokens), f, cos, sin, past_k[0], past_v[0], mask, slots)
         ks, vs = [k], [v]
         for i, layer in enumerate(self.layers.values(), start=1):
-            h, k, v = layer(h, cos, sin, past_k[i], past_v[i], mask)
+            h, k, v = layer(h, cos, sin, past_k[i], past_v[i], mask, slots)
             ks.append(k)
             vs.append(v)
-        return self.lm_head(self.norm(h[-1:] if last_logits else h)), h, torch.stack(ks), torch.stack(vs)
+        out = h[-1:] if last_logits else h if logit_rows is None else h.index_select(0, logit_rows)
+        return self.lm_head(self.norm(out)), h, torch.stack(ks), torch.stack(vs)
 
     def fuse(self, feats: Tensor) -> Tensor:
         """The draft feature ``[..., H]`` of the target's fused features ``feats [..., k·H_t]``:
@@ -693,7 +702,28 @@ class EagleDrafter(Drafter):
         self.name = name
         self._target_ids = self.head.target_ids()  # [V_d]: target id of each draft id
         self._target_id_list: list[int] = self._target_ids.tolist()
+        self._static_len: int | None = None  # use_static_cache(max_len): positions the static cache holds
+        self._static_graphs = False
+        self._static: StaticTreeDraft | None = None
+        self._static_key: tuple[Any, ...] | None = None  # the tree parameters _static was built for
         self.reset()
+
+    def use_static_cache(self, max_len: int, *, cuda_graphs: bool = False) -> "EagleDrafter":
+        """Build EAGLE-2's re-ranked trees (temperature 0, GREEDY law, ``dynamic`` and ``rerank``) on
+        the head's device over a static KV cache of ``max_len`` committed positions, and on CUDA with
+        ``cuda_graphs`` replay them as CUDA graphs (:class:`~specot.drafting.eagle_static.StaticTreeDraft`):
+        the same trees, one host read per draft. Other trees are drafted as before. Returns ``self``.
+
+        Raises:
+            ValueError: ``max_len`` < 1.
+        """
+        if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
+            raise ValueError(f"max_len must be an integer >= 1, got {max_len!r}")
+        if self._static_len is not None and self._static_len >= max_len and self._static_graphs == bool(cuda_graphs):
+            return self  # the cache (and its captured graphs) already fit
+        self._static_len, self._static_graphs, self._static = int(max_len), bool(cuda_graphs), None
+        self._send = self._sbase = 1
+        return self
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -818,6 +848,7 @@ class EagleDrafter(Drafter):
         self._last: tuple[Tensor, Tensor] | None = None  # (logits [V_d], feature [H]) of the last entry
         self._cache = SuffixIndex(CACHE_MAX_N)  # the committed tokens, for the cache model
         self.cache_rows = 0  # q rows the cache model mixed, this generation (for reports and tests)
+        self._send = self._sbase = 1  # the static cache (use_static_cache) holds positions [_sbase, _send)
 
     def start(self, prompt_ids: Sequence[int], spec: TreeSpec, schedule=None, stop_tokens=frozenset()) -> None:
         super().start(prompt_ids, spec, schedule, stop_tokens)
@@ -839,6 +870,7 @@ class EagleDrafter(Drafter):
 
     def _truncate_kv(self, n: int) -> None:
         """Drop the KV entries at positions ``>= n``."""
+        self._send = min(self._send, max(n, 1))
         if self._kend > n:
             keep = max(0, n - self._kbase)
             self._k, self._v = self._k[:, :, :keep], self._v[:, :, :keep]
@@ -928,6 +960,11 @@ class EagleDrafter(Drafter):
         self._ids = list(context)
         spec = self.spec if self.spec is not None else TreeSpec.sequences(1, max(max_depth, 1))
         depth = self.depth_limit(max_depth)
+        static = self._static_tree(spec, sampling, len(context)) if depth > 0 else None
+        if static is not None:
+            tree = self._draft_static(static, context, depth)
+            self.draft_time_s += time.perf_counter() - t0
+            return tree
         root = self._catch_up(context) if depth > 0 else None
         if root is None:
             tree = DraftTree.root(context[-1])
@@ -957,10 +994,7 @@ class EagleDrafter(Drafter):
         chain = spec.is_chain()
         law = DraftLaw.IID if chain else spec.law
         dynamic = self.dynamic and not chain
-        cap = spec.max_drafts_per_node()
-        k_children = min(self.top_k or max(len(spec.children(p)) for p in ((),) + spec.paths), cap)
-        budget = self.total_tokens or spec.num_slots
-        width = self.width or k_children
+        k_children, budget, width = self._tree_params(spec)
         if dynamic and self.rerank and law == DraftLaw.GREEDY and sampling.greedy:
             return self._draft_reranked(context, root, depth, k_children, budget, width)
         tree = DraftTree.root(context[-1])
@@ -1119,6 +1153,75 @@ class EagleDrafter(Drafter):
         self.calls += 1
         return lg, h, torch.cat([tk, k], 2), torch.cat([tv, v], 2)
 
+    def _tree_params(self, spec: TreeSpec) -> tuple[int, int, int]:
+        """(children per expanded node, node budget, nodes expanded per depth) of a dynamic tree."""
+        k_children = min(self.top_k or max(len(spec.children(p)) for p in ((),) + spec.paths),
+                         spec.max_drafts_per_node())
+        return k_children, self.total_tokens or spec.num_slots, self.width or k_children
+
+    def _static_tree(self, spec: TreeSpec, sampling: SamplingConfig, context_len: int) -> StaticTreeDraft | None:
+        """The static-cache tree builder for this proposal, or ``None`` when the tree is not one it
+        builds (use_static_cache not asked for, temperature > 0, a chain, another law or construction,
+        a context longer than the static cache)."""
+        if (self._static_len is None or not sampling.greedy or spec.is_chain() or not self.dynamic
+                or not self.rerank or spec.law != DraftLaw.GREEDY or context_len + 8 > self._static_len):
+            return None
+        top_k, budget, width = self._tree_params(spec)
+        top_k = min(top_k, self.head.draft_vocab_size)
+        width = min(width, top_k)
+        budget = min(budget, top_k + (spec.depth - 1) * width * top_k)
+        key = (spec.depth, top_k, width, budget, self.stop_tokens, self.min_confidence)
+        if self._static is None or self._static_key != key:
+            self._static = StaticTreeDraft(self.head, self._target_ids, max_len=self._static_len, depth=spec.depth,
+                                           top_k=top_k, width=width, budget=budget, stop_tokens=self.stop_tokens,
+                                           min_confidence=self.min_confidence, cuda_graphs=self._static_graphs)
+            self._static_key, self._send, self._sbase = key, 1, 1
+        return self._static
+
+    @torch.no_grad()
+    def _draft_static(self, st: StaticTreeDraft, context: list[int], depth: int) -> DraftTree:
+        """EAGLE-2's re-ranked tree from the static builder: the committed positions the static cache
+        lacks are caught up (at least the last one, whose logits are the root's), then ONE call."""
+        c = len(context)
+        if c - 1 < max(self._fbase + 1, 1) or self._fend < c - 1:  # the target's features up to c − 2 are needed
+            return DraftTree.root(context[-1])
+        if self._sbase < self._fbase + 1:  # the features restart later (a gap): so does the cache
+            self._sbase = self._send = self._fbase + 1
+        start = max(min(self._send, c - 1), self._sbase)
+        feats = self._feats[start - 1 - self._fbase: c - 1 - self._fbase]
+        keep, toks, pars, score = st.draft(context[start:c], feats, start, self._sbase, min(depth, st.depth))
+        self._send = c
+        self.calls += min(depth, st.depth)
+        nodes = sorted(i + 1 for i in keep if score[i] > -math.inf)  # root = node 0
+        return self._ranked_tree(context[-1], [context[-1]] + toks, [-1] + [p + 1 for p in pars],
+                                 [0.0] + score, nodes, min(depth, st.depth), q_device="cpu")
+
+    def _ranked_tree(self, root: int, tokens: list[int], parents: list[int], score: list[float], keep: list[int],
+                     draft_calls: int, q_device: Any) -> DraftTree:
+        """The deterministic GREEDY-law tree of the kept ``keep`` nodes (increasing; closed under
+        parents; siblings stored best first) of a candidate tree (node 0 the root)."""
+        tree = DraftTree.root(root)
+        tree.law = DraftLaw.GREEDY
+        kids: dict[int, list[int]] = {}
+        for nd in keep:  # node ids grow depth by depth and siblings are stored best first
+            kids.setdefault(parents[nd], []).append(nd)
+        new_id = {0: 0}
+        rows: list[tuple[int, list[float]]] = []
+        for nd in [0] + keep:
+            ch = kids.get(nd)
+            if not ch:
+                continue
+            for old, nid in zip(ch, tree.add_children(new_id[nd], [tokens[x] for x in ch])):
+                new_id[old] = nid
+            tree.q_row[new_id[nd]] = len(rows)
+            rows.append((new_id[nd], [math.exp(score[x] - score[nd]) for x in ch]))
+        if rows:
+            tree.q = greedy_q(tree, rows, self.vocab_size, device=q_device)
+            tree.q_standardized = True  # rows of strict_weights: distributions by construction
+        tree.deterministic = True
+        tree.draft_calls = draft_calls
+        return tree
+
     @torch.no_grad()
     def _draft_reranked(self, context: list[int], root: tuple[Tensor, Tensor], depth: int, top_k: int,
                         budget: int, width: int) -> DraftTree:
@@ -1175,26 +1278,6 @@ class EagleDrafter(Drafter):
             for j, nd in enumerate(nxt):
                 logits[nd], feat[nd] = lg2[j], h2[j]
             frontier = nxt
-        keep = rerank(score, budget)
-        tree = DraftTree.root(context[-1])
-        tree.law = DraftLaw.GREEDY
-        kids: dict[int, list[int]] = {}
-        for nd in keep:  # node ids grow depth by depth and siblings are stored best first
-            kids.setdefault(parents[nd], []).append(nd)
-        new_id = {0: 0}
-        rows: list[tuple[int, list[float]]] = []
-        for nd in [0] + keep:
-            ch = kids.get(nd)
-            if not ch:
-                continue
-            for old, nid in zip(ch, tree.add_children(new_id[nd], [tokens[x] for x in ch])):
-                new_id[old] = nid
-            tree.q_row[new_id[nd]] = len(rows)
-            rows.append((new_id[nd], [math.exp(score[x] - score[nd]) for x in ch]))
-        if rows:
-            tree.q = greedy_q(tree, rows, self.vocab_size, device=self.device)
-            tree.q_standardized = True  # rows of strict_weights: distributions by construction
-        tree.deterministic = True
-        tree.draft_calls = passes + 1  # + the catch-up pass that gave the root
-        return tree
+        # + the catch-up pass that gave the root
+        return self._ranked_tree(context[-1], tokens, parents, score, rerank(score, budget), passes + 1, self.device)
 

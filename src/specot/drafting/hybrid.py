@@ -117,6 +117,11 @@ class HybridDrafter(Drafter):
             d.start(prompt_ids, spec, DraftSchedule(self.schedule.gamma, self.schedule.kind), stop_tokens)
         self._size = self._passes = float(spec.depth)
 
+    def use_static_cache(self, max_len: int, *, cuda_graphs: bool = False) -> "HybridDrafter":
+        """The model drafter's :meth:`~specot.drafting.Drafter.use_static_cache` (suffix trees need none)."""
+        self.model.use_static_cache(max_len, cuda_graphs=cuda_graphs)
+        return self
+
     def _model_value(self) -> float:
         """(1 + E_m) / (1 + f + c·N_m + c_d·D_m): the model drafter's expected tokens per unit of target time."""
         s = self.suffix

@@ -181,9 +181,14 @@ def hf_generate(model: Any, ids: Sequence[int], temperature: float, max_new_toke
 
 def _build_methods(tgt: Any, ngram: Any, draft: BenchDraft | None, gammas: Sequence[int], trees: Sequence[tuple[int, int]],
                    tree_verifiers: Sequence[str], peers: bool, max_new_tokens: int,
-                   extra_drafts: Sequence[str] = ()) -> list[Method]:
-
+                   extra_drafts: Sequence[str] = (), static_len: int | None = None) -> list[Method]:
+    """The benchmark's methods; with ``static_len`` (CUDA graphs) every drafter loaded here drafts
+    over a static cache of that many positions where it can, as :func:`specot.generate` does on CUDA."""
     eos = tgt.eos_token_ids
+
+    def load(name: str, **kw: Any) -> Any:
+        d = load_drafter(name, tgt, **kw)
+        return d.use_static_cache(static_len, cuda_graphs=True) if static_len is not None else d
 
     def cfg(temp: float, seed: int, gamma: int = 1) -> Any:
         return GenerationConfig(max_new_tokens=max_new_tokens, gamma=gamma, seed=seed,
@@ -204,9 +209,9 @@ def _build_methods(tgt: Any, ngram: Any, draft: BenchDraft | None, gammas: Seque
                              lambda ids, t, s, L=L: hf_generate(tgt.model, ids, t, max_new_tokens, s, eos=eos, prompt_lookup=L),
                              1, L))
     if "auto" in extra_drafts:  # the default of specot generate: api.auto_plan's drafter and shape
-        ms.append(Method("auto", "auto", _auto_runner(tgt, cfg, wrap)))
+        ms.append(Method("auto", "auto", _auto_runner(tgt, cfg, wrap, load)))
     for name in (n for n in extra_drafts if n != "auto"):  # drafters named as specot.api names them: suffix, eagle:PATH
-        ed = load_drafter(name, tgt)
+        ed = load(name)
         label = "eagle" if isinstance(ed, EagleDrafter) else name
         for L in gammas:
             spec, ver = decoding_plan(ed, get_verifier("speculative"), gamma=L)
@@ -249,7 +254,8 @@ def _build_methods(tgt: Any, ngram: Any, draft: BenchDraft | None, gammas: Seque
     return ms
 
 
-def _auto_runner(tgt: Any, cfg: Callable[..., Any], wrap: Callable[[Any], _Run]) -> Callable[[list[int], float, int], _Run]:
+def _auto_runner(tgt: Any, cfg: Callable[..., Any], wrap: Callable[[Any], _Run],
+                 load: Callable[..., Any]) -> Callable[[list[int], float, int], _Run]:
     """A run of ``draft="auto"`` exactly as :func:`specot.generate` plans it: :func:`auto_plan`'s
     drafter (loaded once) and its chain or tree at each temperature, through :func:`decoding_plan`."""
     drafters: dict[tuple[str, float | None], Any] = {}
@@ -258,7 +264,7 @@ def _auto_runner(tgt: Any, cfg: Callable[..., Any], wrap: Callable[[Any], _Run])
         plan = auto_plan(tgt, temperature=t)
         key = (plan.draft, plan.min_confidence)
         if key not in drafters:
-            drafters[key] = load_drafter(plan.draft, tgt, min_confidence=plan.min_confidence)
+            drafters[key] = load(plan.draft, min_confidence=plan.min_confidence)
         ed = drafters[key]
         spec, ver = decoding_plan(ed, get_verifier("speculative"), drafts=plan.drafts, gamma=plan.gamma)
         L = plan.gamma or GenerationConfig.gamma
@@ -332,7 +338,8 @@ def run_speedup_bench(*, target: Any = None, draft: str | BenchDraft | None = "d
         span = max(map(len, encoded)) + max_new_tokens + 128 + 2 * GRAPH_WIDTHS[-1]
         tgt.use_static_cache(min(span, tgt.max_context), cuda_graphs=True)
     peers = bool(peers and hasattr(tgt.model, "generate"))
-    methods = _build_methods(tgt, ngram, bd, gammas, trees, tree_verifiers, peers, max_new_tokens, extra_drafts)
+    methods = _build_methods(tgt, ngram, bd, gammas, trees, tree_verifiers, peers, max_new_tokens, extra_drafts,
+                             static_len=min(span, tgt.max_context) if cuda_graphs else None)
 
     # cost curve (target passes of T tokens, draft passes of width w) after the first prompt
     dm = bd.obj if bd is not None and bd.available else None
