@@ -146,3 +146,25 @@ def test_generate_with_graphs_drafts_eagle_trees_over_the_static_cache(monkeypat
     calls.clear()
     specot.generate(PROMPT, temperature=1.0, seed=3, **kw)
     assert not calls
+
+
+def test_the_hybrid_drafter_gets_the_same_trees_when_eagle_skips_iterations():
+    """``suffix+eagle``: where the suffix tree wins, the EAGLE drafter skips the iteration, and its
+    next catch-up covers several iterations' tokens (wider than a padded width at times); the trees
+    and the output stay the host construction's."""
+    from specot.drafting import HybridDrafter, SuffixDrafter
+
+    target = tiny_lm(0, vocab=16, dtype=torch.float32, layers=4)
+    spec = TreeSpec.prefix([3, 3, 3, 3], "greedy")
+    prompt = [1, 5, 3, 7, 2, 9, 1, 5, 3, 7, 2, 9, 1, 5, 3]  # repeats: the suffix tree competes
+    runs = []
+    for static in (False, True):
+        eagle = _drafter(target, top_k=3, total_tokens=10)
+        if static:
+            eagle.use_static_cache(96)
+        hyb = HybridDrafter(SuffixDrafter(vocab_size=16), eagle)
+        res = tree_generate(target, hyb, prompt, spec, GenerationConfig(max_new_tokens=40, sampling=GREEDY),
+                            verifier="greedy")
+        runs.append((res.tokens, eagle.seen, list(hyb.choices)))
+    assert runs[0] == runs[1]
+    assert "suffix" in runs[0][2] and "model" in runs[0][2]
