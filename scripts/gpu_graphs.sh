@@ -17,6 +17,8 @@
 #      default temperature and at T = 0 (DEMO_S=0 skips it).
 #   5. The n-gram drafter's γ schedule with graphs (scripts/ngram_schedule_ab.py: constant against
 #      heuristic, 4 sets x T = 0 / 1; NGRAM_S=0 skips it): chat at T = 1 ran at 0.92x in session 28.
+#   6. EAGLE's T = 0 trees, host construction against the static one with graphs (scripts/static_tree_ab.py,
+#      code and chat, against graphed autoregressive decoding; STATIC_S=0 skips it).
 # SET picks the prompt set of part 2 (default the code prompts); CHECK_S=0 / GRAPH_S=0 skip parts 1 / 3.
 # Dry run on a CPU: DEVICE=cpu QUICK=1 OUT=/tmp/o bash scripts/gpu_graphs.sh
 source "$(dirname "$0")/device_env.sh"
@@ -54,5 +56,11 @@ echo "== 5. the n-gram drafter's γ schedule with graphs, at most ${NGRAM_S:-150
 graphs=$([ "$DEVICE" = cpu ] || echo --cuda-graphs)
 timeout "${NGRAM_S:-150}" $PY scripts/ngram_schedule_ab.py --device "$DEVICE" $graphs --n-prompts $N \
   --max-new-tokens $TOK --out "$OUT/ngram_schedule_ab.json" 2>&1 | grep speedup
+}
+[ "${STATIC_S:-150}" = 0 ] || {
+echo "== 6. EAGLE's T = 0 trees: host construction against the static one, at most ${STATIC_S:-150} s"
+graphs=$([ "$DEVICE" = cpu ] || echo --cuda-graphs)
+timeout "${STATIC_S:-150}" $PY scripts/static_tree_ab.py --device "$DEVICE" $graphs --n-prompts $N \
+  --max-new-tokens $TOK --out "$OUT/static_tree_ab.json" 2>&1 | grep speedup
 }
 ls -la "$OUT" 2>/dev/null
