@@ -37,9 +37,9 @@ timeout "${SPEED_S:-240}" $PY -m specot.cli.main bench speedup --device "$DEVICE
   --no-plots --out "$OUT/speedup_graphs_$(basename "${SET:-prompts_code}" .jsonl)" 2>&1 | tail -30
 echo "speedup exit $?"
 
-[ "${GRAPH_S:-60}" = 0 ] || {
-echo "== 3. one pass, eager against replayed, at most ${GRAPH_S:-60} s"
-timeout "${GRAPH_S:-60}" $PY scripts/graph_step.py --device "$DEVICE" --out "$OUT/graph_step.json" 2>&1 | tail -3
+[ "${GRAPH_S:-0}" = 0 ] || {
+echo "== 3. one pass, eager against replayed, at most ${GRAPH_S} s"
+timeout "${GRAPH_S}" $PY scripts/graph_step.py --device "$DEVICE" --out "$OUT/graph_step.json" 2>&1 | tail -3
 echo "graph_step exit $?"
 }
 
