@@ -104,6 +104,7 @@ class StaticTreeDraft:
         self.start = torch.ones(1, dtype=torch.int64, device=dev)
         self.graphs: dict[Any, tuple[Any, Any]] | None = {} if cuda_graphs and dev.type == "cuda" else None
         self._pool: Any = None
+        self._bufs: dict[int, dict[str, Tensor]] = {}  # the static inputs of each catch-up width
         self.root_logits = torch.zeros(1, head.draft_vocab_size, dtype=dt, device=dev)
         self.root_feat = torch.zeros(1, head.hidden_size, dtype=dt, device=dev)
 
@@ -203,6 +204,8 @@ class StaticTreeDraft:
         parent indices (−1: root) and the cumulative log-probabilities. One host read."""
         T = len(new_tokens)
         end = start + T
+        if not 1 <= depth <= self.depth:
+            raise ValueError(f"depth {depth} outside [1, {self.depth}] (the depth this builder was made for)")
         if end + 8 > self.tree_start:
             raise ValueError(f"the static draft cache holds {self.tree_start - 8} positions; position {end} is past it")
         dev = self.device
@@ -235,8 +238,6 @@ class StaticTreeDraft:
 
     def _buffers(self, W: int) -> dict[str, Tensor]:
         """The static inputs of a catch-up of width ``W`` (made once)."""
-        if not hasattr(self, "_bufs"):
-            self._bufs: dict[int, dict[str, Tensor]] = {}
         if W not in self._bufs:
             dev = self.device
             self._bufs[W] = {"tokens": torch.zeros(W, dtype=torch.int64, device=dev),
