@@ -24,16 +24,12 @@ import argparse
 import sys
 import time
 
-import torch
 from tqdm import tqdm
 
-from specot.api import load_drafter, load_target
+from specot.api import load_drafter
 from specot.engine import GenerationConfig, autoregressive_generate, speculative_generate
-from specot.envinfo import load_average
-from specot.models.hf import GRAPH_WIDTHS
 from specot.sampling import SamplingConfig
-from specot_lab.corpus import load_prompts
-from specot_lab.bench.script_io import add_run_options, timed_run_fields, write_record
+from specot_lab.bench.script_io import add_run_options, load_run, timed_run_fields, write_record
 
 SCHEDULES = ("constant", "heuristic")
 VARIANTS = (*SCHEDULES, "lookup")  # lookup: prompt lookup alone (no corpus table), constant γ
@@ -47,15 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cuda-graphs", action="store_true", help="replay the target's passes as CUDA graphs "
                     "(CausalLM.use_static_cache), as specot.generate does on CUDA")
     args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    load_start = load_average()
-    tgt = load_target(None, dtype=args.dtype, device=args.device)
-    sets = {name: [tgt.encode_prompt(p) for p in load_prompts(name, args.n_prompts)]
-            for name in args.sets.split(",") if name}
-    if args.cuda_graphs:  # room for the longest prompt, the output, a 2γ draft and the padding of a pass
-        longest = max(len(ids) for prompts in sets.values() for ids in prompts)
-        span = longest + args.max_new_tokens + 2 * args.gamma + 2 * GRAPH_WIDTHS[-1]
-        tgt.use_static_cache(min(span, tgt.max_context), cuda_graphs=True)
+    tgt, sets, load_start, _ = load_run(args, 2 * args.gamma)  # room for a 2γ draft (the heuristic schedule)
     drafter = load_drafter("ngram", tgt)
     lookup = load_drafter("ngram", tgt, ngram_corpus=None)
     warm = tgt.encode_prompt("def add(a, b):")

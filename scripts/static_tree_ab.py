@@ -23,17 +23,13 @@ import argparse
 import sys
 import time
 
-import torch
 from tqdm import tqdm
 
-from specot.api import AUTO_HYBRID, AUTO_MIN_CONFIDENCE_GREEDY, AUTO_TREE_GREEDY, decoding_plan, load_drafter, load_target
+from specot.api import AUTO_HYBRID, AUTO_MIN_CONFIDENCE_GREEDY, AUTO_TREE_GREEDY, decoding_plan, load_drafter
 from specot.engine import GenerationConfig, autoregressive_generate, tree_generate
-from specot.envinfo import load_average
-from specot.models.hf import GRAPH_WIDTHS
 from specot.sampling import SamplingConfig
 from specot.verifiers import get_verifier
-from specot_lab.bench.script_io import add_run_options, device_sync, timed_run_fields, write_record
-from specot_lab.corpus import load_prompts
+from specot_lab.bench.script_io import add_run_options, device_sync, load_run, timed_run_fields, write_record
 
 VARIANTS = ("ar", "host", "static")
 
@@ -45,16 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cuda-graphs", action="store_true", help="replay the target's passes and the static "
                     "builder's as CUDA graphs, as specot.generate does on CUDA")
     args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    load_start = load_average()
-    tgt = load_target(None, dtype=args.dtype, device=args.device)
-    sets = {name: [tgt.encode_prompt(p) for p in load_prompts(name, args.n_prompts)]
-            for name in args.sets.split(",") if name}
-    longest = max(len(ids) for prompts in sets.values() for ids in prompts)
-    span = min(longest + args.max_new_tokens + 2 * GRAPH_WIDTHS[-1], tgt.max_context)
-    if args.cuda_graphs:
-        tgt.use_static_cache(span, cuda_graphs=True)
     drafts, depth = AUTO_TREE_GREEDY
+    tgt, sets, load_start, span = load_run(args, drafts * depth)
     host = load_drafter(AUTO_HYBRID, tgt, dtype=args.dtype, device=args.device, min_confidence=AUTO_MIN_CONFIDENCE_GREEDY)
     static = load_drafter(AUTO_HYBRID, tgt, dtype=args.dtype, device=args.device,
                           min_confidence=AUTO_MIN_CONFIDENCE_GREEDY).use_static_cache(span, cuda_graphs=args.cuda_graphs)

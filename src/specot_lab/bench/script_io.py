@@ -11,10 +11,14 @@ from typing import Any, Sequence
 
 import torch
 
+from specot.api import load_target
 from specot.envinfo import environment_info, load_average
+from specot.models.hf import GRAPH_WIDTHS
+
+from ..corpus import load_prompts
 
 
-__all__ = ["add_run_options", "device_sync", "target_continuation", "timed_run_fields", "write_record"]
+__all__ = ["add_run_options", "device_sync", "load_run", "target_continuation", "timed_run_fields", "write_record"]
 
 
 def device_sync(device: Any) -> None:
@@ -34,6 +38,24 @@ def add_run_options(ap: argparse.ArgumentParser, *, sets: str, dtype: str = "aut
     ap.add_argument("--dtype", default=dtype)
     ap.add_argument("--threads", type=int, default=threads)
     ap.add_argument("--out", default=None)
+
+
+def load_run(args: argparse.Namespace, extra_slots: int) -> tuple[Any, dict[str, list[list[int]]], list[float], int]:
+    """The start of a timed run with :func:`add_run_options` (and ``--device`` / ``--cuda-graphs``):
+    torch's threads, the load average, the embedded target on the device, every prompt set encoded;
+    with ``--cuda-graphs`` the target's static cache, sized for the longest prompt, the output,
+    ``extra_slots`` (a draft) and the padding of a pass. Returns (target, sets, load at the start,
+    that cache length)."""
+    torch.set_num_threads(args.threads)
+    load_start = load_average()
+    tgt = load_target(None, dtype=args.dtype, device=getattr(args, "device", "cpu"))
+    sets = {name: [tgt.encode_prompt(p) for p in load_prompts(name, args.n_prompts)]
+            for name in args.sets.split(",") if name}
+    longest = max(len(ids) for prompts in sets.values() for ids in prompts)
+    span = min(longest + args.max_new_tokens + extra_slots + 2 * GRAPH_WIDTHS[-1], tgt.max_context)
+    if getattr(args, "cuda_graphs", False):
+        tgt.use_static_cache(span, cuda_graphs=True)
+    return tgt, sets, load_start, span
 
 
 def target_continuation(target: Any, ids: Sequence[int], temperature: float, max_new_tokens: int,
