@@ -168,3 +168,45 @@ def test_the_hybrid_drafter_gets_the_same_trees_when_eagle_skips_iterations():
         runs.append((res.tokens, eagle.seen, list(hyb.choices)))
     assert runs[0] == runs[1]
     assert "suffix" in runs[0][2] and "model" in runs[0][2]
+
+
+class _ReplayedGraph:
+    """A CUDA graph's semantics on a CPU: ``replay()`` recomputes the captured function and writes
+    its results INTO the outputs returned at capture (a graph's outputs are fixed buffers)."""
+
+    def __init__(self, fn):
+        self.fn, self.out = fn, fn()
+        self.replays = 0
+
+    def replay(self):
+        new = self.fn()
+        for a, b in zip(self.out if isinstance(self.out, tuple) else (self.out,), new if isinstance(new, tuple) else (new,)):
+            a.copy_(b)
+        self.replays += 1
+
+
+def test_replayed_graphs_read_their_static_inputs_and_outputs(monkeypatch):
+    """With graph semantics (a replay overwrites the capture's outputs, inputs must be copied into
+    the capture's buffers first), every catch-up width and the expansion are captured once and
+    replayed, and the trees stay the host construction's: nothing is read from a fresh tensor where
+    a graph's fixed buffer is meant."""
+    graphs = []
+
+    def capture(self, fn):
+        g = _ReplayedGraph(fn)
+        graphs.append(g)
+        return g, g.out
+
+    monkeypatch.setattr(StaticTreeDraft, "_capture", capture)
+    target = tiny_lm(0, vocab=16, dtype=torch.float32, layers=4)
+    spec = TreeSpec.prefix([3, 3, 3, 3], "greedy")
+    host, dev = _drafter(target, top_k=3, total_tokens=10), _drafter(target, top_k=3, total_tokens=10)
+    dev.use_static_cache(64, cuda_graphs=True)
+    dev.start(PROMPT, spec, None, frozenset(target.eos_token_ids))
+    dev._static_tree(spec, GREEDY, len(PROMPT))
+    dev._static.graphs = {}  # as on CUDA
+    assert _decode(target, host, spec, n=40).tokens == _decode(target, dev, spec, n=40).tokens
+    assert host.seen == dev.seen
+    keys = set(dev._static.graphs)
+    assert ("expand", 4) in keys and any(k[0] == "catch_up" for k in keys) and len(graphs) == len(keys)
+    assert sum(g.replays for g in graphs) >= len(dev.seen) - 1

@@ -166,29 +166,35 @@ class StaticTreeDraft:
         return torch.cat([keep.double(), torch.cat(toks).double(), torch.cat(pars).double(), score_all])
 
     # ------------------------------------------------------------------ graphs
+    def _capture(self, fn: Callable[[], Any]) -> tuple[Any, Any]:
+        """A CUDA graph of ``fn()`` and its outputs, which every ``replay()`` overwrites in place
+        (two warm-up runs on a side stream first, as PyTorch's capture recipe asks)."""
+        stream = torch.cuda.Stream(self.device)
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(stream):
+            for _ in range(2):  # warm-up: allocator and kernel choices settle outside the capture
+                fn()
+        torch.cuda.current_stream(self.device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+        with torch.cuda.graph(graph, pool=self._pool):
+            out = fn()
+        return graph, out
+
     def _run(self, key: Any, fn: Callable[[], Any]) -> Any:
-        """``fn()`` eagerly, or its CUDA graph captured under ``key`` (captured at the first call)."""
+        """``fn()`` eagerly, or its CUDA graph captured under ``key`` (captured at the first call)
+        replayed: the outputs are then the capture's, overwritten in place by every replay."""
         if self.graphs is None:
             return fn()
         if key not in self.graphs:
             try:
-                stream = torch.cuda.Stream(self.device)
-                stream.wait_stream(torch.cuda.current_stream(self.device))
-                with torch.cuda.stream(stream):
-                    for _ in range(2):  # warm-up: allocator and kernel choices settle outside the capture
-                        fn()
-                torch.cuda.current_stream(self.device).wait_stream(stream)
-                graph = torch.cuda.CUDAGraph()
-                if self._pool is None:
-                    self._pool = torch.cuda.graph_pool_handle()
-                with torch.cuda.graph(graph, pool=self._pool):
-                    out = fn()
+                self.graphs[key] = self._capture(fn)
             except Exception as exc:  # noqa: BLE001 - any capture failure: warn once, run eagerly from now on
                 warnings.warn(f"capturing the EAGLE draft as a CUDA graph failed ({type(exc).__name__}: {exc}); "
                               "drafting without graphs", RuntimeWarning, stacklevel=3)
                 self.graphs = None
                 return fn()
-            self.graphs[key] = (graph, out)
         graph, out = self.graphs[key]
         graph.replay()
         return out
