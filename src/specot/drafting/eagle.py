@@ -120,7 +120,7 @@ from ..models.device import install_prepacked_linears, prepacking_available, sdp
 from ..models.int8 import Int8Linear, quantize_linears_int8
 from ..sampling import SamplingConfig, standardize
 from .base import DraftOutcome, DraftTree, Drafter, greedy_q
-from .eagle_static import StaticTreeDraft
+from .eagle_static import CATCH_UP_WIDTHS, StaticTreeDraft, tree_candidates
 from .suffix import SuffixIndex
 from .tree import TreeSpec
 
@@ -1164,12 +1164,12 @@ class EagleDrafter(Drafter):
         builds (use_static_cache not asked for, temperature > 0, a chain, another law or construction,
         a context longer than the static cache)."""
         if (self._static_len is None or not sampling.greedy or spec.is_chain() or not self.dynamic
-                or not self.rerank or spec.law != DraftLaw.GREEDY or context_len + 8 > self._static_len):
+                or not self.rerank or spec.law != DraftLaw.GREEDY or context_len + CATCH_UP_WIDTHS[-1] > self._static_len):
             return None
         top_k, budget, width = self._tree_params(spec)
         top_k = min(top_k, self.head.draft_vocab_size)
         width = min(width, top_k)
-        budget = min(budget, top_k + (spec.depth - 1) * width * top_k)
+        budget = min(budget, tree_candidates(spec.depth, top_k, width))
         key = (spec.depth, top_k, width, budget, self.stop_tokens, self.min_confidence)
         if self._static is None or self._static_key != key:
             self._static = StaticTreeDraft(self.head, self._target_ids, max_len=self._static_len, depth=spec.depth,
@@ -1189,12 +1189,13 @@ class EagleDrafter(Drafter):
             self._sbase = self._send = self._fbase + 1
         start = max(min(self._send, c - 1), self._sbase)
         feats = self._feats[start - 1 - self._fbase: c - 1 - self._fbase]
-        keep, toks, pars, score = st.draft(context[start:c], feats, start, self._sbase, min(depth, st.depth))
+        depth = min(depth, st.depth)
+        keep, toks, pars, score = st.draft(context[start:c], feats, start, self._sbase, depth)
         self._send = c
-        self.calls += min(depth, st.depth)
+        self.calls += depth  # the catch-up and depth − 1 expansion passes
         nodes = sorted(i + 1 for i in keep if score[i] > -math.inf)  # root = node 0
         return self._ranked_tree(context[-1], [context[-1]] + toks, [-1] + [p + 1 for p in pars],
-                                 [0.0] + score, nodes, min(depth, st.depth), q_device="cpu")
+                                 [0.0] + score, nodes, depth, q_device="cpu")
 
     def _ranked_tree(self, root: int, tokens: list[int], parents: list[int], score: list[float], keep: list[int],
                      draft_calls: int, q_device: Any) -> DraftTree:

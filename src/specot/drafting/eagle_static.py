@@ -39,13 +39,21 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
-__all__ = ["StaticTreeDraft", "CATCH_UP_WIDTHS"]
+from ..models.device import capture_cuda_graph
+
+__all__ = ["StaticTreeDraft", "CATCH_UP_WIDTHS", "tree_candidates"]
 
 #: Widths a catch-up pass is padded to (the accepted drafts + the bonus token of one iteration).
 CATCH_UP_WIDTHS = (1, 2, 4, 8)
 #: How much lower than its parent a child's cumulative log-probability is at least (float64): the
 #: kept top-``budget`` set is then closed under parents whatever ``topk`` does with ties.
 _STRICT = 1e-9
+
+
+def tree_candidates(depth: int, top_k: int, width: int) -> int:
+    """Nodes a depth-``depth`` tree drafts before its re-ranking: the root's ``top_k`` children,
+    then ``width`` nodes expanded with ``top_k`` children at each further depth."""
+    return top_k + (depth - 1) * width * top_k
 
 
 def _width(t: int) -> int | None:
@@ -59,7 +67,7 @@ class StaticTreeDraft:
     Args:
         head: the :class:`~specot.drafting.eagle.Eagle3Head`.
         target_ids: int64 ``[V_d]``, the target id of every draft id.
-        max_len: committed positions the cache holds (the context and the output, plus 8).
+        max_len: committed positions the cache holds (the context and the output, plus the widest catch-up).
         depth: tree depth D (levels of draft tokens).
         top_k: children per expanded node.
         width: nodes expanded per depth.
@@ -78,10 +86,9 @@ class StaticTreeDraft:
         if min(max_len, depth, top_k, width, budget) < 1 or width > top_k:
             raise ValueError(f"need max_len, depth, top_k, width, budget >= 1 and width <= top_k, got {max_len}, "
                              f"{depth}, {top_k}, {width}, {budget}")
-        self.candidates = top_k + (depth - 1) * width * top_k
-        if budget > self.candidates:
-            raise ValueError(f"a budget of {budget} nodes exceeds the {self.candidates} candidates of a depth-{depth} "
-                             f"tree with top_k {top_k} and width {width}")
+        if budget > tree_candidates(depth, top_k, width):
+            raise ValueError(f"a budget of {budget} nodes exceeds the {tree_candidates(depth, top_k, width)} candidates "
+                             f"of a depth-{depth} tree with top_k {top_k} and width {width}")
         self.head, self.depth, self.top_k, self.width, self.budget = head, depth, top_k, width, budget
         att = head.midlayer.self_attn
         dev, dt = head.norm.weight.device, head.dtype
@@ -127,7 +134,7 @@ class StaticTreeDraft:
         candidates' indices (best first), then every candidate's target token, parent candidate
         (−1: the root) and cumulative log-probability (C candidates)."""
         k, w, dev = self.top_k, self.width, self.device
-        C = k + (depth - 1) * w * k
+        C = tree_candidates(depth, k, w)
         lp = torch.log_softmax(root_logits.float(), dim=-1)[0].topk(k)  # best first
         toks, pars, scores = [self.target_ids[lp.indices]], [torch.full((k,), -1, device=dev)], \
             [lp.values.double().clamp_max(-_STRICT)]
@@ -167,19 +174,9 @@ class StaticTreeDraft:
 
     # ------------------------------------------------------------------ graphs
     def _capture(self, fn: Callable[[], Any]) -> tuple[Any, Any]:
-        """A CUDA graph of ``fn()`` and its outputs, which every ``replay()`` overwrites in place
-        (two warm-up runs on a side stream first, as PyTorch's capture recipe asks)."""
-        stream = torch.cuda.Stream(self.device)
-        stream.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(stream):
-            for _ in range(2):  # warm-up: allocator and kernel choices settle outside the capture
-                fn()
-        torch.cuda.current_stream(self.device).wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        if self._pool is None:
-            self._pool = torch.cuda.graph_pool_handle()
-        with torch.cuda.graph(graph, pool=self._pool):
-            out = fn()
+        """A CUDA graph of ``fn()`` and its outputs, which every ``replay()`` overwrites in place;
+        the builder's graphs share one memory pool."""
+        graph, out, self._pool = capture_cuda_graph(fn, self.device, self._pool)
         return graph, out
 
     def _run(self, key: Any, fn: Callable[[], Any]) -> Any:
@@ -212,8 +209,9 @@ class StaticTreeDraft:
         end = start + T
         if not 1 <= depth <= self.depth:
             raise ValueError(f"depth {depth} outside [1, {self.depth}] (the depth this builder was made for)")
-        if end + 8 > self.tree_start:
-            raise ValueError(f"the static draft cache holds {self.tree_start - 8} positions; position {end} is past it")
+        if end + CATCH_UP_WIDTHS[-1] > self.tree_start:
+            raise ValueError(f"the static draft cache holds {self.tree_start - CATCH_UP_WIDTHS[-1]} positions; "
+                             f"position {end} is past it")
         dev = self.device
         self.base.fill_(base)
         self.end.fill_(end)
@@ -222,20 +220,18 @@ class StaticTreeDraft:
         if W is None:  # a long catch-up (the first one after the prompt): eager, unpadded
             toks = torch.tensor(new_tokens, dtype=torch.int64, device=dev)
             logits, feat = self._catch_up(toks, new_feats, torch.tensor([T - 1], device=dev))
-            self.root_logits.copy_(logits)
-            self.root_feat.copy_(feat)
         else:
             buf = self._buffers(W)
             buf["tokens"][:T].copy_(torch.tensor(new_tokens, dtype=torch.int64), non_blocking=True)
             buf["feats"][:T].copy_(new_feats)
             buf["last"].fill_(T - 1)
             logits, feat = self._run(("catch_up", W), lambda: self._catch_up(buf["tokens"], buf["feats"], buf["last"]))
-            self.root_logits.copy_(logits)
-            self.root_feat.copy_(feat)
+        self.root_logits.copy_(logits)  # the expansion's fixed inputs
+        self.root_feat.copy_(feat)
         flat = self._run(("expand", depth), lambda: self._expand(self.root_logits, self.root_feat, depth)) \
             if depth == self.depth else self._expand(self.root_logits, self.root_feat, depth)
         out = flat.tolist()  # the one host read
-        C = self.top_k + (depth - 1) * self.width * self.top_k
+        C = tree_candidates(depth, self.top_k, self.width)
         n_keep = min(self.budget, C)
         keep = [int(x) for x in out[:n_keep]]
         toks_l = [int(x) for x in out[n_keep:n_keep + C]]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import Any, ContextManager
+from typing import Any, Callable, ContextManager
 
 import torch
 from torch import Tensor
@@ -19,7 +19,8 @@ from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMa
 __all__ = ["cpu_has_native_bf16", "resolve_dtype", "PrepackedLinear", "PREPACK_MIN_WEIGHTS", "prepacking_available",
            "install_prepacked_linears",
            "remove_prepacked_linears", "SmallBatchHead", "small_batch_linear", "install_small_batch_head",
-           "GQA_SDPA", "gqa_sdpa_attention", "install_gqa_sdpa", "CUDA_SDPA_BACKENDS", "sdpa_without_cudnn"]
+           "GQA_SDPA", "gqa_sdpa_attention", "install_gqa_sdpa", "CUDA_SDPA_BACKENDS", "sdpa_without_cudnn",
+           "capture_cuda_graph"]
 
 
 def cpu_has_native_bf16() -> bool:
@@ -334,3 +335,22 @@ def sdpa_without_cudnn(device: torch.device | str) -> ContextManager[Any]:
     if torch.device(device).type != "cuda":
         return contextlib.nullcontext()
     return sdpa_kernel(list(CUDA_SDPA_BACKENDS), set_priority=True)
+
+
+def capture_cuda_graph(fn: Callable[[], Any], device: torch.device, pool: Any = None) -> tuple[Any, Any, Any]:
+    """``fn`` captured as a ``torch.cuda.CUDAGraph``, after two warm-up runs on a side stream (the
+    recipe of ``torch.cuda.graphs``; they compute what the capture records). Returns the graph, the
+    outputs of ``fn`` inside the capture (fixed buffers that every ``replay()`` overwrites in place)
+    and the memory pool, made here when ``pool`` is ``None``: graphs replayed one at a time, whose
+    outputs are read before the next replay, can share one. Raises whatever the capture raises."""
+    side = torch.cuda.Stream(device=device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream(device).wait_stream(side)
+    pool = torch.cuda.graph_pool_handle() if pool is None else pool
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool):
+        out = fn()
+    return graph, out, pool

@@ -22,7 +22,8 @@ from transformers import DynamicCache, StaticCache
 
 from .cache import crop_cache, is_static, keep_cache_positions
 from .chat import decode_tokens, encode_prompt
-from .device import install_gqa_sdpa, install_prepacked_linears, install_small_batch_head, sdpa_without_cudnn
+from .device import (capture_cuda_graph, install_gqa_sdpa, install_prepacked_linears, install_small_batch_head,
+                     sdpa_without_cudnn)
 
 __all__ = ["CausalLM", "GRAPH_WIDTHS", "tree_attention_mask"]
 
@@ -397,19 +398,8 @@ class CausalLM:
         passes run one at a time and their outputs are copied out before the next. On failure:
         warn once, restore the cache's length and run plain passes from now on (``False``)."""
         try:
-            dev = p.ids.device
-            side = torch.cuda.Stream(device=dev)
-            side.wait_stream(torch.cuda.current_stream(dev))
-            with torch.cuda.stream(side):
-                for _ in range(2):
-                    self._padded_call(p)
-            torch.cuda.current_stream(dev).wait_stream(side)
-            if self._graph_pool is None:
-                self._graph_pool = torch.cuda.graph_pool_handle()
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self._graph_pool):
-                out = self._padded_call(p)
-            p.graph, p.out = graph, out
+            p.graph, p.out, self._graph_pool = capture_cuda_graph(lambda: self._padded_call(p), p.ids.device,
+                                                                  self._graph_pool)
             return True
         except Exception as exc:  # noqa: BLE001 - any capture failure: plain eager passes from now on
             warnings.warn(f"{self.name}: capturing a CUDA graph of a {p.ids.shape[1]}-token pass failed "
