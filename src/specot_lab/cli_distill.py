@@ -179,9 +179,9 @@ def _run_prompts(args: argparse.Namespace) -> int:
 def _run_data(args: argparse.Namespace) -> int:
     _threads(args.threads)
     t0 = time.perf_counter()
-    target = load_target(args.target, dtype=args.dtype, device=args.device)
-    if args.prompts is not None and args.split == "text":
+    if args.prompts is not None and args.split == "text":  # before the load: input errors cost no model
         raise ValueError("--prompts names prompts to sample; --split text teacher-forces raw text: pass one of them")
+    target = load_target(args.target, dtype=args.dtype, device=args.device)
     if args.split == "text":
         texts = raw_texts("train", extra=args.extra_text)
         random.Random(args.seed).shuffle(texts)  # a --max-tokens cut keeps every source represented
