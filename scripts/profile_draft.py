@@ -7,6 +7,7 @@ work per operation, host-to-device copies and ``.item()`` / ``.tolist()`` reads 
 the GPU). cProfile attributes that time to specot's own functions; the torch table to operators.
 
     python scripts/profile_draft.py --device cuda --out-dir profile
+    python scripts/profile_draft.py --drafts auto --temperatures 1 --gamma 0 --max-new-tokens 96   # auto's own trees
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from specot.api import load_target
 from specot_lab.bench.script_io import device_sync
 
 PROMPTS = ("Write a Python function that checks whether a string is a palindrome.",
-           "def merge_sorted(a, b):\n    \"\"\"Merge two sorted lists into one sorted list.\"\"\"\n")
+           "def merge_sorted(a, b):\n    \"\"\"Merge two sorted lists into one sorted list.\"\"\"\n",
+           "Explain in two sentences what a Python generator is.")  # the last: make demo's question
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--drafts", default="eagle,suffix+eagle")
     ap.add_argument("--temperatures", default="0,1")
-    ap.add_argument("--gamma", type=int, default=4)
+    ap.add_argument("--gamma", type=int, default=4, help="draft length γ; 0: the plan's own (auto's trees)")
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--out-dir", default="profile")
     args = ap.parse_args(argv)
@@ -45,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     def run(draft: str, t: float) -> specot.GenerateReport:
         rep = None
         for p in PROMPTS:
-            rep = specot.generate(p, target=tgt, draft=draft, gamma=args.gamma, temperature=t, device=args.device,
+            rep = specot.generate(p, target=tgt, draft=draft, gamma=args.gamma or None, temperature=t, device=args.device,
                                   max_new_tokens=args.max_new_tokens, seed=0)
         device_sync(args.device)
         return rep
