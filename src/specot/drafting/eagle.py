@@ -91,7 +91,7 @@ and ``eagle_config.eagle_aux_hidden_state_layer_ids``; weights in safetensors or
 ``transformer_layer_config``; ``layers.0.*`` for ``midlayer.*``; where a head has them, ``fc.bias``,
 ``input_norm.weight`` before ``fc`` and Qwen3's ``self_attn.q_norm`` / ``k_norm``);
 :meth:`Eagle3Head.save_pretrained` writes the first. ``specot distill eagle``
-(:mod:`specot.distill.eagle`) trains a head with EAGLE-3's training-time test.
+(:mod:`specot_lab.distill.eagle`, the lab beside the library) trains a head with EAGLE-3's training-time test.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ optimum of SpecTr for the i.i.d. law). Laws (``law=``):
 For ``iid``, ``wor`` and ``cps`` the minimising H is searched among the prefixes of V sorted by
 ``q(i)/p(i)`` descending (tokens with p = 0 < q first). Hu et al. prove this for "q-convex" Q
 (Theorems 3, 4, 6: with and without replacement). specot checks it against the minimum over all
-subsets (``tests/test_theory_optimal.py``, :func:`optimal_acceptance_bruteforce`); see docs/theory.md
+subsets (``tests/theory/test_theory_optimal.py``, :func:`optimal_acceptance_bruteforce`); see docs/theory.md
 for the outcome per law. The successive-sampling scan does not evaluate every prefix: a
 branch-and-bound over prefix intervals uses ``Q(H_k) ≤ q(H_k)^n``, a lower bound from the top-j
 masses, and the monotonicity of Q along the prefixes to prune, then evaluates the surviving
@@ -106,7 +106,7 @@ class JointDraftLaw:
     """An explicit joint law of ``n`` drafts: ordered tuples and their probabilities.
 
     Args:
-        tuples: int ``[M, n]`` token ids (e.g. from :func:`specot.drafting.enumerate_draft_law`).
+        tuples: int ``[M, n]`` token ids (e.g. from :func:`specot.laws.enumerate_draft_law`).
         probs: ``[M]`` probabilities (≥ 0, summing to 1).
 
     Use as ``optimal_acceptance(p, None, n, law=JointDraftLaw(tuples, probs))``; only the set of
@@ -399,7 +399,7 @@ def _set_probabilities(q: np.ndarray, masks: np.ndarray, n: int, law: str) -> np
 
 
 def _greedy_top(q: np.ndarray, k: int) -> np.ndarray:
-    """Top-k token ids of q, decreasing, ties to the lower id (as :func:`specot.drafting.top_tokens`)."""
+    """Top-k token ids of q, decreasing, ties to the lower id (as :func:`specot.laws.top_tokens`)."""
     V = q.shape[0]
     if k <= 0:
         return np.zeros(0, dtype=np.int64)

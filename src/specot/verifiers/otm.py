@@ -13,7 +13,7 @@ coupling of (m, p) whose acceptance is the LP optimum (at an optimum no set with
 contains a token with spare target mass, else the flow could be augmented).
 
 The LP is solved by ``scipy.optimize.linprog(method="highs")`` in float64. Size limit: the
-verifier enumerates the draft law (:func:`specot.drafting.enumerate_draft_law`, at most
+verifier enumerates the draft law (:func:`specot.laws.enumerate_draft_law`, at most
 :data:`MAX_OTM_SETS` distinct sets and :data:`MAX_OTM_VARIABLES` LP variables) and raises
 ``ValueError`` above it — OTM is the reference optimum for small vocabularies, not a fast path.
 """
@@ -61,7 +61,7 @@ def draft_sets(tuples: Tensor | np.ndarray, probs: Tensor | np.ndarray, V: int) 
     """Aggregate ordered draft tuples into distinct draft sets.
 
     Args:
-        tuples: ``[M, n]`` token ids (e.g. from :func:`specot.drafting.enumerate_draft_law`).
+        tuples: ``[M, n]`` token ids (e.g. from :func:`specot.laws.enumerate_draft_law`).
         probs: ``[M]`` tuple probabilities.
         V: vocabulary size.
 

@@ -89,7 +89,7 @@ def run_generate_bench(*, target: Any = None, draft: str = "ngram", prompts: lis
         "ngram_corpus": ngram_corpus if draft == "ngram" else None,
         "gamma_schedule": gamma_schedule,
         "max_new_tokens": max_new_tokens,
-        "prompt_set": "pydoc_data.topics (specot_lab.bench.prompts.pydoc_prompts)",
+        "prompt_set": "pydoc_data.topics (specot_lab.corpus.pydoc_prompts)",
         "rows": rows,
     }
 

@@ -239,7 +239,7 @@ def results_markdown(acceptance: dict[str, Any] | None, speedup: dict[str, Any] 
     parts: list[str] = [
         "Regenerated from `specot bench` runs (JSON schema: the docstrings of `specot_lab.bench.acceptance` and "
         "`specot_lab.bench.speedup`; `--json` prints it, `--quick` is the CI smoke run). Prompt sets are built from "
-        "text installed with Python (`specot_lab.bench.prompts`: held-out pydoc topics, stdlib docstrings outside the "
+        "text installed with Python (`specot_lab.corpus`: held-out pydoc topics, stdlib docstrings outside the "
         "distilled draft's training modules, CPython's LICENSE.txt, the Zen of Python); `--prompts FILE.jsonl` "
         "takes your own (one `{\"prompt\": ...}` per line). This section is rewritten by "
         "`specot bench results --acceptance A.json --speedup S.json --plots-dir DIR`.",

@@ -7,7 +7,7 @@ temperature (0 and 1 by default), with the same ``max_new_tokens`` and stop-at-E
 * ``ngram γ=G`` — single-draft speculative sampling with specot's n-gram drafter;
 * ``spec n=1 γ=G`` — single-draft speculative sampling with the draft model;
 * ``tree n=k γ=G VERIFIER`` — multi-draft decoding (n draft sequences of draft length γ, SpecTr's
-  DraftSelection through :func:`specot.engine.tree.tree_generate`), one row per verifier (``kseq``
+  DraftSelection through :func:`specot.engine.tree_generate`), one row per verifier (``kseq``
   for i.i.d. drafts, ``rrs_wor`` without replacement, ``greedy`` for greedy drafts);
 * peers, on the SAME Hugging Face model object: ``hf-ar`` (``generate()``), ``hf-prompt-lookup
   γ=G`` (``generate(prompt_lookup_num_tokens=γ)``) and ``hf-assisted γ=G``
