@@ -646,6 +646,9 @@ def decoding_plan(draft: Any, ver: Any, *, verifier: str = "speculative", verifi
     Raises:
         ValueError: a tree option the draft cannot take, or a verifier not valid for the construction.
     """
+    if drafts is not None and (isinstance(drafts, bool) or not isinstance(drafts, int) or drafts < 1):
+        raise ValueError(f"drafts (--drafts) must be an integer >= 1, the drafts per node of a draft tree (leave it "
+                         f"unset for a chain or auto's tree), got {drafts!r}")
     spec: TreeSpec | None = None
     if isinstance(draft, str) and draft == "suffix" or isinstance(draft, SuffixDrafter):
         # model-free draft TREES: deterministic distinct children = the GREEDY law (q over the children)

@@ -30,12 +30,18 @@ import os
 __all__ = ["register"]
 
 
-def _floats(s: str) -> list[float]:
-    return [float(x) for x in s.split(",") if x.strip()]
+def _floats(s: str, option: str) -> list[float]:
+    try:
+        return [float(x) for x in s.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"{option} takes comma-separated numbers like 0,1; got {s!r}") from None
 
 
-def _ints(s: str) -> list[int]:
-    return [int(x) for x in s.split(",") if x.strip()]
+def _ints(s: str, option: str) -> list[int]:
+    try:
+        return [int(x) for x in s.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"{option} takes comma-separated integers like 2,4; got {s!r}") from None
 
 
 def _trees(s: str) -> list[tuple[int, int]]:
@@ -44,10 +50,21 @@ def _trees(s: str) -> list[tuple[int, int]]:
         if not part.strip():
             continue
         k, _, l = part.lower().partition("x")
-        if not l:
-            raise ValueError(f"--trees takes NxG pairs (n drafts x draft length γ) like 2x4,4x4; got {part!r}")
+        if not (k.strip().isdigit() and l.strip().isdigit() and int(k) >= 1 and int(l) >= 1):
+            raise ValueError(f"--trees takes NxG pairs (n >= 1 drafts x draft length γ >= 1) like 2x4,4x4; "
+                             f"got {part!r}")
         out.append((int(k), int(l)))
     return out
+
+
+def _check_counts(args: argparse.Namespace) -> None:
+    """One-line errors for counts that would otherwise crash later or be silently replaced by a default."""
+    if args.n_prompts < 1:
+        raise ValueError(f"--n-prompts must be >= 1, got {args.n_prompts}")
+    if args.max_new_tokens is not None and args.max_new_tokens < 1:
+        raise ValueError(f"--max-new-tokens must be >= 1 (leave it out for the default), got {args.max_new_tokens}")
+    if args.threads < 0:
+        raise ValueError(f"--threads must be >= 0 (0 keeps torch's default), got {args.threads}")
 
 
 def _command(argv_tail: list[str] | None) -> str:
@@ -59,7 +76,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default=None, help="target model (default: the embedded SmolLM2-135M-Instruct)")
     p.add_argument("--prompts", default="mixed",
                    help="prompt set: mixed (default), pydoc, pydoc:OFFSET, heldout, docstrings, license, zen, or FILE.jsonl "
-                        "with a 'prompt' field (see specot_lab.bench.prompts)")
+                        "with a 'prompt' field (see specot_lab.corpus)")
     p.add_argument("--n-prompts", type=int, default=10)
     p.add_argument("--max-new-tokens", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
@@ -93,10 +110,13 @@ def _set_threads(args: argparse.Namespace) -> None:
 
 def _acceptance(args: argparse.Namespace) -> int:
 
+    _check_counts(args)
+    if args.mc_samples < 1:
+        raise ValueError(f"--mc-samples must be >= 1, got {args.mc_samples}")
     _set_threads(args)
     quick = args.quick
-    temps = _floats(args.temperatures) if args.temperatures else ([0.7] if quick else [0.1, 0.3, 0.5, 0.7, 1.0])
-    ns = _ints(args.ns) if args.ns else ([1, 2, 4] if quick else [1, 2, 3, 4, 8])
+    temps = _floats(args.temperatures, "--temperatures") if args.temperatures else ([0.7] if quick else [0.1, 0.3, 0.5, 0.7, 1.0])
+    ns = _ints(args.ns, "--ns") if args.ns else ([1, 2, 4] if quick else [1, 2, 3, 4, 8])
     drafts = [d for d in args.drafts.split(",") if d] if args.drafts else (["ngram-lm", "ngram"] if quick else ["distilled", "ngram-lm", "ngram"])
     res = run_acceptance_bench(
         target=args.target, drafts=drafts, prompts=load_prompts(args.prompts, 2 if quick else args.n_prompts),
@@ -110,10 +130,11 @@ def _acceptance(args: argparse.Namespace) -> int:
 
 def _speedup(args: argparse.Namespace) -> int:
 
+    _check_counts(args)
     _set_threads(args)
     quick = args.quick
-    temps = _floats(args.temperatures) if args.temperatures else [0.0, 1.0]
-    gammas = _ints(args.gammas) if args.gammas else ([3] if quick else [2, 4])
+    temps = _floats(args.temperatures, "--temperatures") if args.temperatures else [0.0, 1.0]
+    gammas = _ints(args.gammas, "--gammas") if args.gammas else ([3] if quick else [2, 4])
     trees = _trees(args.trees) if args.trees else ([(2, 3)] if quick else [(2, 4), (4, 4)])
     vers = [v for v in args.tree_verifiers.split(",") if v] if args.tree_verifiers else (["kseq"] if quick else ["kseq", "rrs_wor", "greedy"])
     draft = None if args.draft == "none" else args.draft

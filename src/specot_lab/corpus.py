@@ -94,7 +94,7 @@ DOC_MODULES = (
 
 #: Further modules whose docstrings are raw text for teacher forcing (``raw_texts(extra=True)``):
 #: more of the standard library, plus numpy and scipy when installed. Disjoint from the benchmarks'
-#: ``specot_lab.bench.prompts.DOCSTRING_MODULES`` (tested), so those prompts stay held out.
+#: :data:`DOCSTRING_MODULES` (tested), so those prompts stay held out.
 TEXT_MODULES = (
     "email.utils", "email.parser", "http.server", "http.cookies", "http.cookiejar", "urllib.request",
     "urllib.robotparser", "xml.etree.ElementTree", "xml.sax", "html.parser", "multiprocessing",
@@ -227,7 +227,7 @@ def raw_texts(split: str = "train", chunk_chars: int = 1200, *, extra: bool = Fa
 
 
 def write_jsonl(prompts: Iterable[str], path: str | os.PathLike[str]) -> None:
-    """Write prompts as JSONL lines ``{"prompt": ...}`` (the format of ``specot.bench`` ``--prompts``)."""
+    """Write prompts as JSONL lines ``{"prompt": ...}`` (the format of ``specot bench --prompts``)."""
     with open(path, "w", encoding="utf-8") as fh:
         for p in prompts:
             fh.write(json.dumps({"prompt": p}) + "\n")
@@ -404,8 +404,10 @@ def load_prompts(spec: str, n: int = 10) -> list[str]:
 
     Raises:
         FileNotFoundError: a missing file.
-        ValueError: a line without a string ``prompt`` field, or an empty file.
+        ValueError: a line without a string ``prompt`` field, an empty file, or ``n < 1``.
     """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"the number of prompts must be an integer >= 1, got {n!r}")
     if spec == "pydoc" or spec.startswith("pydoc:"):
         offset = int(spec.split(":", 1)[1]) if ":" in spec else 0
         return pydoc_prompts(n, offset=offset)

@@ -104,3 +104,38 @@ def test_tree_speed_runs_through_the_cli(tmp_path, monkeypatch):
     assert seen == {"Ks": [1, 2, 4, 8], "Ls": [2, 4, 8], "n_prompts": 2, "max_new_tokens": 32, "progress": False}
     res = json.loads(out.read_text())
     assert res["grid"] == [{"K": 1}] and res["quick"] is True and "tree_cost" not in res
+
+
+@pytest.mark.parametrize("bench,extra,match", [
+    ("speedup", ["--n-prompts", "0"], "--n-prompts must be >= 1, got 0"),
+    ("acceptance", ["--n-prompts", "-2"], "--n-prompts must be >= 1, got -2"),
+    ("speedup", ["--max-new-tokens", "0"], "--max-new-tokens must be >= 1"),
+    ("speedup", ["--threads", "-1"], "--threads must be >= 0"),
+    ("speedup", ["--trees", "0x4"], "--trees takes NxG pairs"),
+    ("speedup", ["--trees", "2x"], "--trees takes NxG pairs"),
+    ("speedup", ["--gammas", "x"], "--gammas takes comma-separated integers like 2,4; got 'x'"),
+    ("speedup", ["--temperatures", "0,warm"], "--temperatures takes comma-separated numbers"),
+    ("acceptance", ["--ns", "1,two"], "--ns takes comma-separated integers"),
+    ("acceptance", ["--mc-samples", "0"], "--mc-samples must be >= 1"),
+])
+def test_bad_counts_one_line_before_any_run(monkeypatch, capsys, bench, extra, match):
+    # these once crashed with a traceback (--n-prompts 0) or were silently replaced by the default
+    # (--max-new-tokens 0, --threads -1, --trees 0x4)
+    import specot_lab.cli_bench as cb
+
+    def boom(**kw):
+        raise AssertionError("the benchmark ran despite a bad option")
+    monkeypatch.setattr(cb, "run_speedup_bench", boom)
+    monkeypatch.setattr(cb, "run_acceptance_bench", boom)
+    assert main(["bench", bench, "--prompts", "zen", "--no-progress", *extra]) == 1
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 1 and err[0].startswith("specot: error: ") and match in err[0], err
+
+
+def test_load_prompts_refuses_fewer_than_one():
+    from specot_lab.corpus import load_prompts
+
+    assert len(load_prompts("zen", 1)) == 1
+    for n in (0, -1, True):
+        with pytest.raises(ValueError, match="number of prompts must be an integer >= 1"):
+            load_prompts("zen", n)
