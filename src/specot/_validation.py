@@ -21,6 +21,8 @@ __all__ = [
     "check_same_vocab",
     "working_dtype",
     "check_probability_scalar",
+    "check_count",
+    "check_positive_number",
     "check_device",
     "check_generator",
     "trusted_inputs",
@@ -161,6 +163,24 @@ def check_probability_scalar(x: object, name: str, *, low_open: bool = True) -> 
         interval = "(0, 1]" if low_open else "[0, 1]"
         raise ValueError(f"{name} must lie in {interval}, got {x}")
     return x
+
+
+def check_count(v: object, name: str, flag: str | None = None, *, minimum: int = 1) -> int:
+    """``v`` if it is an integer ``>= minimum`` (a bool is not), else ``ValueError`` naming ``name``
+    and, where given, the CLI ``flag`` that sets it: one line for the CLI, never a default in its place."""
+    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+        raise ValueError(f"{name}{f' ({flag})' if flag else ''} must be an integer >= {minimum}, got {v!r}")
+    return v
+
+
+def check_positive_number(x: object, name: str, flag: str | None = None, *, allow_zero: bool = False) -> float:
+    """``x`` as a float if it is finite and ``> 0`` (``>= 0`` with ``allow_zero``), else ``ValueError``
+    naming ``name`` and, where given, its CLI ``flag``."""
+    ok = not isinstance(x, bool) and isinstance(x, (int, float)) and math.isfinite(x) and (x > 0 or allow_zero and x == 0)
+    if not ok:
+        raise ValueError(f"{name}{f' ({flag})' if flag else ''} must be a finite number {'>=' if allow_zero else '>'} 0, "
+                         f"got {x!r}")
+    return float(x)
 
 
 def check_device(device: object) -> torch.device:

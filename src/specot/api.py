@@ -47,7 +47,7 @@ from .engine.loop import make_generator
 from .engine.types import GenerationConfig, GenerationResult
 from .models.embedded import (EMBEDDED_DRAFT, EMBEDDED_EAGLE, EMBEDDED_TARGET, embedded_draft_dir, embedded_eagle_dir, is_embedded_target, load_embedded_draft,
                               load_embedded_target)
-from ._validation import check_device, check_generator
+from ._validation import check_count, check_device, check_generator
 from .laws import DraftLaw
 from .models.device import prepacking_available, resolve_dtype
 from .models.hf import GRAPH_WIDTHS, CausalLM
@@ -646,9 +646,8 @@ def decoding_plan(draft: Any, ver: Any, *, verifier: str = "speculative", verifi
     Raises:
         ValueError: a tree option the draft cannot take, or a verifier not valid for the construction.
     """
-    if drafts is not None and (isinstance(drafts, bool) or not isinstance(drafts, int) or drafts < 1):
-        raise ValueError(f"drafts (--drafts) must be an integer >= 1, the drafts per node of a draft tree (leave it "
-                         f"unset for a chain or auto's tree), got {drafts!r}")
+    if drafts is not None:  # drafts per node of a draft tree; unset: a chain, or auto's tree
+        check_count(drafts, "drafts", "--drafts")
     spec: TreeSpec | None = None
     if isinstance(draft, str) and draft == "suffix" or isinstance(draft, SuffixDrafter):
         # model-free draft TREES: deterministic distinct children = the GREEDY law (q over the children)

@@ -33,6 +33,7 @@ import sys
 import time
 from pathlib import Path
 import torch
+from specot._validation import check_count, check_positive_number
 from specot.api import load_target
 from specot.models.device import resolve_dtype
 from specot.models.embedded import load_embedded_target
@@ -47,7 +48,7 @@ __all__ = ["register"]
 
 
 def _threads(n: int) -> None:
-    if n:
+    if check_count(n, "threads", "--threads", minimum=0):  # 0: torch's default
         torch.set_num_threads(n)
 
 
@@ -179,8 +180,14 @@ def _run_prompts(args: argparse.Namespace) -> int:
 def _run_data(args: argparse.Namespace) -> int:
     _threads(args.threads)
     t0 = time.perf_counter()
-    if args.prompts is not None and args.split == "text":  # before the load: input errors cost no model
+    # every input error before the load: it costs no model
+    if args.prompts is not None and args.split == "text":
         raise ValueError("--prompts names prompts to sample; --split text teacher-forces raw text: pass one of them")
+    for name, v in (("n_prompts", args.n_prompts), ("max_tokens", args.max_tokens)):
+        if v is not None:
+            check_count(v, name, "--" + name.replace("_", "-"))
+    cfg = SampleConfig(batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                       top_k=args.top_k, seed=args.seed if args.split == "train" else args.seed + 10_000)
     target = load_target(args.target, dtype=args.dtype, device=args.device)
     if args.split == "text":
         texts = raw_texts("train", extra=args.extra_text)
@@ -193,8 +200,6 @@ def _run_data(args: argparse.Namespace) -> int:
             prompts = train_prompts(args.seed, max_prompts=args.n_prompts)
         else:
             prompts = heldout_prompts(args.n_prompts or 40)
-        cfg = SampleConfig(batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                           top_k=args.top_k, seed=args.seed if args.split == "train" else args.seed + 10_000)
         stats = generate_shards(target, prompts, args.out, cfg, max_tokens=args.max_tokens,
                                 log=lambda m: print(m, file=sys.stderr, flush=True))
     stats["wall_s"] = time.perf_counter() - t0
@@ -252,6 +257,20 @@ def _run_eagle(args: argparse.Namespace) -> int:
     for d in args.data:
         if not any(d.glob("shard_*.pt")):
             raise ValueError(f"--data {d}: no shard_*.pt files there; sample them with `specot distill data --out {d}`")
+    try:
+        layers = tuple(int(i) for i in args.layers.split(",")) if args.layers else None
+    except ValueError:
+        raise ValueError(f"--layers takes comma-separated target layer indices like 2,15,27; got {args.layers!r}") from None
+    if args.max_steps is not None:
+        check_count(args.max_steps, "max_steps", "--max-steps")
+    if args.time_budget_min is not None:
+        check_positive_number(args.time_budget_min, "time_budget_min", "--time-budget-min")
+    cfg = EagleTrainConfig(draft_vocab_size=args.draft_vocab, layers=layers, ttt_steps=args.ttt_steps,
+                           feat_weight=args.feat_weight, lr=args.lr, steps=args.steps, max_len=args.max_len,
+                           seed=args.seed, autocast=args.autocast, token_loss=args.token_loss,
+                           init_head=str(args.init_head) if args.init_head else None, num_layers=args.num_layers,
+                           batch_size=args.batch_size, save_every=args.save_every,
+                           time_budget_s=None if args.time_budget_min is None else args.time_budget_min * 60)
     target = load_target(args.target, dtype=args.dtype, device=args.device)
     seqs = [s["ids"].tolist() for s in iter_shards(*args.data)]  # the target's answers, prompt included
     texts = [f.read_text(encoding="utf-8") for f in args.text] if args.text or args.data else raw_texts("train")
@@ -259,13 +278,6 @@ def _run_eagle(args: argparse.Namespace) -> int:
         raise ValueError(f"target {args.target!r} has no tokenizer to encode the training text")
     seqs += [target.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
     print(f"{len(seqs)} training sequences, {sum(map(len, seqs))} tokens", file=sys.stderr)
-    layers = tuple(int(i) for i in args.layers.split(",")) if args.layers else None
-    cfg = EagleTrainConfig(draft_vocab_size=args.draft_vocab, layers=layers, ttt_steps=args.ttt_steps,
-                           feat_weight=args.feat_weight, lr=args.lr, steps=args.steps, max_len=args.max_len,
-                           seed=args.seed, autocast=args.autocast, token_loss=args.token_loss,
-                           init_head=str(args.init_head) if args.init_head else None, num_layers=args.num_layers,
-                           batch_size=args.batch_size, save_every=args.save_every,
-                           time_budget_s=args.time_budget_min * 60 if args.time_budget_min else None)
     train_eagle(target, seqs, args.out, cfg, max_steps=args.max_steps)
     print(f"EAGLE head -> {args.out / 'head'} (use it with draft='eagle:{args.out / 'head'}')")
     return 0

@@ -892,6 +892,56 @@ def test_cli_distill_data_then_eagle_trains_on_the_targets_own_answers(tiny_mode
     assert "pass one of them" in capsys.readouterr().err
 
 
+
+@pytest.mark.parametrize("step,extra,match", [
+    ("eagle", ["--steps", "0"], "steps (--steps) must be an integer >= 1"),
+    ("eagle", ["--ttt-steps", "0"], "ttt_steps (--ttt-steps) must be an integer >= 1"),
+    ("eagle", ["--max-len", "0"], "max_len (--max-len) must be an integer >= 3"),
+    ("eagle", ["--draft-vocab", "0"], "draft_vocab_size (--draft-vocab) must be an integer >= 1"),
+    ("eagle", ["--batch-size", "0"], "batch_size (--batch-size) must be an integer >= 1"),
+    ("eagle", ["--lr", "-1"], "lr (--lr) must be a finite number > 0"),
+    ("eagle", ["--time-budget-min", "-3"], "time_budget_min (--time-budget-min) must be a finite number > 0"),
+    ("eagle", ["--time-budget-min", "0"], "time_budget_min (--time-budget-min) must be a finite number > 0"),
+    ("eagle", ["--layers", "1,x"], "--layers takes comma-separated target layer indices"),
+    ("eagle", ["--layers", "1,-2"], "each of layers (--layers) must be an integer >= 0"),
+    ("eagle", ["--threads", "-1"], "threads (--threads) must be an integer >= 0"),
+    ("data", ["--batch-size", "0"], "batch_size (--batch-size) must be an integer >= 1"),
+    ("data", ["--max-new-tokens", "0"], "max_new_tokens (--max-new-tokens) must be an integer >= 1"),
+    ("data", ["--temperature", "-1"], "temperature (--temperature) must be a finite number >= 0"),
+    ("data", ["--n-prompts", "0"], "n_prompts (--n-prompts) must be an integer >= 1"),
+    ("data", ["--top-k", "-1"], "top_k (--top-k) must be an integer >= 0"),
+])
+def test_distill_bad_counts_one_line_before_loading(tmp_path, monkeypatch, capsys, step, extra, match):
+    """Counts that once crashed mid-run (``--ttt-steps 0``: a RuntimeError; ``--max-len 0``,
+    ``--batch-size 0``: "range() arg 3 must not be zero") or ran silently (``--steps 0``, a negative
+    ``--time-budget-min``, ``--temperature -1``, ``--max-new-tokens 0``, ``--n-prompts 0`` = all
+    prompts) are one line of error, before the target is loaded."""
+    import specot_lab.cli_distill as cd
+    from specot.cli.main import main
+
+    def boom(*a, **k):
+        raise AssertionError("the target was loaded before the bad option was reported")
+    monkeypatch.setattr(cd, "load_target", boom)
+    text = tmp_path / "t.txt"
+    text.write_text("the cat sat on the mat")
+    base = {"eagle": ["distill", "eagle", "--text", str(text)], "data": ["distill", "data", "--split", "train"]}[step]
+    assert main(base + ["--out", str(tmp_path / "out"), *extra]) == 1
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 1 and err[0].startswith("specot: error: ") and match in err[0], err
+    assert not (tmp_path / "out").exists()
+
+
+def test_feature_layers_outside_the_target_are_refused(tiny_model_dir):
+    from specot.drafting.eagle import eagle3_config
+    from transformers import AutoConfig
+
+    tc = AutoConfig.from_pretrained(tiny_model_dir)
+    L = tc.num_hidden_layers
+    assert eagle3_config(tc, layers=(0, L)).eagle_config["eagle_aux_hidden_state_layer_ids"] == [0, L]
+    for bad in ((0, L + 1), (-1, 1), ()):
+        with pytest.raises(ValueError, match=f"must lie in 0..{L}"):
+            eagle3_config(tc, layers=bad)
+
 def test_training_continues_from_a_trained_head(trained, tmp_path):
     """``init_head`` (attempt 5): a new run starts from a trained head's weights, draft vocabulary
     and layers, so its first losses are those the head ended with, not a random head's."""
@@ -1188,6 +1238,6 @@ def test_tvd_token_loss_is_one_minus_the_acceptance_rate(trained, tmp_path):
     loss.backward()
     grads = [w.grad for w in head.parameters() if w.grad is not None]
     assert grads and all(torch.isfinite(g).all() for g in grads) and any(g.abs().sum() > 0 for g in grads)
-    with pytest.raises(ValueError, match="token_loss must be 'fkl' or 'tvd'"):
+    with pytest.raises(ValueError, match=r"token_loss \(--token-loss\) must be 'fkl' or 'tvd'"):
         train_eagle(target, [ids], tmp_path / "run", EagleTrainConfig(draft_vocab_size=12, steps=1, token_loss="kl"))
-    assert not (tmp_path / "run").exists()  # refused before anything was written
+    assert not (tmp_path / "run").exists()  # refused before anything was written (by the config itself)

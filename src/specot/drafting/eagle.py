@@ -193,11 +193,18 @@ def eagle3_config(target_config: Any, *, draft_vocab_size: int | None = None, nu
     config): the target's width, vocabulary, RoPE and norm settings, ``num_layers`` decoder layers
     (EAGLE-3: one),
     ``draft_vocab_size`` (default: the full vocabulary) and the feature layers (default
-    :func:`default_eagle_layers`) under ``eagle_config.eagle_aux_hidden_state_layer_ids``."""
+    :func:`default_eagle_layers`) under ``eagle_config.eagle_aux_hidden_state_layer_ids``.
+
+    Raises:
+        ValueError: a feature layer outside ``[0, L]`` (``hidden_states[i]``, L the target's decoder layers).
+    """
     tc = target_config
     H = tc.hidden_size
     n_layers = tc.num_hidden_layers
     layers = tuple(int(i) for i in layers) if layers is not None else default_eagle_layers(n_layers)
+    if not layers or any(i < 0 or i > n_layers for i in layers):
+        raise ValueError(f"feature layers {list(layers)} must lie in 0..{n_layers}: hidden state i is the input of the "
+                         f"target's decoder layer i, and it has {n_layers} (EAGLE-3's default: 2, L//2, L-3)")
     rope = getattr(tc, "rope_parameters", None) or {}
     obj = dict(
         architectures=["LlamaForCausalLMEagle3"], model_type="llama",

@@ -31,6 +31,7 @@ from torch import Tensor
 from transformers import DynamicCache
 from tqdm import tqdm
 
+from specot._validation import check_count, check_positive_number
 from specot.engine import make_generator
 from specot.models.device import sdpa_without_cudnn
 from specot.sampling import sample_categorical
@@ -41,7 +42,7 @@ __all__ = ["generate_shards", "teacher_force_shards", "iter_shards", "shard_stat
 PREFILL_TOPK_ROWS = 8  # prompts whose prefill logits are soft-maxed at once in sample_batch (memory)
 
 
-@dataclass
+@dataclass(frozen=True)
 class SampleConfig:
     """How :func:`generate_shards` samples the target.
 
@@ -61,6 +62,13 @@ class SampleConfig:
     top_k: int = 32
     seed: int = 0
     max_prompt_tokens: int = 384
+
+    def __post_init__(self) -> None:
+        for name, flag in (("batch_size", "--batch-size"), ("max_new_tokens", "--max-new-tokens"),
+                           ("max_prompt_tokens", None)):
+            check_count(getattr(self, name), name, flag)
+        check_count(self.top_k, "top_k", "--top-k", minimum=0)
+        check_positive_number(self.temperature, "temperature", "--temperature", allow_zero=True)
 
 
 def _topk(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:

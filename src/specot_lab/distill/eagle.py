@@ -39,6 +39,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from specot.drafting.eagle import Eagle3Head, EagleDrafter, _config_layers, eagle3_config
+from specot._validation import check_count, check_positive_number
 from specot.models.device import sdpa_without_cudnn
 from tqdm import tqdm
 
@@ -53,7 +54,7 @@ __all__ = ["EagleTrainConfig", "TOKEN_LOSSES", "frequent_vocab", "grow_draft_voc
 TOKEN_LOSSES = ("fkl", "tvd")
 
 
-@dataclass
+@dataclass(frozen=True)
 class EagleTrainConfig:
     """Hyper-parameters of :func:`train_eagle`."""
 
@@ -100,6 +101,29 @@ class EagleTrainConfig:
     # too slow on the H100) and sets the schedule's length so that it ends within the slot, with
     # the learning-rate schedule completed. None: run ``steps``.
     time_budget_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.token_loss not in TOKEN_LOSSES:
+            raise ValueError(f"token_loss (--token-loss) must be {' or '.join(map(repr, TOKEN_LOSSES))}, "
+                             f"got {self.token_loss!r}")
+        for name, flag in (("ttt_steps", "--ttt-steps"), ("steps", "--steps"), ("save_every", "--save-every"),
+                           ("batch_size", "--batch-size")):
+            check_count(getattr(self, name), name, flag)
+        check_count(self.max_len, "max_len", "--max-len", minimum=3)  # a training chunk holds >= 3 tokens
+        check_count(self.warmup, "warmup", minimum=0)
+        for name, flag in (("draft_vocab_size", "--draft-vocab"), ("num_layers", "--num-layers")):
+            if getattr(self, name) is not None:  # None: the full vocabulary / the initial head's layers
+                check_count(getattr(self, name), name, flag)
+        if self.layers is not None:
+            if len(self.layers) == 0:
+                raise ValueError("layers (--layers) names no target layer; leave it out for EAGLE-3's 2, L//2, L-3")
+            for i in self.layers:
+                check_count(i, "each of layers", "--layers", minimum=0)
+        check_positive_number(self.lr, "lr", "--lr")
+        check_positive_number(self.step_decay, "step_decay")
+        check_positive_number(self.feat_weight, "feat_weight", "--feat-weight", allow_zero=True)
+        if self.time_budget_s is not None:
+            check_positive_number(self.time_budget_s, "time_budget_s", "--time-budget-min")
 
 
 def _steps_within(seconds_left: float, seconds_per_step: float) -> int:
@@ -354,8 +378,6 @@ def train_eagle(target: Any, token_seqs: Sequence[Sequence[int]], out_dir: str |
             ``batch_size`` below 1, fewer layers than the initial head's, or a draft vocabulary
             size out of range.
     """
-    if cfg.token_loss not in TOKEN_LOSSES:  # before any file is written or model loaded
-        raise ValueError(f"token_loss must be {' or '.join(map(repr, TOKEN_LOSSES))}, got {cfg.token_loss!r}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     chunks = chunk_token_ids(token_seqs, cfg.max_len)
@@ -366,8 +388,6 @@ def train_eagle(target: Any, token_seqs: Sequence[Sequence[int]], out_dir: str |
     resume = torch.load(ckpt_path, map_location="cpu", weights_only=False) if ckpt_path.exists() else None
     # int8=False: training needs the float weights even where the head's config asks for int8 on a CPU
     init = EagleDrafter.from_pretrained(cfg.init_head, target, int8=False) if resume is None and cfg.init_head else None
-    if cfg.num_layers is not None and (isinstance(cfg.num_layers, bool) or int(cfg.num_layers) < 1):
-        raise ValueError(f"num_layers must be an integer >= 1 (EAGLE-3: 1), got {cfg.num_layers!r}")
     n_layers = cfg.num_layers or (init.head.num_layers if init is not None else 1)
     if resume is not None:
         vocab = resume["draft_vocab"]
