@@ -19,6 +19,7 @@ import json
 import shlex
 import sys
 from typing import Any
+from specot._validation import check_count
 from .bench import generate_speed, head_speed, theory_speed, tree_speed, verifier_speed
 from .bench.report import acceptance_table, results_markdown, speedup_table, update_results, write_outputs
 import torch
@@ -59,12 +60,10 @@ def _trees(s: str) -> list[tuple[int, int]]:
 
 def _check_counts(args: argparse.Namespace) -> None:
     """One-line errors for counts that would otherwise crash later or be silently replaced by a default."""
-    if args.n_prompts < 1:
-        raise ValueError(f"--n-prompts must be >= 1, got {args.n_prompts}")
-    if args.max_new_tokens is not None and args.max_new_tokens < 1:
-        raise ValueError(f"--max-new-tokens must be >= 1 (leave it out for the default), got {args.max_new_tokens}")
-    if args.threads < 0:
-        raise ValueError(f"--threads must be >= 0 (0 keeps torch's default), got {args.threads}")
+    check_count(args.n_prompts, "n_prompts", "--n-prompts")
+    if args.max_new_tokens is not None:  # None: the benchmark's default
+        check_count(args.max_new_tokens, "max_new_tokens", "--max-new-tokens")
+    check_count(args.threads, "threads", "--threads", minimum=0)  # 0: torch's default
 
 
 def _command(argv_tail: list[str] | None) -> str:
@@ -111,8 +110,7 @@ def _set_threads(args: argparse.Namespace) -> None:
 def _acceptance(args: argparse.Namespace) -> int:
 
     _check_counts(args)
-    if args.mc_samples < 1:
-        raise ValueError(f"--mc-samples must be >= 1, got {args.mc_samples}")
+    check_count(args.mc_samples, "mc_samples", "--mc-samples")
     _set_threads(args)
     quick = args.quick
     temps = _floats(args.temperatures, "--temperatures") if args.temperatures else ([0.7] if quick else [0.1, 0.3, 0.5, 0.7, 1.0])

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from pydoc_data.topics import topics
+from specot._validation import check_count
 
 __all__ = [
     "HELDOUT_MOD", "HELDOUT_REM", "TEMPLATES", "TRAIN_TEMPLATES", "DOC_TEMPLATES", "DOC_MODULES", "TEXT_MODULES",
@@ -406,8 +407,7 @@ def load_prompts(spec: str, n: int = 10) -> list[str]:
         FileNotFoundError: a missing file.
         ValueError: a line without a string ``prompt`` field, an empty file, or ``n < 1``.
     """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"the number of prompts must be an integer >= 1, got {n!r}")
+    check_count(n, "the number of prompts")
     if spec == "pydoc" or spec.startswith("pydoc:"):
         offset = int(spec.split(":", 1)[1]) if ":" in spec else 0
         return pydoc_prompts(n, offset=offset)

@@ -107,16 +107,16 @@ def test_tree_speed_runs_through_the_cli(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("bench,extra,match", [
-    ("speedup", ["--n-prompts", "0"], "--n-prompts must be >= 1, got 0"),
-    ("acceptance", ["--n-prompts", "-2"], "--n-prompts must be >= 1, got -2"),
-    ("speedup", ["--max-new-tokens", "0"], "--max-new-tokens must be >= 1"),
-    ("speedup", ["--threads", "-1"], "--threads must be >= 0"),
+    ("speedup", ["--n-prompts", "0"], "n_prompts (--n-prompts) must be an integer >= 1, got 0"),
+    ("acceptance", ["--n-prompts", "-2"], "n_prompts (--n-prompts) must be an integer >= 1, got -2"),
+    ("speedup", ["--max-new-tokens", "0"], "max_new_tokens (--max-new-tokens) must be an integer >= 1"),
+    ("speedup", ["--threads", "-1"], "threads (--threads) must be an integer >= 0"),
     ("speedup", ["--trees", "0x4"], "--trees takes NxG pairs"),
     ("speedup", ["--trees", "2x"], "--trees takes NxG pairs"),
     ("speedup", ["--gammas", "x"], "--gammas takes comma-separated integers like 2,4; got 'x'"),
     ("speedup", ["--temperatures", "0,warm"], "--temperatures takes comma-separated numbers"),
     ("acceptance", ["--ns", "1,two"], "--ns takes comma-separated integers"),
-    ("acceptance", ["--mc-samples", "0"], "--mc-samples must be >= 1"),
+    ("acceptance", ["--mc-samples", "0"], "mc_samples (--mc-samples) must be an integer >= 1"),
 ])
 def test_bad_counts_one_line_before_any_run(monkeypatch, capsys, bench, extra, match):
     # these once crashed with a traceback (--n-prompts 0) or were silently replaced by the default
