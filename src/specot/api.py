@@ -502,8 +502,7 @@ def generate(
     elif chat is False and not prompt.strip():
         raise ValueError("the prompt is empty: a raw prompt (no chat template) needs some text")
     check_generator(generator)
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise ValueError(f"repeats must be an integer >= 1, got {repeats!r}")
+    check_count(repeats, "repeats")
     ver = build_verifier(verifier, verifier_params)
     resolve_dtype(dtype, device)
     check_device(device)
@@ -809,8 +808,7 @@ def _check_draft_source(draft: Any, *, ngram_n: int, ngram_corpus: str | None) -
         _check_draft_source("suffix", ngram_n=ngram_n, ngram_corpus=ngram_corpus)
         _check_draft_source(model, ngram_n=ngram_n, ngram_corpus=ngram_corpus)
     elif draft in ("ngram", "suffix"):
-        if isinstance(ngram_n, bool) or not isinstance(ngram_n, int) or ngram_n < 1:
-            raise ValueError(f"ngram_n (--ngram-n) must be an integer >= 1, got {ngram_n!r}")
+        check_count(ngram_n, "ngram_n", "--ngram-n")
         if ngram_corpus and ngram_corpus != "pydoc":
             f = Path(ngram_corpus).expanduser()
             if not f.is_file():

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Sequence
 import torch
 from torch import Tensor
 
+from .._validation import check_count
 from ..laws import DraftLaw
 from ..sampling import SamplingConfig
 
@@ -182,8 +183,7 @@ class DraftSchedule:
     KINDS = ("constant", "heuristic")
 
     def __init__(self, gamma: int, kind: str = "constant") -> None:
-        if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
-            raise ValueError(f"draft length gamma must be an integer >= 1, got {gamma!r}")
+        check_count(gamma, "draft length gamma")
         if kind not in self.KINDS:
             raise ValueError(f"draft-length schedule must be 'constant' or 'heuristic', got {kind!r}")
         self.gamma, self.kind, self.current = gamma, kind, gamma

@@ -114,7 +114,7 @@ from transformers import LlamaConfig
 from transformers.initialization import no_init_weights
 from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding
 
-from .._validation import trusted_inputs
+from .._validation import check_count, trusted_inputs
 from ..laws import DraftLaw, sample_drafts
 from ..models.device import install_prepacked_linears, prepacking_available, sdpa_without_cudnn
 from ..models.int8 import Int8Linear, quantize_linears_int8
@@ -724,8 +724,7 @@ class EagleDrafter(Drafter):
         Raises:
             ValueError: ``max_len`` < 1.
         """
-        if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
-            raise ValueError(f"max_len must be an integer >= 1, got {max_len!r}")
+        check_count(max_len, "max_len")
         if self._static_len is not None and self._static_len >= max_len and self._static_graphs == bool(cuda_graphs):
             return self  # the cache (and its captured graphs) already fit
         self._static_len, self._static_graphs, self._static = int(max_len), bool(cuda_graphs), None

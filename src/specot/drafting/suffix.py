@@ -75,6 +75,7 @@ from typing import Sequence
 
 import torch
 
+from .._validation import check_count
 from ..laws import DraftLaw
 from ..sampling import SamplingConfig
 from .base import DraftOutcome, DraftTree, Drafter, greedy_q
@@ -103,8 +104,7 @@ class SuffixIndex:
     """
 
     def __init__(self, max_n: int = 8, tokens: Sequence[int] = ()) -> None:
-        if isinstance(max_n, bool) or not isinstance(max_n, int) or max_n < 1:
-            raise ValueError(f"max_n must be an integer >= 1, got {max_n!r}")
+        check_count(max_n, "max_n")
         self.max_n = max_n
         self.tokens: list[int] = []
         self._root = _RNode()

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from .._validation import check_count
 from ..laws import DraftLaw
 from ..verifiers.base import AnyVerifier
 
@@ -129,8 +130,8 @@ class TreeSpec:
     def sequences(cls, drafts: int, gamma: int, law: DraftLaw | str = DraftLaw.IID) -> "TreeSpec":
         """K = ``drafts`` sequences of draft length γ = ``gamma`` sharing the root (factors (K, 1, .., 1)):
         SpecTr's i.i.d. draft set (Eq. 7) under IID; distinct first tokens under WOR / GREEDY."""
-        _check_pos_int(drafts, "drafts (K)")
-        _check_pos_int(gamma, "gamma (draft length)")
+        check_count(drafts, "drafts (K)")
+        check_count(gamma, "gamma (draft length)")
         law = _as_law(law)
         return cls(law, _factor_paths([drafts] + [1] * (gamma - 1)), f"{law.value} K={drafts} γ={gamma}")
 
@@ -141,7 +142,7 @@ class TreeSpec:
         if not factors:
             raise ValueError("prefix tree needs at least one expansion factor")
         for k in factors:
-            _check_pos_int(k, "expansion factor")
+            check_count(k, "expansion factor")
         law = _as_law(law)
         label = "prefix" if law == DraftLaw.IID else law.value
         return cls(law, _factor_paths(factors), f"{label}:{','.join(map(str, factors))}")
@@ -194,11 +195,6 @@ class TreeSpec:
 
     def to_json(self) -> str:
         return json.dumps({"law": self.law.value, "paths": [list(p) for p in self.paths]})
-
-
-def _check_pos_int(v: object, what: str) -> None:
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise ValueError(f"{what} must be an integer >= 1, got {v!r}")
 
 
 def load_topology(path: str | os.PathLike[str]) -> tuple[list[list[int]], str | None]:

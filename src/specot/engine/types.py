@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .._validation import check_count
 from ..sampling import SamplingConfig
 
 __all__ = ["GenerationConfig", "GenerationStats", "GenerationResult"]
@@ -38,9 +39,7 @@ class GenerationConfig:
 
     def __post_init__(self) -> None:
         for name in ("max_new_tokens", "gamma"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+            check_count(getattr(self, name), name)
         if self.gamma_schedule not in ("constant", "heuristic"):
             raise ValueError(f"gamma_schedule must be 'constant' or 'heuristic', got {self.gamma_schedule!r}")
 

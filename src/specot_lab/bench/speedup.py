@@ -334,12 +334,13 @@ def run_speedup_bench(*, target: Any = None, draft: str | BenchDraft | None = "d
             print(f"[bench speedup] no draft model: {bd.reason}; running the n-gram and AR rows only", file=log)
     ngram = load_drafter("ngram", tgt, ngram_corpus="pydoc") if tgt.tokenizer is not None else load_drafter("ngram", tgt, ngram_corpus=None)
     encoded = [tgt.encode_prompt(p) if isinstance(p, str) and tgt.tokenizer is not None else list(p) for p in prompts]
-    if cuda_graphs:  # room for the longest prompt, the output, a draft tree and the padding of a pass
-        span = max(map(len, encoded)) + max_new_tokens + 128 + 2 * GRAPH_WIDTHS[-1]
-        tgt.use_static_cache(min(span, tgt.max_context), cuda_graphs=True)
+    static_len = None  # with graphs: room for the longest prompt, the output, a draft tree and a pass's padding
+    if cuda_graphs:
+        static_len = min(max(map(len, encoded)) + max_new_tokens + 128 + 2 * GRAPH_WIDTHS[-1], tgt.max_context)
+        tgt.use_static_cache(static_len, cuda_graphs=True)
     peers = bool(peers and hasattr(tgt.model, "generate"))
     methods = _build_methods(tgt, ngram, bd, gammas, trees, tree_verifiers, peers, max_new_tokens, extra_drafts,
-                             static_len=min(span, tgt.max_context) if cuda_graphs else None)
+                             static_len=static_len)
 
     # cost curve (target passes of T tokens, draft passes of width w) after the first prompt
     dm = bd.obj if bd is not None and bd.available else None

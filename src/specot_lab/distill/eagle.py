@@ -374,9 +374,9 @@ def train_eagle(target: Any, token_seqs: Sequence[Sequence[int]], out_dir: str |
     train_config.json}`` and the head in the published layout to ``out_dir/head``. Returns the drafter.
 
     Raises:
-        ValueError: an unknown ``cfg.token_loss``, no sequence of 3 tokens or more, ``num_layers`` or
-            ``batch_size`` below 1, fewer layers than the initial head's, or a draft vocabulary
-            size out of range.
+        ValueError: no sequence of 3 tokens or more, fewer layers than the initial head's, feature
+            layers outside the target, or a draft vocabulary size out of range (``cfg`` itself,
+            an :class:`EagleTrainConfig`, refuses bad values when it is built).
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -440,8 +440,6 @@ def train_eagle(target: Any, token_seqs: Sequence[Sequence[int]], out_dir: str |
     stop_cap = stop  # a time budget may end training earlier than this, never later
     start_step, t_start = step, time.perf_counter()
     t_warm = t_start
-    if isinstance(cfg.batch_size, bool) or int(cfg.batch_size) < 1:
-        raise ValueError(f"batch_size must be an integer >= 1, got {cfg.batch_size!r}")
     lengths = [len(c) for c in chunks]
     n_batches = -(-len(chunks) // cfg.batch_size)  # optimizer steps per epoch
     epoch_of: dict[int, list[list[int]]] = {}
