@@ -1,0 +1,96 @@
+"""The target protocol: what the one decoding loop needs from a target model.
+
+The loop (:func:`specot.engine.decode`) never touches a model's internals. It scores the committed
+context plus a draft tree in ONE pass, commits the accepted path and lets the target roll its KV
+cache back. Any backend that implements :class:`TargetModel` runs every drafter and every verifier
+unchanged: :class:`specot.models.CausalLM` (transformers, the reference backend) implements it, and
+so can a llama.cpp context or a serving engine's runner.
+
+Contract of one iteration (``C`` committed tokens in ``context``, a draft tree of ``N`` nodes):
+
+1. ``logits_after(context, chain)`` for a chain (``N = len(chain)``, possibly 0), or
+   ``tree_logits_after(context, tokens, parents)`` for a tree, returns float32 logits
+   ``[1 + N, V]`` on :attr:`device`: row 0 predicts the token after ``context``, row ``1 + i``
+   the token after ``context`` + the root-to-node-i path. The backend reuses whatever prefix of
+   ``context`` it has cached (the longest common prefix) and runs the rest plus the nodes.
+2. For a tree, ``keep_tree_path(C, positions)`` keeps the committed ``C`` positions followed by the
+   accepted nodes (cache index ``C + i`` for node ``i``, root excluded); the rejected nodes leave
+   the cache. A chain needs no call: the next pass's common-prefix rule cuts it back.
+
+Exactness: the rows must be the target's logits for those prefixes (the backend's own kernels; a
+multi-token pass may round differently from a one-token pass, which the contract allows only at
+near-ties in bf16/fp16 or quantized backends).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, Sequence, runtime_checkable
+
+import torch
+from torch import Tensor
+
+__all__ = ["TargetModel"]
+
+
+@runtime_checkable
+class TargetModel(Protocol):
+    """A target model with a KV cache for one sequence (the engine's view of it).
+
+    Attributes:
+        name: a label for messages and statistics.
+        vocab_size: number of logits per row ``V``.
+        max_context: maximum number of positions.
+        tokenizer: the Hugging Face tokenizer, or ``None`` (token-level use).
+        forward_calls: forward passes since :meth:`reset_stats`.
+        forward_time_s: wall time of those passes, seconds.
+        last_start: the first position run by the last pass (the end of the reused prefix).
+        last_hidden: hidden states ``[T, F]`` of the last pass's positions when ``hidden_layers``
+            was asked for, else ``None``. A backend without hidden states leaves it ``None`` and
+            drafters that need them (EAGLE) refuse it at load time.
+    """
+
+    name: str
+    vocab_size: int
+    max_context: int
+    tokenizer: Any
+    forward_calls: int
+    last_start: int
+    last_hidden: Tensor | None
+
+    @property
+    def device(self) -> torch.device: ...
+
+    @property
+    def dtype(self) -> torch.dtype: ...
+
+    @property
+    def forward_time_s(self) -> float: ...
+
+    @property
+    def eos_token_ids(self) -> set[int]: ...
+
+    def encode_prompt(self, prompt: str, *, chat: bool | None = None, system: str | None = None) -> list[int]: ...
+
+    def decode(self, ids: Sequence[int]) -> str: ...
+
+    def reset(self) -> None:
+        """Empty the KV cache (a new sequence starts)."""
+
+    def reset_stats(self) -> None:
+        """Zero :attr:`forward_calls` and :attr:`forward_time_s`."""
+
+    def logits_after(self, context: Sequence[int], extra: Sequence[int] = (), *,
+                     hidden_layers: Sequence[int] | None = None) -> Tensor:
+        """float32 logits ``[1 + len(extra), V]`` after ``context`` and each prefix of ``extra``
+        (a draft chain), in one pass."""
+
+    def tree_logits_after(self, context: Sequence[int], tokens: Sequence[int], parents: Sequence[int], *,
+                          hidden_layers: Sequence[int] | None = None) -> Tensor:
+        """float32 logits ``[1 + N, V]`` after ``context`` and after every node of a token tree
+        (``tokens [N]``, ``parents [N]``: ``-1`` for a child of the root, else an earlier node's
+        index), in one pass. Node i sits at cache index ``len(context) + i`` until
+        :meth:`keep_tree_path`."""
+
+    def keep_tree_path(self, prefix_len: int, positions: Sequence[int]) -> None:
+        """Keep the first ``prefix_len`` cached positions followed by ``positions`` (increasing,
+        each ``>= prefix_len``); every other tree node leaves the cache."""
