@@ -4,8 +4,12 @@ Each benchmark writes ``<out>/<name>.json`` (schema: the module docstrings of
 :mod:`specot_lab.bench.acceptance` / :mod:`specot_lab.bench.speedup`), ``<out>/<name>.md`` (markdown
 table) and PNG plots; ``--json`` prints the JSON to stdout instead of the table. ``--quick`` is a
 smoke run (2 prompts, short continuations, a reduced grid) that finishes in about a minute.
+Every finished cell is appended to ``<out>/<name>.jsonl`` as it is measured: Ctrl-C leaves the
+finished cells in ``<out>/<name>.json`` (``"complete": false``) and the same command resumes the
+run (``--fresh`` starts it over; other options are refused with one line).
 ``specot bench results`` (alias ``readme``) rebuilds the generated section of ``docs/results.md``
-from the JSON files.
+from the results (finished or not). ``specot bench suite`` (``make bench``) runs the named set of
+speedup runs behind the README's results block and regenerates that block and ``docs/results.md``.
 
 ``specot bench theory-speed | verifier-speed | head-speed | generate-speed | tree-speed`` are the
 component timings (:mod:`specot_lab.bench.theory_speed` and its siblings; each module's
@@ -25,7 +29,7 @@ from .bench.report import acceptance_table, results_markdown, speedup_table, upd
 import torch
 from .bench.acceptance import run_acceptance_bench
 from .corpus import load_prompts
-from .bench.speedup import run_speedup_bench
+from .bench.speedup import load_speedup_result, run_speedup_bench
 import os
 
 __all__ = ["register"]
@@ -136,15 +140,36 @@ def _speedup(args: argparse.Namespace) -> int:
     trees = _trees(args.trees) if args.trees else ([(2, 3)] if quick else [(2, 4), (4, 4)])
     vers = [v for v in args.tree_verifiers.split(",") if v] if args.tree_verifiers else (["kseq"] if quick else ["kseq", "rrs_wor", "greedy"])
     draft = None if args.draft == "none" else args.draft
-    res = run_speedup_bench(
-        target=args.target, draft=draft, prompts=load_prompts(args.prompts, 2 if quick else args.n_prompts),
-        prompt_set=args.prompts, temperatures=temps, gammas=gammas, trees=trees, tree_verifiers=vers,
-        peers=not args.no_peers, max_new_tokens=args.max_new_tokens or (12 if quick else 64), seed=args.seed,
-        dtype=args.dtype, cost_reps=2 if quick else 5, progress=not args.no_progress,
-        extra_drafts=[d for d in args.extra_drafts.split(",") if d], device=args.device, cuda_graphs=args.cuda_graphs)
+    journal = os.path.join(args.out, "speedup.jsonl")
+    try:
+        res = run_speedup_bench(
+            target=args.target, draft=draft, prompts=load_prompts(args.prompts, 2 if quick else args.n_prompts),
+            prompt_set=args.prompts, temperatures=temps, gammas=gammas, trees=trees, tree_verifiers=vers,
+            peers=not args.no_peers, max_new_tokens=args.max_new_tokens or (12 if quick else 64), seed=args.seed,
+            dtype=args.dtype, cost_reps=2 if quick else 5, progress=not args.no_progress,
+            extra_drafts=[d for d in args.extra_drafts.split(",") if d], device=args.device,
+            cuda_graphs=args.cuda_graphs, journal=journal, fresh=args.fresh)
+    except KeyboardInterrupt:
+        _keep_partial(args, journal)
+        raise
     res["command"] = _command(None)
     res["quick"] = quick
     return _finish(res, args, speedup_table(res))
+
+
+def _keep_partial(args: argparse.Namespace, journal: str) -> None:
+    """After Ctrl-C: the finished cells of ``journal`` as ``speedup.json`` / ``.md`` (``complete:
+    false``) and one line saying how to resume."""
+    try:
+        res = load_speedup_result(journal)
+    except (OSError, ValueError):
+        print("\nspecot bench speedup: interrupted before a cell was measured; nothing kept", file=sys.stderr)
+        return
+    res["command"] = _command(None)
+    res["quick"] = args.quick
+    write_outputs(res, args.out, plots=False)
+    print(f"\nspecot bench speedup: interrupted after {res['cells_done']} of {res['cells_total']} cells; "
+          f"{args.out}/speedup.json holds them; the same command resumes", file=sys.stderr)
 
 
 def _readme(args: argparse.Namespace) -> int:
@@ -156,9 +181,10 @@ def _readme(args: argparse.Namespace) -> int:
     plots_abs = args.plots_dir if args.out == "-" or not args.plots_dir else \
         os.path.join(os.path.dirname(args.out) or ".", args.plots_dir)
     for f in (args.speedup.split(",") if args.speedup else []):
-        d = json.loads(open(f, encoding="utf-8").read())
+        d = load_speedup_result(f)
         if args.plots_dir:  # link the run's speedup.png, copied next to its JSON
-            d["plot"] = os.path.relpath(os.path.join(os.path.dirname(f), "speedup.png"), plots_abs)
+            run_dir = f if os.path.isdir(f) else os.path.dirname(f)
+            d["plot"] = os.path.relpath(os.path.join(run_dir, "speedup.png"), plots_abs)
         spd.append(d)
     if acc is None and not spd:
         raise ValueError("give --acceptance and/or --speedup JSON files")
@@ -207,12 +233,15 @@ def register(subparsers: Any) -> None:
                    "(eager passes; the HF peers run there too)")
     s.add_argument("--cuda-graphs", action="store_true", help="specot's rows (autoregressive included) replay the "
                    "target's passes as CUDA graphs over a static KV cache; the HF peers stay eager")
+    s.add_argument("--fresh", action="store_true", help="measure every cell again, discarding OUT/speedup.jsonl "
+                   "(default: a run interrupted with the same options is resumed)")
     s.set_defaults(func=_speedup)
 
     r = sub.add_parser("results", aliases=["readme"],
                        help="rebuild the generated section of docs/results.md from bench JSON files")
     r.add_argument("--acceptance", default=None, help="acceptance JSON file (specot bench acceptance)")
-    r.add_argument("--speedup", default=None, help="one or more speedup JSON files, comma-separated")
+    r.add_argument("--speedup", default=None, help="one or more speedup results, comma-separated: speedup.json, the "
+                   "journal speedup.jsonl of a run (finished or interrupted) or the run's --out directory")
     r.add_argument("--out", "--readme", dest="out", default="docs/results.md",
                    help="results page to update in place, between its bench:results markers (default "
                         "docs/results.md; '-' prints the section)")

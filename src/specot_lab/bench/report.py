@@ -24,7 +24,7 @@ import matplotlib
 import matplotlib.pyplot as plt
 import numpy as np
 import json
-from specot.envinfo import environment_info
+from .runinfo import run_info
 
 __all__ = ["acceptance_table", "speedup_table", "acceptance_plots", "speedup_plots", "results_markdown",
            "update_results", "update_readme", "write_outputs", "START", "END", "RESULTS_FILE"]
@@ -222,6 +222,20 @@ def speedup_plots(res: dict[str, Any], out_dir: str | os.PathLike[str]) -> list[
     return [p1, p2]
 
 
+def _duration(res: dict[str, Any]) -> str:
+    """``", 12.4 min"`` from ``elapsed_s`` (or ``measured_s`` for a result read back from a journal)."""
+    sec = res.get("elapsed_s") if res.get("elapsed_s") is not None else res.get("measured_s")
+    return f", {sec / 60:.1f} min" if sec is not None else ""
+
+
+def _partial(res: dict[str, Any]) -> str:
+    """A warning sentence for an interrupted run (``complete`` false), else ``""``."""
+    if res.get("complete", True):
+        return ""
+    return (f" **Partial: {res['cells_done']} of {res['cells_total']} cells measured** (the run was interrupted; "
+            f"rows cover the prompts measured).")
+
+
 def _acc_summary(res: dict[str, Any]) -> str:
     """The Hu et al. Table 1 view: T = 0.7 (or the closest), n = 3, every draft, law and verifier."""
     temps = res["temperatures"]
@@ -271,8 +285,8 @@ def results_markdown(acceptance: dict[str, Any] | None, speedup: dict[str, Any] 
             f"Acceptance is exact per position (k-Seq, RRS, greedy, speculative) or a Rao–Blackwellised Monte-Carlo "
             f"average (RRS without replacement, importance-weighted selection; marked MC), averaged over positions "
             f"with a 95% CI; "
-            f"α* is the optimal acceptance for the law at the same positions. Load average {a['load_avg_start']} → {a['load_avg_end']}, "
-            f"{a['elapsed_s'] / 60:.1f} min.",
+            f"α* is the optimal acceptance for the law at the same positions. Load average {a['load_avg_start']} → {a['load_avg_end']}"
+            f"{_duration(a)}.{_partial(a)}",
             "",
             "```bash",
             a.get("command", "specot bench acceptance"),
@@ -297,7 +311,7 @@ def results_markdown(acceptance: dict[str, Any] | None, speedup: dict[str, Any] 
             + (s["draft"] if s["draft_available"] else f"none ({s['draft_reason']})")
             + f"; {s['prompts']} prompts ({s['prompt_set_description']}), up to {s['max_new_tokens']} new tokens, "
             f"methods interleaved per prompt in one process. Speedup = tokens/s ÷ specot AR tokens/s. "
-            f"Load average {s['load_avg_start']} → {s['load_avg_end']}, {s['elapsed_s'] / 60:.1f} min.",
+            f"Load average {s['load_avg_start']} → {s['load_avg_end']}{_duration(s)}.{_partial(s)}",
             "",
             "```bash",
             s.get("command", "specot bench speedup"),
@@ -353,8 +367,7 @@ def write_outputs(res: dict[str, Any], out_dir: str | os.PathLike[str], *, plots
     name = res["benchmark"]
     paths = [out / f"{name}.json", out / f"{name}.md"]
     if "environment" not in res:
-
-        res["environment"] = environment_info()  # also seen by the caller (specot bench --json)
+        res["environment"] = run_info()  # also seen by the caller (specot bench --json)
     paths[0].write_text(json.dumps(res, indent=2), encoding="utf-8")
     if name == "acceptance":
         md = acceptance_table(res)

@@ -34,10 +34,13 @@ the share of the model's over-prediction that the cost curve accounts for.
 
 JSON result (``schema_version`` 1)::
 
-    {"benchmark": "speedup", "schema_version": 1, "command", "target", "target_dtype", "draft",
-     "draft_available", "draft_reason", "prompt_set", "prompt_set_description", "prompts",
-     "max_new_tokens", "temperatures", "gammas", "trees": [[K, L]], "tree_verifiers", "seed",
-     "peers", "torch_threads", "load_avg_start", "load_avg_end", "elapsed_s",
+    {"benchmark": "speedup", "schema_version": 1, "command", "target", "target_dtype", "device",
+     "device_name", "draft", "draft_available", "draft_reason", "prompt_set", "prompt_set_description",
+     "prompts", "max_new_tokens", "temperatures", "gammas", "trees": [[K, L]], "tree_verifiers",
+     "seed", "peers", "torch_threads", "cuda_graphs", "load_avg_start", "load_avg_end", "elapsed_s",
+     "measured_s", "complete", "cells_done", "cells_total",
+     "environment": {date, commit, cpu_model, cpu_flags, versions, load_average, ...},
+     "runs": [environment of each process that measured cells: more than one when resumed],
      "cost_curve": {"target_ms": {T: ms}, "draft_ms": {w: ms}, "target_ratio": {T: t(T)/t(1)}},
      "rows": [{"temperature", "method", "family", "drafts", "gamma", "verifier", "prompts", "tokens",
                "time_s", "target_calls", "tokens_per_s", "block_efficiency", "speedup",
@@ -47,21 +50,37 @@ JSON result (``schema_version`` 1)::
                "block_efficiency_deviation", "c", "predicted_speedup_leviathan",
                "predicted_speedup_cost_curve", "explained_by_cost_curve"}]}
 
-(fields a method does not have are ``null``).
+(fields a method does not have are ``null``; ``elapsed_s`` is the wall time of the process that
+wrote the result, ``null`` when it was read back from a journal; ``measured_s`` the decoding time
+summed over cells).
+
+**Cells as they finish.** With ``--out DIR`` the CLI passes ``journal=DIR/speedup.jsonl``
+(:mod:`specot_lab.bench.journal`): the configuration first, then the setup (methods, cost curve),
+then one line per finished cell (method × prompt × temperature: tokens, seconds, target passes,
+the decoding statistics, the load average). An interrupted run leaves that file, from which
+``specot bench results --speedup DIR`` reports the finished cells (``complete: false``) and which
+the same command resumes. A row covers the prompts that autoregressive decoding also decoded.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import statistics
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
 
 from .acceptance import BenchDraft, load_bench_draft, mean_ci
+from .journal import Journal, config_difference, read_journal
+from .runinfo import run_info
 from .script_io import device_sync
 from specot.drafting.eagle import EagleDrafter
 from specot.drafting.hybrid import HybridDrafter
@@ -78,7 +97,8 @@ from specot.models.device import sdpa_without_cudnn
 from specot.models.hf import GRAPH_WIDTHS
 from ..corpus import describe_prompt_set
 
-__all__ = ["run_speedup_bench", "measure_cost_curve", "hf_generate", "Method"]
+__all__ = ["run_speedup_bench", "speedup_result", "load_speedup_result", "measure_cost_curve", "hf_generate", "Method",
+           "SCHEMA_VERSION"]
 
 
 @dataclass
@@ -313,19 +333,92 @@ def _theory(row: dict[str, Any], stats_list: list[Any], cost: dict[str, Any], dr
                explained_by_cost_curve=((lev - cc) / (lev - meas)) if abs(lev - meas) > 1e-9 else None)
 
 
-def run_speedup_bench(*, target: Any = None, draft: str | BenchDraft | None = "distilled", prompts: list[str],
+#: Version of the result JSON and of its journal (``speedup.jsonl``).
+SCHEMA_VERSION = 1
+
+
+def _digest(prompts: Sequence[Any]) -> str:
+    """A short SHA-256 of the prompts (texts or token ids): the journal's check that a resumed run
+    decodes the same prompts."""
+    return hashlib.sha256(json.dumps(list(prompts), ensure_ascii=False).encode("utf-8")).hexdigest()[:16]
+
+
+def _target_name(target: Any) -> str:
+    return "embedded" if target is None else str(getattr(target, "name", target))
+
+
+def _stats_record(stats: Any) -> dict[str, Any] | None:
+    """The fields of a :class:`~specot.engine.GenerationStats` the rows use, JSON-ready."""
+    if stats is None:
+        return None
+    return {k: getattr(stats, k) for k in ("iterations", "drafted", "draft_calls", "tried_at", "accepted_at",
+                                           "draft_time_s", "target_time_s")}
+
+
+def _setup(tgt: Any, bd: BenchDraft | None, methods: list[Method], prompt_set: str, n_prompts: int,
+           cuda_graphs: bool) -> dict[str, Any]:
+    """What a run resolved when it loaded (the journal's ``setup`` record, less the cost curve)."""
+    return {
+        "target": tgt.name, "target_dtype": str(tgt.dtype).replace("torch.", ""), "device": str(tgt.device),
+        "device_name": torch.cuda.get_device_name(tgt.device) if tgt.device.type == "cuda" else None,
+        "draft": bd.name if bd is not None else None, "draft_available": bool(bd is not None and bd.available),
+        "draft_reason": bd.reason if bd is not None else None, "prompt_set": prompt_set,
+        "prompt_set_description": describe_prompt_set(prompt_set), "prompts": n_prompts,
+        "torch_threads": torch.get_num_threads(), "cuda_graphs": bool(cuda_graphs),
+        "methods": [{"name": m.name, "family": m.family, "drafts": m.K, "gamma": m.L, "verifier": m.verifier}
+                    for m in methods],
+    }
+
+
+def _resume_setup(jr: Journal | None, setup: dict[str, Any], measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """The cost curve: the journal's (a resumed run keeps the curve its cells were predicted with) or
+    a new measurement, recorded with ``setup``.
+
+    Raises:
+        ValueError: the journal's run resolved another target, dtype, draft or set of methods.
+    """
+    old = jr.of_kind("setup") if jr is not None else []
+    if old:
+        diff = config_difference({k: v for k, v in old[0].items() if k not in ("kind", "cost_curve")}, setup)
+        if diff is not None:
+            raise ValueError(f"{jr.path} was measured with another setup ({diff}); use another --out or --fresh")
+        return old[0]["cost_curve"]
+    cost = measure()
+    if jr is not None:
+        jr.add({"kind": "setup", **setup, "cost_curve": cost})
+    return cost
+
+
+def run_speedup_bench(*, target: Any = None, draft: str | BenchDraft | None = "distilled", prompts: list[Any],
                       prompt_set: str = "custom", temperatures: Sequence[float] = (0.0, 1.0),
                       gammas: Sequence[int] = (2, 4), trees: Sequence[tuple[int, int]] = ((2, 4), (4, 4)),
                       tree_verifiers: Sequence[str] = ("kseq", "rrs_wor", "greedy"), peers: bool = True,
                       max_new_tokens: int = 64, seed: int = 0, dtype: str = "float32", cost_reps: int = 5,
                       progress: bool = True, log: Any = sys.stderr, extra_drafts: Sequence[str] = (),
-                      device: str = "cpu", cuda_graphs: bool = False) -> dict[str, Any]:
+                      device: str = "cpu", cuda_graphs: bool = False, journal: str | os.PathLike[str] | None = None,
+                      fresh: bool = False) -> dict[str, Any]:
     """Run the speedup benchmark (module docstring) with the target on ``device``; returns the
     JSON-ready dict. With ``cuda_graphs`` every specot row (autoregressive decoding included) runs
     the target over a static KV cache with its passes replayed as CUDA graphs
-    (:meth:`specot.models.CausalLM.use_static_cache`); the Hugging Face rows stay eager."""
+    (:meth:`specot.models.CausalLM.use_static_cache`); the Hugging Face rows stay eager.
+
+    With ``journal`` (a ``.jsonl`` path, :mod:`specot_lab.bench.journal`) every finished cell (one
+    method decoding one prompt at one temperature) is appended as it is measured; an existing
+    journal of the same configuration is resumed (its cells are not measured again, its cost curve
+    is kept), ``fresh`` starts it over. :func:`load_speedup_result` reads a journal, finished or not.
+
+    Raises:
+        ValueError: the journal holds a run of another configuration or setup.
+    """
     t_start = time.perf_counter()
-    load_start = load_average()
+    config = {"target": _target_name(target), "dtype": str(dtype), "draft": getattr(draft, "name", draft),
+              "prompt_set": prompt_set, "prompts_sha256": _digest(prompts), "prompts": len(prompts),
+              "temperatures": [float(t) for t in temperatures], "gammas": [int(g) for g in gammas],
+              "trees": [[int(k), int(g)] for k, g in trees], "tree_verifiers": list(tree_verifiers),
+              "peers": bool(peers), "max_new_tokens": int(max_new_tokens), "seed": int(seed),
+              "extra_drafts": list(extra_drafts), "device": str(device), "cuda_graphs": bool(cuda_graphs),
+              "torch_threads": torch.get_num_threads()}
+    jr = Journal.open(journal, "speedup", SCHEMA_VERSION, config, run_info(), fresh=fresh) if journal else None
     tgt = load_target(target, dtype=dtype, device=device)
     bd: BenchDraft | None = None
     if draft is not None:
@@ -342,87 +435,150 @@ def run_speedup_bench(*, target: Any = None, draft: str | BenchDraft | None = "d
     methods = _build_methods(tgt, ngram, bd, gammas, trees, tree_verifiers, peers, max_new_tokens, extra_drafts,
                              static_len=static_len)
 
-    # cost curve (target passes of T tokens, draft passes of width w) after the first prompt
+    setup = _setup(tgt, bd, methods, prompt_set, len(encoded), cuda_graphs)
     dm = bd.obj if bd is not None and bd.available else None
     sizes = [L + 1 for L in gammas] + [K * L + 1 for K, L in trees]
     widths = sorted({1} | {K for K, _ in trees})
-    cost = measure_cost_curve(tgt, dm, encoded[0], sizes, widths if dm is not None else (), reps=cost_reps)
-
-    # warm-up (excluded)
-    for m in methods:
+    cost = _resume_setup(jr, setup, lambda: measure_cost_curve(tgt, dm, encoded[0], sizes,
+                                                               widths if dm is not None else (), reps=cost_reps))
+    for m in methods:  # warm-up (excluded)
         m.run(encoded[0][:], 1.0, seed)
+    cells = _measure(methods, encoded, temperatures, seed, jr, progress)
+    res = speedup_result(config, setup, cost, cells, jr.runs() if jr is not None else [run_info()])
+    res["elapsed_s"] = time.perf_counter() - t_start
+    return res
 
-    runs: dict[tuple[float, str], list[_Run]] = {}
-    bar = tqdm(total=len(temperatures) * len(encoded) * len(methods), desc="bench speedup", disable=not progress, file=sys.stderr)
+
+def _measure(methods: list[Method], encoded: list[list[int]], temperatures: Sequence[float], seed: int,
+             jr: Journal | None, progress: bool) -> list[dict[str, Any]]:
+    """Decode every (temperature, prompt, method) cell not already in the journal ``jr``: methods
+    interleaved per prompt, their order rotated by one each prompt; each finished cell is appended
+    to ``jr`` at once. Returns every cell (the journal's first)."""
+    cells = jr.of_kind("cell") if jr is not None else []
+    done = {(c["temperature"], c["prompt"], c["method"]) for c in cells}
+    total = len(temperatures) * len(encoded) * len(methods)
+    bar = tqdm(total=total, initial=len(done), desc="bench speedup", disable=not progress, file=sys.stderr)
     for temp in temperatures:
         for i, ids in enumerate(encoded):
             k = i % len(methods)
             for m in methods[k:] + methods[:k]:
-                runs.setdefault((float(temp), m.name), []).append(m.run(list(ids), float(temp), seed + i))
+                if (float(temp), i, m.name) in done:
+                    continue
+                r = m.run(list(ids), float(temp), seed + i)
+                cell = {"kind": "cell", "temperature": float(temp), "prompt": i, "method": m.name, "tokens": r.tokens,
+                        "time_s": r.time_s, "target_calls": r.target_calls, "stats": _stats_record(r.stats),
+                        "load_average": load_average()}
+                if jr is not None:
+                    jr.add(cell)
+                cells.append(cell)
                 bar.update()
     bar.close()
+    return cells
 
-    rows = []
-    for temp in temperatures:
-        base = runs[(float(temp), "ar")]
-        base_tps = sum(r.tokens for r in base) / sum(r.time_s for r in base)
-        hf_base = runs.get((float(temp), "hf-ar"))
-        hf_tps = sum(r.tokens for r in hf_base) / sum(r.time_s for r in hf_base) if hf_base else None
-        for m in methods:
-            rs = runs[(float(temp), m.name)]
-            tok, tim, calls = sum(r.tokens for r in rs), sum(r.time_s for r in rs), sum(r.target_calls for r in rs)
-            tps = tok / tim
-            per = [(r.tokens / r.time_s) / (b.tokens / b.time_s) for r, b in zip(rs, base)]
-            pm, plo, phi = mean_ci(per)
-            row: dict[str, Any] = {
-                "temperature": float(temp), "method": m.name, "family": m.family, "drafts": m.K, "gamma": m.L,
-                "verifier": m.verifier, "prompts": len(rs), "tokens": tok, "time_s": tim, "target_calls": calls,
-                "tokens_per_s": tps, "block_efficiency": tok / calls if calls else None,
-                "speedup": tps / base_tps, "speedup_vs_hf_ar": tps / hf_tps if hf_tps else None,
-                "speedup_per_prompt_mean": pm, "speedup_per_prompt_ci95": [plo, phi],
-                "acceptance": None, "acceptance_per_depth": None, "draft_time_s": None, "target_time_s": None,
-                "overhead_share": None, "predicted_block_efficiency_iid": None, "predicted_block_efficiency_depth": None,
-                "block_efficiency_deviation": None, "c": None, "drafted_per_pass": None, "target_cost_ratio": None,
-                "predicted_speedup_leviathan": None, "predicted_speedup_cost_curve": None, "explained_by_cost_curve": None,
-            }
-            stats = [r.stats for r in rs if r.stats is not None]
-            if stats:
-                dt = sum(s.draft_time_s for s in stats)
-                tt = sum(s.target_time_s for s in stats)
-                row.update(draft_time_s=dt, target_time_s=tt, overhead_share=max(tim - dt - tt, 0.0) / tim)
-            if m.family in ("ngram", "spec", "tree") and stats:
-                if m.family == "ngram":
-                    drafted_calls = sum(s.draft_calls for s in stats)
-                    step = (sum(s.draft_time_s for s in stats) * 1000.0 / drafted_calls / m.L) if drafted_calls else 0.0
-                else:
-                    step = cost["draft_ms"].get(str(m.K if m.family == "tree" else 1))
-                _theory(row, stats, cost, step)
-            rows.append(row)
-    return {
-        "benchmark": "speedup",
-        "schema_version": 1,
-        "target": tgt.name,
-        "target_dtype": str(tgt.dtype).replace("torch.", ""),
-        "device": str(tgt.device),
-        "device_name": torch.cuda.get_device_name(tgt.device) if tgt.device.type == "cuda" else None,
-        "draft": bd.name if bd is not None else None,
-        "draft_available": bool(bd is not None and bd.available),
-        "draft_reason": bd.reason if bd is not None else None,
-        "prompt_set": prompt_set,
-        "prompt_set_description": describe_prompt_set(prompt_set),
-        "prompts": len(encoded),
-        "max_new_tokens": max_new_tokens,
-        "temperatures": [float(t) for t in temperatures],
-        "gammas": [int(g) for g in gammas],
-        "trees": [[int(K), int(L)] for K, L in trees],
-        "tree_verifiers": list(tree_verifiers),
-        "seed": seed,
-        "peers": bool(peers),
-        "torch_threads": torch.get_num_threads(),
-        "cuda_graphs": bool(cuda_graphs),
-        "cost_curve": cost,
-        "rows": rows,
-        "load_avg_start": load_start,
-        "load_avg_end": load_average(),
-        "elapsed_s": time.perf_counter() - t_start,
+
+def _aggregate(rs: list[dict[str, Any]], base: dict[int, dict[str, Any]]) -> tuple[float, list[float]]:
+    """(tokens/s summed over ``rs``, per-prompt speedups over the baseline cells ``base`` by prompt)."""
+    tps = sum(r["tokens"] for r in rs) / sum(r["time_s"] for r in rs)
+    per = [(r["tokens"] / r["time_s"]) / (base[r["prompt"]]["tokens"] / base[r["prompt"]]["time_s"]) for r in rs]
+    return tps, per
+
+
+def _row(temp: float, m: dict[str, Any], rs: list[dict[str, Any]], base: dict[int, dict[str, Any]],
+         hf: dict[int, dict[str, Any]], cost: dict[str, Any]) -> dict[str, Any]:
+    """One row of the result: ``m``'s cells ``rs`` at ``temp`` (those whose prompt the baseline
+    decoded too) against autoregressive decoding (``base``) and HF ``generate()`` (``hf``)."""
+    tok, tim, calls = sum(r["tokens"] for r in rs), sum(r["time_s"] for r in rs), sum(r["target_calls"] for r in rs)
+    tps, per = _aggregate(rs, base)
+    base_tps, _ = _aggregate([base[r["prompt"]] for r in rs], base)
+    hf_rs = [hf[r["prompt"]] for r in rs if r["prompt"] in hf]
+    hf_tps = _aggregate(hf_rs, hf)[0] if len(hf_rs) == len(rs) else None
+    pm, plo, phi = mean_ci(per)
+    row: dict[str, Any] = {
+        "temperature": temp, "method": m["name"], "family": m["family"], "drafts": m["drafts"], "gamma": m["gamma"],
+        "verifier": m["verifier"], "prompts": len(rs), "tokens": tok, "time_s": tim, "target_calls": calls,
+        "tokens_per_s": tps, "block_efficiency": tok / calls if calls else None,
+        "speedup": tps / base_tps, "speedup_vs_hf_ar": tps / hf_tps if hf_tps else None,
+        "speedup_per_prompt_mean": pm, "speedup_per_prompt_ci95": [plo, phi],
+        "acceptance": None, "acceptance_per_depth": None, "draft_time_s": None, "target_time_s": None,
+        "overhead_share": None, "predicted_block_efficiency_iid": None, "predicted_block_efficiency_depth": None,
+        "block_efficiency_deviation": None, "c": None, "drafted_per_pass": None, "target_cost_ratio": None,
+        "predicted_speedup_leviathan": None, "predicted_speedup_cost_curve": None, "explained_by_cost_curve": None,
     }
+    stats = [SimpleNamespace(**r["stats"]) for r in rs if r.get("stats") is not None]
+    if stats:
+        dt = sum(s.draft_time_s for s in stats)
+        tt = sum(s.target_time_s for s in stats)
+        row.update(draft_time_s=dt, target_time_s=tt, overhead_share=max(tim - dt - tt, 0.0) / tim)
+    if m["family"] in ("ngram", "spec", "tree") and stats:
+        if m["family"] == "ngram":
+            drafted_calls = sum(s.draft_calls for s in stats)
+            step = (sum(s.draft_time_s for s in stats) * 1000.0 / drafted_calls / m["gamma"]) if drafted_calls else 0.0
+        else:
+            step = cost["draft_ms"].get(str(m["drafts"] if m["family"] == "tree" else 1))
+        _theory(row, stats, cost, step)
+    return row
+
+
+def speedup_result(config: dict[str, Any], setup: dict[str, Any], cost: dict[str, Any],
+                   cells: list[dict[str, Any]], runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The result JSON (module docstring) from a run's cells, finished or not: one row per
+    temperature and method with at least one cell whose prompt autoregressive decoding also decoded.
+    ``complete`` says whether every cell was measured (``cells_done`` of ``cells_total``); ``runs``
+    are the processes that measured them (:func:`~.runinfo.run_info` each: date, commit, machine,
+    versions, load), the first also as ``environment``."""
+    by: dict[tuple[float, str], dict[int, dict[str, Any]]] = {}
+    for c in cells:
+        by.setdefault((c["temperature"], c["method"]), {})[c["prompt"]] = c
+    rows = []
+    for temp in config["temperatures"]:
+        base = by.get((temp, "ar"), {})
+        hf = by.get((temp, "hf-ar"), {})
+        for m in setup["methods"]:
+            rs = [c for i, c in sorted(by.get((temp, m["name"]), {}).items()) if i in base]
+            if rs:
+                rows.append(_row(temp, m, rs, base, hf, cost))
+    total = len(config["temperatures"]) * setup["prompts"] * len(setup["methods"])
+    loads = [c["load_average"] for c in cells if c.get("load_average")]
+    res = {"benchmark": "speedup", "schema_version": SCHEMA_VERSION,
+           **{k: v for k, v in setup.items() if k != "methods"},
+           "max_new_tokens": config["max_new_tokens"], "temperatures": config["temperatures"],
+           "gammas": config["gammas"], "trees": config["trees"], "tree_verifiers": config["tree_verifiers"],
+           "seed": config["seed"], "peers": config["peers"] and any(m["family"] == "hf-ar" for m in setup["methods"]),
+           "cost_curve": cost, "rows": rows, "complete": len(cells) >= total, "cells_done": len(cells),
+           "cells_total": total, "load_avg_start": runs[0].get("load_average"),
+           "load_avg_end": loads[-1] if loads else runs[-1].get("load_average"),
+           "elapsed_s": None, "measured_s": sum(c["time_s"] for c in cells),
+           "environment": runs[0], "runs": runs}
+    return res
+
+
+def load_speedup_result(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A speedup result from ``path``: a result JSON (``speedup.json``), a journal (``speedup.jsonl``,
+    finished or interrupted: :func:`speedup_result` of its cells) or a directory holding either (the
+    journal first: it is the newer when a run was resumed).
+
+    Raises:
+        FileNotFoundError: nothing readable at ``path``.
+        ValueError: a journal that has not measured a cell yet, or a file of another benchmark.
+    """
+    p = Path(path)
+    if p.is_dir():
+        p = p / "speedup.jsonl" if (p / "speedup.jsonl").exists() else p / "speedup.json"
+    if p.suffix != ".jsonl":
+        res = json.loads(p.read_text(encoding="utf-8"))
+        if res.get("benchmark") != "speedup":
+            raise ValueError(f"{p} is not a speedup result (benchmark {res.get('benchmark')!r})")
+        return res
+    header, records = read_journal(p)
+    if header.get("benchmark") != "speedup":
+        raise ValueError(f"{p} is a journal of {header.get('benchmark')!r}, not of the speedup benchmark")
+    setup = [r for r in records if r.get("kind") == "setup"]
+    cells = [r for r in records if r.get("kind") == "cell"]
+    if not setup or not cells:
+        raise ValueError(f"{p}: the run stopped before its first cell was measured; nothing to report")
+    runs = [header["run"]] + [r["run"] for r in records if r.get("kind") == "resume"]
+    res = speedup_result(header["config"], {k: v for k, v in setup[0].items() if k not in ("kind", "cost_curve")},
+                         setup[0]["cost_curve"], cells, runs)
+    if not res["rows"]:
+        raise ValueError(f"{p}: no cell of autoregressive decoding yet, so no speedup to report")
+    return res

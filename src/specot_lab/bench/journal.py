@@ -1,0 +1,133 @@
+"""Benchmark journals: every finished cell of a run is one JSON line, written as soon as it is
+measured, so an interrupted run keeps what it measured and the same command resumes it.
+
+A journal (``<out>/<benchmark>.jsonl``) holds, one JSON object per line:
+
+* ``{"kind": "header", "benchmark", "schema_version", "config": {...}, "run": {...}}`` — first;
+  ``config`` is everything that decides what the cells measure (model, dtype, prompts' digest,
+  lengths, temperatures, methods, seed, threads, device); ``run`` is :func:`~.runinfo.run_info`
+  (date, commit, machine, versions, load) at the start;
+* ``{"kind": "resume", "run": {...}}`` — each later run that went on with it;
+* any other kind (``"cell"``, ``"cost_curve"``, ...) — the benchmark's own records.
+
+A rerun opens the journal with :meth:`Journal.open`: a different ``config`` is refused (one line
+naming the first differing field), the same one resumes and the benchmark skips the cells already
+present (:meth:`Journal.records`). A line cut short by a kill mid-write is ignored (its cell runs
+again). Lines are flushed and fsync'ed one by one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Journal", "read_journal", "config_difference"]
+
+
+def _norm(obj: Any) -> Any:
+    """``obj`` as JSON would give it back (tuples → lists, int keys → strings)."""
+    return json.loads(json.dumps(obj))
+
+
+def config_difference(old: dict[str, Any], new: dict[str, Any]) -> str | None:
+    """The first field where two configurations differ, as ``"field: OLD here, NEW now"``; ``None``
+    when they are equal (after a JSON round trip)."""
+    old, new = _norm(old), _norm(new)
+    for key in sorted(set(old) | set(new)):
+        if old.get(key) != new.get(key):
+            a, b = json.dumps(old.get(key)), json.dumps(new.get(key))
+            short = lambda s: s if len(s) <= 60 else s[:57] + "..."  # noqa: E731
+            return f"{key}: {short(a)} in the journal, {short(b)} now"
+    return None
+
+
+def read_journal(path: str | os.PathLike[str]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """``(header, records)`` of the journal at ``path``; ``records`` are every later line in order
+    (``resume`` lines included); a final line cut short is dropped.
+
+    Raises:
+        FileNotFoundError: no file at ``path``.
+        ValueError: the file does not start with a journal header, or a line other than the last is
+            not JSON.
+    """
+    lines = Path(path).read_text(encoding="utf-8").split("\n")
+    objs: list[dict[str, Any]] = []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            objs.append(json.loads(line))
+        except json.JSONDecodeError:
+            if any(rest.strip() for rest in lines[i + 1:]):
+                raise ValueError(f"{path}:{i + 1}: not a JSON line; the journal is damaged (delete it or "
+                                 f"rerun with --fresh)") from None
+            break  # the last line, cut short by a kill mid-write: its cell is measured again
+    if not objs or objs[0].get("kind") != "header":
+        raise ValueError(f"{path} is not a benchmark journal (no header line); delete it or rerun with --fresh")
+    return objs[0], objs[1:]
+
+
+@dataclass
+class Journal:
+    """An open journal (:meth:`open`); :meth:`add` appends one record."""
+
+    path: Path
+    header: dict[str, Any]
+    records: list[dict[str, Any]] = field(default_factory=list)
+    resumed: bool = False
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], benchmark: str, schema_version: int, config: dict[str, Any],
+             run: dict[str, Any], *, fresh: bool = False) -> "Journal":
+        """Start a journal at ``path`` (``fresh``, or no file there) or resume the one there.
+
+        Raises:
+            ValueError: the journal there is of another benchmark or schema, or was started with
+                another ``config`` (the message names the first differing field and the way out).
+        """
+        path = Path(path)
+        if path.exists() and not fresh:
+            header, records = read_journal(path)
+            if (header.get("benchmark"), header.get("schema_version")) != (benchmark, schema_version):
+                raise ValueError(f"{path} is a journal of {header.get('benchmark')!r} (schema "
+                                 f"{header.get('schema_version')}), not {benchmark!r} (schema {schema_version}); "
+                                 f"use another --out or rerun with --fresh")
+            diff = config_difference(header["config"], config)
+            if diff is not None:
+                raise ValueError(f"{path} holds a run with another configuration ({diff}); rerun the command "
+                                 f"that started it to resume, or use another --out, or --fresh to start over")
+            data = path.read_bytes()
+            if not data.endswith(b"\n"):  # a line cut short by a kill mid-write: drop it before appending
+                with open(path, "r+b") as fh:
+                    fh.truncate(data.rfind(b"\n") + 1)
+            journal = cls(path, header, records, resumed=True)
+            journal.add({"kind": "resume", "run": run})
+            return journal
+        path.parent.mkdir(parents=True, exist_ok=True)
+        header = {"kind": "header", "benchmark": benchmark, "schema_version": schema_version,
+                  "config": _norm(config), "run": run}
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(header) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        return cls(path, header)
+
+    def add(self, record: dict[str, Any]) -> None:
+        """Append ``record`` (a JSON-ready dict with a ``kind``) and flush it to disk."""
+        record = _norm(record)
+        with open(self.path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(record) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        self.records.append(record)
+
+    def of_kind(self, kind: str) -> list[dict[str, Any]]:
+        """The records of one ``kind``, in order."""
+        return [r for r in self.records if r.get("kind") == kind]
+
+    def runs(self) -> list[dict[str, Any]]:
+        """The header's ``run`` and every resume's, in order: one per process that measured cells."""
+        return [self.header["run"]] + [r["run"] for r in self.of_kind("resume")]
