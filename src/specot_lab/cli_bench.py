@@ -22,12 +22,12 @@ import argparse
 import json
 import shlex
 import sys
-from typing import Any
+from typing import Any, Callable
 from specot._validation import check_count
 from .bench import generate_speed, head_speed, theory_speed, tree_speed, verifier_speed
 from .bench.report import acceptance_table, results_markdown, speedup_table, update_results, write_outputs
 import torch
-from .bench.acceptance import run_acceptance_bench
+from .bench.acceptance import load_acceptance_result, run_acceptance_bench
 from .corpus import load_prompts
 from .bench.speedup import load_speedup_result, run_speedup_bench
 import os
@@ -120,11 +120,17 @@ def _acceptance(args: argparse.Namespace) -> int:
     temps = _floats(args.temperatures, "--temperatures") if args.temperatures else ([0.7] if quick else [0.1, 0.3, 0.5, 0.7, 1.0])
     ns = _ints(args.ns, "--ns") if args.ns else ([1, 2, 4] if quick else [1, 2, 3, 4, 8])
     drafts = [d for d in args.drafts.split(",") if d] if args.drafts else (["ngram-lm", "ngram"] if quick else ["distilled", "ngram-lm", "ngram"])
-    res = run_acceptance_bench(
-        target=args.target, drafts=drafts, prompts=load_prompts(args.prompts, 2 if quick else args.n_prompts),
-        prompt_set=args.prompts, temperatures=temps, ns=ns,
-        max_new_tokens=args.max_new_tokens or (12 if quick else 48), seed=args.seed, dtype=args.dtype,
-        mc_samples=args.mc_samples, vocab_eps=args.vocab_eps, progress=not args.no_progress)
+    journal = os.path.join(args.out, "acceptance.jsonl")
+    try:
+        res = run_acceptance_bench(
+            target=args.target, drafts=drafts, prompts=load_prompts(args.prompts, 2 if quick else args.n_prompts),
+            prompt_set=args.prompts, temperatures=temps, ns=ns,
+            max_new_tokens=args.max_new_tokens or (12 if quick else 48), seed=args.seed, dtype=args.dtype,
+            mc_samples=args.mc_samples, vocab_eps=args.vocab_eps, progress=not args.no_progress, journal=journal,
+            fresh=args.fresh)
+    except KeyboardInterrupt:
+        _keep_partial(args, journal, load_acceptance_result)
+        raise
     res["command"] = _command(None)
     res["quick"] = quick
     return _finish(res, args, acceptance_table(res))
@@ -150,32 +156,33 @@ def _speedup(args: argparse.Namespace) -> int:
             extra_drafts=[d for d in args.extra_drafts.split(",") if d], device=args.device,
             cuda_graphs=args.cuda_graphs, journal=journal, fresh=args.fresh)
     except KeyboardInterrupt:
-        _keep_partial(args, journal)
+        _keep_partial(args, journal, load_speedup_result)
         raise
     res["command"] = _command(None)
     res["quick"] = quick
     return _finish(res, args, speedup_table(res))
 
 
-def _keep_partial(args: argparse.Namespace, journal: str) -> None:
-    """After Ctrl-C: the finished cells of ``journal`` as ``speedup.json`` / ``.md`` (``complete:
+def _keep_partial(args: argparse.Namespace, journal: str, load: Callable[[str], dict[str, Any]]) -> None:
+    """After Ctrl-C: the finished cells of ``journal`` as ``<benchmark>.json`` / ``.md`` (``complete:
     false``) and one line saying how to resume."""
+    name = os.path.basename(journal).rsplit(".", 1)[0]
     try:
-        res = load_speedup_result(journal)
+        res = load(journal)
     except (OSError, ValueError):
-        print("\nspecot bench speedup: interrupted before a cell was measured; nothing kept", file=sys.stderr)
+        print(f"\nspecot bench {name}: interrupted before a cell was measured; nothing kept", file=sys.stderr)
         return
     res["command"] = _command(None)
     res["quick"] = args.quick
     write_outputs(res, args.out, plots=False)
-    print(f"\nspecot bench speedup: interrupted after {res['cells_done']} of {res['cells_total']} cells; "
-          f"{args.out}/speedup.json holds them; the same command resumes", file=sys.stderr)
+    print(f"\nspecot bench {name}: interrupted after {res['cells_done']} of {res['cells_total']} cells; "
+          f"{args.out}/{name}.json holds them; the same command resumes", file=sys.stderr)
 
 
 def _readme(args: argparse.Namespace) -> int:
 
 
-    acc = json.loads(open(args.acceptance, encoding="utf-8").read()) if args.acceptance else None
+    acc = load_acceptance_result(args.acceptance) if args.acceptance else None
     spd = []
     # --plots-dir is relative to the results page; the speedup plots are linked relative to it
     plots_abs = args.plots_dir if args.out == "-" or not args.plots_dir else \
@@ -215,6 +222,8 @@ def register(subparsers: Any) -> None:
     a.add_argument("--ns", default=None, help="numbers of drafts, default 1,2,3,4,8 (quick: 1,2,4)")
     a.add_argument("--mc-samples", type=int, default=4, help="Monte-Carlo draft tuples per position for rrs_wor and importance")
     a.add_argument("--vocab-eps", type=float, default=1e-4, help="q tail mass dropped before the exact computations")
+    a.add_argument("--fresh", action="store_true", help="measure every cell again, discarding OUT/acceptance.jsonl "
+                   "(default: a run interrupted with the same options is resumed)")
     a.set_defaults(func=_acceptance)
 
     s = sub.add_parser("speedup", help="SpecTr Tables 1/4: block efficiency and wall-clock speedup, with HF peers")
@@ -239,7 +248,8 @@ def register(subparsers: Any) -> None:
 
     r = sub.add_parser("results", aliases=["readme"],
                        help="rebuild the generated section of docs/results.md from bench JSON files")
-    r.add_argument("--acceptance", default=None, help="acceptance JSON file (specot bench acceptance)")
+    r.add_argument("--acceptance", default=None, help="an acceptance result (specot bench acceptance): acceptance.json, "
+                   "the journal acceptance.jsonl (finished or interrupted) or the run's --out directory")
     r.add_argument("--speedup", default=None, help="one or more speedup results, comma-separated: speedup.json, the "
                    "journal speedup.jsonl of a run (finished or interrupted) or the run's --out directory")
     r.add_argument("--out", "--readme", dest="out", default="docs/results.md",

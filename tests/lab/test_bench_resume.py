@@ -129,3 +129,29 @@ def test_sigint_keeps_the_finished_cells_and_the_same_command_resumes(tiny_model
     assert main(["bench", "speedup", *cmd[5:], "--max-new-tokens", "12"]) == 1  # another configuration: one line
     err = capsys.readouterr().err
     assert "specot: error:" in err and "max_new_tokens: 32 in the journal, 12 now" in err, err
+
+
+def test_acceptance_resumes_to_the_result_of_an_uninterrupted_run(tmp_path):
+    """``specot bench acceptance`` journals each (prompt, temperature) cell; a cut journal resumed
+    gives the rows an uninterrupted run gives (each cell draws from its own seeded generator)."""
+    from specot_lab.bench.acceptance import BenchDraft, load_acceptance_result, run_acceptance_bench
+
+    def run(journal):
+        return run_acceptance_bench(target=tiny_lm(0, vocab=16), drafts=[BenchDraft("tiny-draft", "model", tiny_lm(1, vocab=16)),
+                                                                         "ngram"],
+                                    prompts=[[1, 2, 3, 4], [5, 6, 7], [2, 9, 4, 4, 1]], temperatures=[0.5, 1.0], ns=[1, 2],
+                                    max_new_tokens=6, mc_samples=4, progress=False, journal=journal)
+
+    whole = run(tmp_path / "a" / "acceptance.jsonl")
+    journal = tmp_path / "b" / "acceptance.jsonl"
+    run(journal)
+    lines = journal.read_text().splitlines()
+    journal.write_text("\n".join(lines[:4]) + "\n")  # header, setup, two of six cells
+    partial = load_acceptance_result(journal.parent)
+    assert not partial["complete"] and (partial["cells_done"], partial["cells_total"]) == (2, 6)
+    resumed = run(journal)
+    assert resumed["complete"] and len(resumed["runs"]) == 2
+    key = lambda r: (r["draft"], r["temperature"], r["n"], r["law"], r["verifier"])  # noqa: E731
+    assert [key(r) for r in resumed["rows"]] == [key(r) for r in whole["rows"]]
+    for a, b in zip(resumed["rows"], whole["rows"]):
+        assert a["acceptance"] == pytest.approx(b["acceptance"], abs=1e-12) and a["positions"] == b["positions"]

@@ -51,16 +51,27 @@ JSON result (``schema_version`` 1)::
                "acceptance", "acceptance_ci95": [lo, hi], "acceptance_method", "acceptance_lower_bound",
                "sampled_acceptance", "sampled_ci95", "alpha_star", "alpha_star_ci95",
                "gap", "gap_ci95", "per_prompt_sd"}],
-     "skipped": [{"draft", "n", "law", "reason"}]}
+     "skipped": [{"draft", "n", "law", "reason"}],
+     "complete", "cells_done", "cells_total", "environment": {date, commit, ...}, "runs": [...]}
+
+A cell is one prompt at one temperature (every draft); with ``journal`` (the CLI's
+``OUT/acceptance.jsonl``) each finished cell is appended as the count, sum and sum of squares of
+its per-position values, so an interrupted run keeps its cells, ``specot bench results`` reads them
+and the same command resumes (:mod:`specot_lab.bench.journal`). Each cell's random draws come from
+a generator seeded by (seed, prompt, temperature).
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -80,6 +91,8 @@ from tqdm import tqdm
 from specot.engine import GenerationConfig, autoregressive_generate
 from specot.envinfo import load_average
 from ..corpus import describe_prompt_set
+from .journal import Journal, read_journal
+from .runinfo import run_info
 
 __all__ = [
     "LAW_VERIFIERS",
@@ -88,6 +101,8 @@ __all__ = [
     "BenchDraft",
     "load_bench_draft",
     "run_acceptance_bench",
+    "acceptance_result",
+    "load_acceptance_result",
     "mean_ci",
     "early_exit_draft",
     "one_and_two_greedy",
@@ -382,30 +397,121 @@ def _verifier_acceptance(name: str, law: str, p: torch.Tensor, q: torch.Tensor, 
     return exact, sampled, method, lower
 
 
-@dataclass
-class _Acc:
-    exact: list[np.ndarray] = field(default_factory=list)
-    sampled: list[np.ndarray] = field(default_factory=list)
-    star: list[np.ndarray] = field(default_factory=list)
-    n_eff: list[np.ndarray] = field(default_factory=list)
-    lower: list[np.ndarray] = field(default_factory=list)
-    method: str = "exact"
+def _moments(x: np.ndarray | None) -> list[float] | None:
+    """``[count, sum, sum of squares]`` of ``x`` in float64 (``None`` for ``None``): what a cell
+    keeps of an array of per-position values, enough for the mean and its CI over all cells."""
+    if x is None:
+        return None
+    a = np.asarray(x, dtype=np.float64)
+    return [int(a.size), float(a.sum()), float((a * a).sum())]
+
+
+def _moments_ci(parts: Sequence[Sequence[float]]) -> tuple[float, float, float]:
+    """:func:`mean_ci` of the values summarised by the :func:`_moments` of several cells."""
+    n, s, ss = (float(sum(p[j] for p in parts)) for j in range(3))
+    if n == 0:
+        return float("nan"), float("nan"), float("nan")
+    m = s / n
+    if n < 2:
+        return m, m, m
+    h = 1.96 * math.sqrt(max(ss - s * s / n, 0.0) / (n - 1)) / math.sqrt(n)
+    return m, m - h, m + h
+
+
+def _deterministic_entries(d: Any, p: torch.Tensor, toks: torch.Tensor, temp: float, ns: Sequence[int],
+                           gen: torch.Generator) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A one-hot draft (``toks`` [R], −1 where it proposes nothing): n = 1 only, α = α* = p(x)."""
+    R = p.shape[0]
+    ok = toks >= 0
+    px = torch.where(ok, p.gather(-1, toks.clamp_min(0).unsqueeze(-1)).squeeze(-1), torch.zeros(R, dtype=p.dtype))
+    u = torch.rand(R, generator=gen)
+    ex = px.double().numpy()
+    entry = {"key": [d.name, float(temp), 1, "single", "speculative"], "exact": _moments(ex),
+             "sampled": _moments(((u < px) & ok).double().numpy()), "star": _moments(ex),  # one draw: α* = p(x)
+             "gap": _moments(np.zeros(R)), "n_eff": float(R), "lower": None, "method": "exact",
+             "prompt_mean": float(px.mean())}
+    skipped = [{"draft": d.name, "n": n, "law": "*", "reason": "deterministic draft (one-hot q): one draft per position"}
+               for n in ns if n > 1]
+    return [entry], skipped
+
+
+def _model_entries(d: Any, p: torch.Tensor, lq: torch.Tensor, temp: float, sc: SamplingConfig, ns: Sequence[int],
+                   mc_samples: int, alpha_star: bool, vocab_eps: float, gen: torch.Generator) -> tuple[list[dict[str, Any]], int]:
+    """Every (n, law, verifier) of a draft with logits ``lq`` at one prompt's positions; returns the
+    entries and the size of the reduced vocabulary."""
+    R = p.shape[0]
+    q = standardize(lq.double(), sc)
+    pr, qr = reduce_vocab(p, q, vocab_eps, max(ns))
+    support = (qr > 0).sum(-1)
+    out = []
+    for n in ns:
+        for law in (("single",) if n == 1 else tuple(LAW_VERIFIERS)):
+            n_eff = torch.full((R,), n, dtype=torch.int64) if law in ("single", "iid") else support.clamp_max(n)
+            star = _alpha_star(pr, qr, n_eff, "iid" if law == "single" else law) if alpha_star else np.full(R, np.nan)
+            for vname in (("speculative",) if law == "single" else LAW_VERIFIERS[law]):
+                ex, sa, method, lb = _verifier_acceptance(vname, "iid" if law == "single" else law, pr, qr, n_eff,
+                                                          mc_samples, gen)
+                out.append({"key": [d.name, float(temp), n, law, vname], "exact": _moments(ex), "sampled": _moments(sa),
+                            "star": _moments(star), "gap": _moments(star - ex), "n_eff": float(n_eff.sum()),
+                            "lower": _moments(lb), "method": method, "prompt_mean": float(ex.mean())})
+    return out, int(pr.shape[-1])
+
+
+def _cell(tgt: Any, live: Sequence[Any], ids: list[int], i: int, temp: float, ns: Sequence[int], max_new_tokens: int,
+          seed: int, mc_samples: int, alpha_star: bool, vocab_eps: float) -> dict[str, Any]:
+    """One prompt at one temperature: the target's continuation, then every draft's entries. Its
+    random draws come from a generator seeded by (seed, prompt, temperature), so a resumed run draws
+    what an uninterrupted one would."""
+    sc = SamplingConfig(temperature=float(temp))
+    cell_seed = seed + 1000 * i + int(round(temp * 100))
+    cfg = GenerationConfig(max_new_tokens=max_new_tokens, gamma=1, seed=cell_seed, sampling=sc)
+    cont = autoregressive_generate(tgt, ids, cfg).tokens
+    cell: dict[str, Any] = {"kind": "cell", "temperature": float(temp), "prompt": i, "tokens": len(cont),
+                            "positions": {}, "reduced": {}, "entries": [], "skipped": [], "load_average": load_average()}
+    if not cont:
+        return cell
+    gen = torch.Generator().manual_seed(10_007 * seed + cell_seed)
+    full = list(ids) + list(cont)
+    tgt.reset()
+    p = standardize(tgt.logits_after(ids, cont[:-1]).double(), sc)  # [R, V] float64
+    for d in live:
+        cell["positions"][d.name] = int(p.shape[0])
+        lq, toks = _draft_logits(d, full, len(ids))
+        if toks is not None:  # deterministic draft: one-hot q, n = 1 only
+            entries, skipped = _deterministic_entries(d, p, toks, temp, ns, gen)
+            cell["skipped"] += skipped
+        else:
+            entries, k = _model_entries(d, p, lq, temp, sc, ns, mc_samples, alpha_star, vocab_eps, gen)
+            cell["reduced"][d.name] = k
+        cell["entries"] += entries
+    return cell
 
 
 def run_acceptance_bench(*, target: Any = None, drafts: Sequence[str | BenchDraft] = ("distilled", "ngram-lm", "ngram"),
-                         prompts: list[str], prompt_set: str = "custom", temperatures: Sequence[float] = (0.1, 0.3, 0.5, 0.7, 1.0),
+                         prompts: list[Any], prompt_set: str = "custom", temperatures: Sequence[float] = (0.1, 0.3, 0.5, 0.7, 1.0),
                          ns: Sequence[int] = (1, 2, 3, 4, 8), max_new_tokens: int = 64, seed: int = 0,
                          dtype: str = "float32", mc_samples: int = 4, alpha_star: bool = True, vocab_eps: float = 1e-4,
-                         progress: bool = True, log: Any = sys.stderr) -> dict[str, Any]:
+                         progress: bool = True, log: Any = sys.stderr, journal: str | os.PathLike[str] | None = None,
+                         fresh: bool = False) -> dict[str, Any]:
     """Run the acceptance benchmark (module docstring); returns the JSON-ready dict.
 
     ``target``: a :class:`CausalLM` or a name for :func:`specot.load_target`; ``drafts``: names or
-    ready :class:`BenchDraft` s.
+    ready :class:`BenchDraft` s. With ``journal`` (a ``.jsonl`` path, :mod:`specot_lab.bench.journal`)
+    each finished cell (one prompt at one temperature, every draft) is appended as it is measured and
+    a journal of the same configuration is resumed (``fresh`` starts it over);
+    :func:`load_acceptance_result` reads it back, finished or not.
+
+    Raises:
+        ValueError: the journal holds a run of another configuration.
     """
-
-
     t0 = time.perf_counter()
-    load_start = load_average()
+    config = {"target": "embedded" if target is None else str(getattr(target, "name", target)), "dtype": str(dtype),
+              "drafts": [getattr(d, "name", d) for d in drafts], "prompt_set": prompt_set,
+              "prompts_sha256": hashlib.sha256(json.dumps(list(prompts), ensure_ascii=False).encode()).hexdigest()[:16],
+              "prompts": len(prompts), "temperatures": [float(t) for t in temperatures], "ns": [int(n) for n in ns],
+              "max_new_tokens": int(max_new_tokens), "seed": int(seed), "mc_samples": int(mc_samples),
+              "alpha_star": bool(alpha_star), "vocab_eps": float(vocab_eps), "torch_threads": torch.get_num_threads()}
+    jr = Journal.open(journal, "acceptance", 1, config, run_info(), fresh=fresh) if journal else None
     tgt = load_target(target, dtype=dtype)
     bds = [d if isinstance(d, BenchDraft) else load_bench_draft(d, tgt, dtype=dtype) for d in drafts]
     for d in bds:
@@ -413,114 +519,110 @@ def run_acceptance_bench(*, target: Any = None, drafts: Sequence[str | BenchDraf
             print(f"[bench acceptance] skipping draft {d.name!r}: {d.reason}", file=log)
     live = [d for d in bds if d.available]
     encoded = [tgt.encode_prompt(p) if isinstance(p, str) and tgt.tokenizer is not None else list(p) for p in prompts]
-    gen = torch.Generator().manual_seed(seed)
-    acc: dict[tuple, _Acc] = {}
-    positions: dict[str, dict[str, int]] = {d.name: {} for d in live}
-    reduced: dict[str, list[int]] = {d.name: [] for d in live}
-    per_prompt: dict[tuple, list[float]] = {}
-    skipped: list[dict[str, Any]] = []
-    skipped_keys: set[tuple] = set()
-
-    bar = tqdm(total=len(temperatures) * len(encoded), desc="bench acceptance", disable=not progress, file=sys.stderr)
+    setup = {"target": tgt.name, "target_dtype": str(tgt.dtype).replace("torch.", ""), "prompt_set": prompt_set,
+             "prompt_set_description": describe_prompt_set(prompt_set), "prompts": len(encoded),
+             "drafts": [d.info() for d in bds]}
+    if jr is not None and not jr.of_kind("setup"):
+        jr.add({"kind": "setup", **setup})
+    cells = jr.of_kind("cell") if jr is not None else []
+    done = {(c["temperature"], c["prompt"]) for c in cells}
+    bar = tqdm(total=len(temperatures) * len(encoded), initial=len(done), desc="bench acceptance",
+               disable=not progress, file=sys.stderr)
     for temp in temperatures:
-        sc = SamplingConfig(temperature=float(temp))
         for i, ids in enumerate(encoded):
-            cfg = GenerationConfig(max_new_tokens=max_new_tokens, gamma=1, seed=seed + 1000 * i + int(round(temp * 100)),
-                                   sampling=sc)
-            cont = autoregressive_generate(tgt, ids, cfg).tokens
-            bar.update()
-            if not cont:
+            if (float(temp), i) in done:
                 continue
-            full = list(ids) + list(cont)
-            tgt.reset()
-            p = standardize(tgt.logits_after(ids, cont[:-1]).double(), sc)  # [R, V] float64
-            R = p.shape[0]
-            for d in live:
-                positions[d.name][f"{temp:g}"] = positions[d.name].get(f"{temp:g}", 0) + R
-                lq, toks = _draft_logits(d, full, len(ids))
-                if toks is not None:  # deterministic draft: one-hot q, n = 1 only
-                    ok = toks >= 0
-                    px = torch.where(ok, p.gather(-1, toks.clamp_min(0).unsqueeze(-1)).squeeze(-1), torch.zeros(R, dtype=p.dtype))
-                    u = torch.rand(R, generator=gen)
-                    key = (d.name, float(temp), 1, "single", "speculative")
-                    a = acc.setdefault(key, _Acc())
-                    a.exact.append(px.double().numpy())
-                    a.sampled.append(((u < px) & ok).double().numpy())
-                    a.star.append(px.double().numpy())  # one draw from a one-hot q: α* = p(x)
-                    a.n_eff.append(np.ones(R))
-                    per_prompt.setdefault(key, []).append(float(px.mean()))
-                    for n in ns:
-                        if n > 1 and (d.name, n) not in skipped_keys:
-                            skipped_keys.add((d.name, n))
-                            skipped.append({"draft": d.name, "n": n, "law": "*",
-                                            "reason": "deterministic draft (one-hot q): one draft per position"})
-                    continue
-                q = standardize(lq.double(), sc)
-                pr, qr = reduce_vocab(p, q, vocab_eps, max(ns))
-                support = (qr > 0).sum(-1)
-                reduced[d.name].append(pr.shape[-1])
-                for n in ns:
-                    laws = ("single",) if n == 1 else tuple(LAW_VERIFIERS)
-                    for law in laws:
-                        n_eff = torch.full((R,), n, dtype=torch.int64) if law in ("single", "iid") else support.clamp_max(n)
-                        star = _alpha_star(pr, qr, n_eff, "iid" if law == "single" else law) if alpha_star else np.full(R, np.nan)
-                        for vname in (("speculative",) if law == "single" else LAW_VERIFIERS[law]):
-                            key = (d.name, float(temp), n, law, vname)
-                            ex, sa, method, lb = _verifier_acceptance(vname, "iid" if law == "single" else law, pr, qr,
-                                                                      n_eff, mc_samples, gen)
-                            a = acc.setdefault(key, _Acc())
-                            a.exact.append(ex)
-                            if lb is not None:
-                                a.lower.append(lb)
-                            a.sampled.append(sa)
-                            a.star.append(star)
-                            a.n_eff.append(n_eff.double().numpy())
-                            if method != "exact":
-                                a.method = method
-                            per_prompt.setdefault(key, []).append(float(ex.mean()))
+            cell = _cell(tgt, live, ids, i, float(temp), ns, max_new_tokens, seed, mc_samples, alpha_star, vocab_eps)
+            if jr is not None:
+                jr.add(cell)
+            cells.append(cell)
+            bar.update()
     bar.close()
+    res = acceptance_result(config, setup, cells, jr.runs() if jr is not None else [run_info()])
+    res["elapsed_s"] = time.perf_counter() - t0
+    return res
 
-    rows = []
-    for key, a in acc.items():
-        dname, temp, n, law, vname = key
-        ex, sa, st = np.concatenate(a.exact), np.concatenate(a.sampled), np.concatenate(a.star)
-        m, lo, hi = mean_ci(ex)
-        sm, slo, shi = mean_ci(sa)
-        am, alo, ahi = mean_ci(st)
-        gm, glo, ghi = mean_ci(st - ex)
-        pp = per_prompt.get(key, [])
-        rows.append({
-            "draft": dname, "temperature": temp, "n": n, "law": law, "verifier": vname, "positions": int(ex.size),
-            "n_effective_mean": float(np.concatenate(a.n_eff).mean()),
-            "acceptance": m, "acceptance_ci95": [lo, hi], "acceptance_method": a.method,
-            "acceptance_lower_bound": float(np.concatenate(a.lower).mean()) if a.lower else None,
-            "sampled_acceptance": sm, "sampled_ci95": [slo, shi],
-            "alpha_star": am if alpha_star else None, "alpha_star_ci95": [alo, ahi] if alpha_star else None,
-            "gap": gm if alpha_star else None, "gap_ci95": [glo, ghi] if alpha_star else None,
-            "per_prompt_sd": float(np.std(pp, ddof=1)) if len(pp) > 1 else 0.0,
-        })
-    rows.sort(key=lambda r: (r["draft"], r["temperature"], r["n"], r["law"], r["verifier"]))
+
+def _row(key: tuple, entries: list[dict[str, Any]], alpha_star: bool) -> dict[str, Any]:
+    """One result row from the entries of one (draft, T, n, law, verifier) over cells."""
+    dname, temp, n, law, vname = key
+    m, lo, hi = _moments_ci([e["exact"] for e in entries])
+    sm, slo, shi = _moments_ci([e["sampled"] for e in entries])
+    am, alo, ahi = _moments_ci([e["star"] for e in entries])
+    gm, glo, ghi = _moments_ci([e["gap"] for e in entries])
+    positions = int(sum(e["exact"][0] for e in entries))
+    lower = [e["lower"] for e in entries if e.get("lower")]
+    pp = [e["prompt_mean"] for e in entries]
+    method = next((e["method"] for e in entries if e["method"] != "exact"), "exact")
     return {
-        "benchmark": "acceptance",
-        "schema_version": 1,
-        "target": tgt.name,
-        "target_dtype": str(tgt.dtype).replace("torch.", ""),
-        "prompt_set": prompt_set,
-        "prompt_set_description": describe_prompt_set(prompt_set),
-        "prompts": len(encoded),
-        "max_new_tokens": max_new_tokens,
-        "temperatures": [float(t) for t in temperatures],
-        "ns": [int(n) for n in ns],
-        "seed": seed,
-        "mc_samples": mc_samples,
-        "torch_threads": torch.get_num_threads(),
-        "drafts": [d.info() for d in bds],
-        "positions": positions,
-        "vocab_eps": vocab_eps,
-        "reduced_vocab_mean": {k: float(np.mean(v)) for k, v in reduced.items() if v},
-        "rows": rows,
-        "skipped": skipped,
-        "load_avg_start": load_start,
-        "load_avg_end": load_average(),
-        "elapsed_s": time.perf_counter() - t0,
+        "draft": dname, "temperature": temp, "n": n, "law": law, "verifier": vname, "positions": positions,
+        "n_effective_mean": sum(e["n_eff"] for e in entries) / positions if positions else float("nan"),
+        "acceptance": m, "acceptance_ci95": [lo, hi], "acceptance_method": method,
+        "acceptance_lower_bound": _moments_ci(lower)[0] if lower else None,
+        "sampled_acceptance": sm, "sampled_ci95": [slo, shi],
+        "alpha_star": am if alpha_star else None, "alpha_star_ci95": [alo, ahi] if alpha_star else None,
+        "gap": gm if alpha_star else None, "gap_ci95": [glo, ghi] if alpha_star else None,
+        "per_prompt_sd": float(np.std(pp, ddof=1)) if len(pp) > 1 else 0.0,
     }
+
+
+def acceptance_result(config: dict[str, Any], setup: dict[str, Any], cells: list[dict[str, Any]],
+                      runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The result JSON (module docstring) from a run's cells, finished or not (``complete``,
+    ``cells_done`` of ``cells_total``; ``runs``: the processes that measured them)."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    positions: dict[str, dict[str, int]] = {d["name"]: {} for d in setup["drafts"] if d["available"]}
+    reduced: dict[str, list[int]] = {}
+    skipped: dict[tuple, dict[str, Any]] = {}
+    for c in cells:
+        for e in c["entries"]:
+            groups.setdefault(tuple(e["key"]), []).append(e)
+        for name, r in c["positions"].items():
+            t = f"{c['temperature']:g}"
+            positions.setdefault(name, {})[t] = positions.get(name, {}).get(t, 0) + r
+        for name, k in c["reduced"].items():
+            reduced.setdefault(name, []).append(k)
+        for s in c["skipped"]:
+            skipped.setdefault((s["draft"], s["n"]), s)
+    rows = [_row(k, v, config["alpha_star"]) for k, v in groups.items()]
+    rows.sort(key=lambda r: (r["draft"], r["temperature"], r["n"], r["law"], r["verifier"]))
+    total = len(config["temperatures"]) * setup["prompts"]
+    loads = [c["load_average"] for c in cells if c.get("load_average")]
+    return {
+        "benchmark": "acceptance", "schema_version": 1, **setup,
+        "max_new_tokens": config["max_new_tokens"], "temperatures": config["temperatures"], "ns": config["ns"],
+        "seed": config["seed"], "mc_samples": config["mc_samples"], "torch_threads": config["torch_threads"],
+        "positions": positions, "vocab_eps": config["vocab_eps"],
+        "reduced_vocab_mean": {k: float(np.mean(v)) for k, v in reduced.items() if v},
+        "rows": rows, "skipped": list(skipped.values()), "complete": len(cells) >= total, "cells_done": len(cells),
+        "cells_total": total, "load_avg_start": runs[0].get("load_average"),
+        "load_avg_end": loads[-1] if loads else runs[-1].get("load_average"), "elapsed_s": None,
+        "environment": runs[0], "runs": runs,
+    }
+
+
+def load_acceptance_result(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """An acceptance result from ``path``: ``acceptance.json``, the journal ``acceptance.jsonl``
+    (finished or interrupted) or a directory holding either (the journal first).
+
+    Raises:
+        FileNotFoundError: nothing readable at ``path``.
+        ValueError: a file of another benchmark, or a journal without a measured cell.
+    """
+    p = Path(path)
+    if p.is_dir():
+        p = p / "acceptance.jsonl" if (p / "acceptance.jsonl").exists() else p / "acceptance.json"
+    if p.suffix != ".jsonl":
+        res = json.loads(p.read_text(encoding="utf-8"))
+        if res.get("benchmark") != "acceptance":
+            raise ValueError(f"{p} is not an acceptance result (benchmark {res.get('benchmark')!r})")
+        return res
+    header, records = read_journal(p)
+    if header.get("benchmark") != "acceptance":
+        raise ValueError(f"{p} is a journal of {header.get('benchmark')!r}, not of the acceptance benchmark")
+    setup = [r for r in records if r.get("kind") == "setup"]
+    cells = [r for r in records if r.get("kind") == "cell"]
+    if not setup or not cells:
+        raise ValueError(f"{p}: the run stopped before its first cell was measured; nothing to report")
+    runs = [header["run"]] + [r["run"] for r in records if r.get("kind") == "resume"]
+    return acceptance_result(header["config"], {k: v for k, v in setup[0].items() if k != "kind"}, cells, runs)
