@@ -6,7 +6,9 @@ of a load from the GGUF file."""
 
 from __future__ import annotations
 
+import errno
 import shutil
+import threading
 import warnings
 
 import pytest
@@ -114,3 +116,183 @@ def test_the_cached_copy_loads_the_gguf_model_bit_for_bit(tmp_path, monkeypatch)
     for text in texts:
         assert cached.tokenizer(text)["input_ids"] == direct.tokenizer(text)["input_ids"], text
     assert cached.encode_prompt("What is 2 + 2?") == direct.encode_prompt("What is 2 + 2?")  # the chat template
+
+
+# --------------------------------------------------------------------------- integrity, full disk, locking
+@pytest.fixture
+def fake_embedded(fake_gguf, monkeypatch):
+    """load_embedded_target over the GGUF stand-in: the cached copy loads for real; a load from the
+    "GGUF file" itself returns the string "gguf" (the stand-in holds no model)."""
+    src, gguf, calls = fake_gguf
+    monkeypatch.setattr(embedded, "embedded_gguf", lambda: (src, gguf))
+    load = embedded.load_model
+
+    def load_model(path, **kw):
+        return "gguf" if kw.get("gguf_file") else load(path, **kw)
+
+    monkeypatch.setattr(embedded, "load_model", load_model)
+    return src, gguf, calls
+
+
+def _load_warnings(fn):
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        out = fn()
+    return out, [str(w.message) for w in seen]
+
+
+def _leftovers(cache) -> list[str]:
+    return sorted(p.name for p in cache.iterdir() if p.name.startswith(embedded._TMP_PREFIX))
+
+
+def test_the_marker_records_sizes_and_checksums(fake_gguf):
+    src, gguf, _ = fake_gguf
+    dest = embedded._converted_copy(src, gguf)
+    files = embedded._read_mark(dest)["files"]
+    assert set(files) == {p.name for p in dest.iterdir()} - {embedded._CACHE_MARK}
+    rec = files["model.safetensors"]
+    assert rec["size"] == (dest / "model.safetensors").stat().st_size
+    assert rec["sha256"] == embedded._file_sha256(dest / "model.safetensors")
+
+
+def test_a_truncated_cached_copy_is_made_again_with_one_warning(fake_embedded, tmp_path):
+    src, gguf, calls = fake_embedded
+    first = embedded.load_embedded_target(dtype="float32")
+    dest = embedded._converted_copy(src, gguf)
+    weights = dest / "model.safetensors"
+    size = weights.stat().st_size
+    with open(weights, "r+b") as f:
+        f.truncate(size // 2)  # a crash mid-write, a disk error
+    again, msgs = _load_warnings(lambda: embedded.load_embedded_target(dtype="float32"))
+    assert len(msgs) == 1 and "is damaged" in msgs[0] and "model.safetensors" in msgs[0] and "again" in msgs[0]
+    assert len(calls) == 2 and weights.stat().st_size == size
+    assert torch.equal(again.model.lm_head.weight, first.model.lm_head.weight)
+    assert _leftovers(tmp_path / "cache") == []
+    assert _load_warnings(lambda: embedded.load_embedded_target(dtype="float32"))[1] == []  # repaired for good
+
+
+def test_a_corrupted_copy_of_the_right_size_is_caught_by_its_checksum(fake_embedded):
+    src, gguf, calls = fake_embedded
+    dest = embedded._converted_copy(src, gguf)
+    with open(dest / "model.safetensors", "r+b") as f:
+        f.write(b"\0" * 16)  # the header length and the start of the header: a load fails
+    model, msgs = _load_warnings(lambda: embedded.load_embedded_target(dtype="float32"))
+    assert len(msgs) == 1 and "model.safetensors does not match its checksum" in msgs[0]
+    assert model != "gguf" and len(calls) == 2
+
+
+def test_an_older_marker_without_sizes_is_made_again_when_it_fails_to_load(fake_embedded):
+    src, gguf, calls = fake_embedded
+    dest = embedded._converted_copy(src, gguf)
+    (dest / embedded._CACHE_MARK).write_text('{"gguf": "model.gguf"}')
+    with open(dest / "model.safetensors", "r+b") as f:
+        f.truncate(100)
+    model, msgs = _load_warnings(lambda: embedded.load_embedded_target(dtype="float32"))
+    assert len(msgs) == 1 and "no checksums" in msgs[0] and model != "gguf" and len(calls) == 2
+    assert "files" in embedded._read_mark(dest)
+
+
+def test_a_load_failure_that_is_not_the_caches_is_raised_as_it_is(fake_embedded, monkeypatch):
+    src, gguf, calls = fake_embedded
+    embedded._converted_copy(src, gguf)
+
+    def refuse(path, **kw):
+        raise OSError("cannot load the model: out of file handles")
+
+    monkeypatch.setattr(embedded, "load_model", refuse)
+    with pytest.raises(OSError, match="out of file handles"):
+        embedded.load_embedded_target(dtype="float32")
+    assert len(calls) == 1  # intact checksums: nothing converted again
+
+
+def _disk_full(kind):
+    if kind == "safetensors":
+        from safetensors import SafetensorError
+        return SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+    return OSError(errno.ENOSPC, "No space left on device")
+
+
+@pytest.mark.parametrize("kind", ["safetensors", "oserror"])
+def test_a_full_disk_falls_back_to_the_gguf_file_with_one_warning_and_no_partial_directory(
+        fake_embedded, tmp_path, monkeypatch, kind):
+    src, gguf, _ = fake_embedded
+
+    def convert_until_full(directory, gguf_name, out):
+        (out / "model.safetensors").write_bytes(b"\0" * 1000)  # part of the weights written
+        raise _disk_full(kind)
+
+    monkeypatch.setattr(embedded, "_convert_gguf", convert_until_full)
+    model, msgs = _load_warnings(lambda: embedded.load_embedded_target(dtype="float32"))
+    assert model == "gguf"
+    assert len(msgs) == 1 and "No space left on device" in msgs[0] and "SPECOT_CACHE_DIR" in msgs[0]
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == [embedded._CACHE_LOCK]  # nothing partial
+
+
+def test_a_damaged_copy_that_cannot_be_made_again_warns_once(fake_embedded, tmp_path, monkeypatch):
+    src, gguf, _ = fake_embedded
+    dest = embedded._converted_copy(src, gguf)
+    (dest / "tokenizer.json").write_text("{")
+
+    def full(directory, gguf_name, out):
+        raise _disk_full("safetensors")
+
+    monkeypatch.setattr(embedded, "_convert_gguf", full)
+    model, msgs = _load_warnings(lambda: embedded.load_embedded_target(dtype="float32"))
+    assert model == "gguf" and len(msgs) == 1
+    assert "tokenizer.json has" in msgs[0] and "is damaged" in msgs[0] and "No space left" in msgs[0]
+    assert dest.is_dir() and _leftovers(tmp_path / "cache") == []  # the damaged copy is left as it was
+
+
+def test_stale_temporaries_are_removed_but_not_a_live_conversion(fake_gguf, tmp_path):
+    src, gguf, calls = fake_gguf
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    stale = cache / (embedded._TMP_PREFIX + "killed")
+    stale.mkdir()
+    (stale / "model.safetensors").write_bytes(b"partial")
+    with embedded._cache_lock(cache) as held:  # another process converting: its lock is held
+        assert held
+        (cache / (embedded._TMP_PREFIX + "live")).mkdir()
+        with embedded._cache_lock(cache, wait_s=0) as other:
+            assert other is False  # flock: a second open file conflicts, even in one process
+        embedded._sweep(cache)
+        assert _leftovers(cache) == [embedded._TMP_PREFIX + "killed", embedded._TMP_PREFIX + "live"]
+    embedded._sweep(cache)  # nobody converts now: both are stale
+    assert _leftovers(cache) == []
+    dest = embedded._converted_copy(src, gguf)
+    (cache / (embedded._TMP_PREFIX + "killed2")).mkdir()
+    assert embedded._converted_copy(src, gguf) == dest and _leftovers(cache) == []  # swept on the fast path
+    assert len(calls) == 1
+
+
+def test_a_process_waiting_for_the_lock_uses_the_copy_the_other_made(fake_gguf, monkeypatch):
+    src, gguf, calls = fake_gguf
+    convert = embedded._convert_gguf
+    started, release = threading.Event(), threading.Event()
+
+    def slow(directory, gguf_name, out):
+        started.set()
+        assert release.wait(30)
+        convert(directory, gguf_name, out)
+
+    monkeypatch.setattr(embedded, "_convert_gguf", slow)
+    results: list = []
+    first = threading.Thread(target=lambda: results.append(embedded._converted_copy(src, gguf)))
+    first.start()
+    assert started.wait(30)
+    second = threading.Thread(target=lambda: results.append(embedded._converted_copy(src, gguf)))
+    second.start()
+    second.join(0.5)
+    assert second.is_alive()  # waits for the lock instead of converting alongside
+    release.set()
+    first.join(30)
+    second.join(30)
+    assert len(results) == 2 and results[0] == results[1] and len(calls) == 1
+
+
+def test_a_finished_copy_is_not_replaced_for_a_damage_another_process_repaired(fake_gguf):
+    src, gguf, calls = fake_gguf
+    dest = embedded._converted_copy(src, gguf)
+    ino = dest.stat().st_ino
+    out, msgs = _load_warnings(lambda: embedded._converted_copy(src, gguf, damaged=("an older copy", "it failed")))
+    assert out == dest and dest.stat().st_ino == ino and len(calls) == 1 and msgs == []
