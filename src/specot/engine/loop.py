@@ -40,9 +40,11 @@ Philox), so one seed gives different (equally exact) draws on the two devices.
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 from torch import Tensor
@@ -55,7 +57,7 @@ from ..sampling import sample_categorical, standardize
 from ..verifiers.base import AnyVerifier, SequenceVerifier
 from .types import GenerationConfig, GenerationResult, GenerationStats
 
-__all__ = ["decode", "verify_draft_tree", "TreeStep", "make_generator", "check_prompt_fits"]
+__all__ = ["decode", "verify_draft_tree", "TreeStep", "make_generator", "check_prompt_fits", "generation_lock"]
 
 TokenCallback = Callable[[list[int]], None]
 
@@ -76,6 +78,51 @@ def make_generator(seed: int | None, device: str | torch.device = "cpu") -> torc
     else:
         g.manual_seed(int(seed))
     return g
+
+
+_LOCK_ATTR = "generation_lock"
+_ATTACH = threading.Lock()  # guards attaching a lock to an object that has none
+_SHARED = threading.RLock()  # for objects that cannot carry an attribute (``__slots__``)
+
+
+def generation_lock(obj: Any) -> Any:
+    """The re-entrant lock (``threading.RLock``) that a generation holds on ``obj``, a target or a
+    drafter, for its whole run (:func:`decode`): ``obj.generation_lock`` (a
+    :class:`~specot.models.CausalLM` has one), else one attached to ``obj`` on first use, else
+    (an object without attributes) one lock shared by all such objects."""
+    lock = getattr(obj, _LOCK_ATTR, None)
+    if lock is not None:
+        return lock
+    with _ATTACH:
+        lock = getattr(obj, _LOCK_ATTR, None)
+        if lock is None:
+            lock = threading.RLock()
+            try:
+                object.__setattr__(obj, _LOCK_ATTR, lock)
+            except (AttributeError, TypeError):
+                lock = _SHARED
+    return lock
+
+
+def _held_state(drafter: Any, depth: int = 0) -> Iterator[Any]:
+    """The drafter and the models and drafters it holds as attributes (a model drafter's
+    :class:`CausalLM`, a hybrid's two drafters, EAGLE's target), recursively."""
+    yield drafter
+    if depth > 3:
+        return
+    for value in getattr(drafter, "__dict__", {}).values():
+        if isinstance(value, CausalLM):
+            yield value
+        elif isinstance(value, Drafter):
+            yield from _held_state(value, depth + 1)
+
+
+def _locks_for(target: Any, drafter: Any) -> list[Any]:
+    """The generation locks of the target and of everything the drafter holds, each once, in the
+    order of their ids (one global order: no two generations can deadlock)."""
+    objs = [target] + (list(_held_state(drafter)) if drafter is not None else [])
+    locks = {id(lock): lock for lock in map(generation_lock, objs)}
+    return [locks[k] for k in sorted(locks)]
 
 
 def check_prompt_fits(target: CausalLM, prompt_ids: Sequence[int], max_new_tokens: int) -> None:
@@ -367,7 +414,26 @@ def decode(
 
     Raises:
         ValueError: a prompt that does not fit, or a generator on another device than the target.
+
+    **Threads.** A target and a drafter hold one sequence's state (KV caches, the drafter's context
+    and schedule), so a generation holds them for its whole run: it takes the re-entrant
+    :func:`generation_lock` of the target, the drafter and every model or drafter the drafter holds
+    (a :class:`~specot.drafting.ModelDrafter`'s draft model, a hybrid's parts), always in one global
+    order (by ``id``), so two generations that share any of them, in any roles, never deadlock.
+    Threads that share a loaded target therefore run their generations one after the other, each
+    with exactly the result it would get alone; for parallel decoding load one target per thread.
     """
+    with contextlib.ExitStack() as held:
+        for lock in _locks_for(target, drafter):
+            held.enter_context(lock)
+        return _decode(target, drafter, prompt_ids, config, shape=shape, verifier=verifier, generator=generator,
+                       on_tokens=on_tokens, method=method)
+
+
+def _decode(target: CausalLM, drafter: Drafter | None, prompt_ids: Sequence[int], config: GenerationConfig, *,
+            shape: TreeSpec | None, verifier: AnyVerifier, generator: torch.Generator | None,
+            on_tokens: TokenCallback | None, method: str) -> GenerationResult:
+    """:func:`decode`'s body, run holding the generation locks."""
     cfg = config
     check_prompt_fits(target, prompt_ids, cfg.max_new_tokens)
     dev = target.device

@@ -11,6 +11,7 @@ common prefix and runs only the new tokens (plus any drafted tokens) in ONE forw
 from __future__ import annotations
 
 import inspect
+import threading
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -79,6 +80,11 @@ class CausalLM:
             when it was asked for (``hidden_layers``), else ``None``.
         static_cache_len: when set (:meth:`use_static_cache`), the KV cache is a transformers
             ``StaticCache`` of this many positions instead of a ``DynamicCache``.
+        generation_lock: a re-entrant lock (``threading.RLock``) that the decoding loop
+            (:func:`specot.engine.decode`) holds for a whole generation. The wrapper holds ONE
+            sequence's KV cache, so threads sharing it run their generations one after the other
+            (each gets exactly its sequential result); a caller driving :meth:`logits_after` /
+            :meth:`forward_tree` directly from several threads must hold it too.
     """
 
     model: Any
@@ -88,6 +94,7 @@ class CausalLM:
     max_context: int = 0
     forward_calls: int = 0
     static_cache_len: int | None = None
+    generation_lock: Any = field(default_factory=threading.RLock, repr=False, compare=False)
     _time_s: float = field(default=0.0, repr=False)
     # padded passes (use_static_cache(cuda_graphs=True)): width -> _PaddedPass; None = plain passes
     _graphs: dict[tuple[int, bool], "_PaddedPass"] | None = field(default=None, repr=False)
