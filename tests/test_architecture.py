@@ -1,5 +1,6 @@
 """The layout shows the architecture: the core (``specot``) imports only downward, never the lab
-(``specot_lab``), and hides no import in a function body; the lab imports the core."""
+(``specot_lab``) nor an integration (``specot_vllm``, ``specot_llamacpp``), and hides no import in a
+function body; the lab and the integrations import the core."""
 
 from __future__ import annotations
 
@@ -18,9 +19,14 @@ LAYERS = [
     {"models"},
     {"drafting"},
     {"engine"},
+    {"plan"},
+    {"report"},
+    {"measure"},
     {"api"},
     {"cli"},
 ]
+#: The packages beside the core: they import it, it never imports them.
+BESIDE = ("specot_lab", "specot_vllm", "specot_llamacpp")
 LAYER_OF = {name: i for i, layer in enumerate(LAYERS) for name in layer}
 
 
@@ -60,9 +66,9 @@ def _part(mod: str) -> str | None:
     return parts[1] if len(parts) > 1 else ""
 
 
-def test_the_core_never_imports_the_lab():
+def test_the_core_never_imports_the_lab_or_an_integration():
     bad = [f"{p.relative_to(SRC)}:{line} imports {mod}" for p in _modules("specot")
-           for mod, line, _ in _imports(p, "specot") if mod.split(".")[0] == "specot_lab"]
+           for mod, line, _ in _imports(p, "specot") if mod.split(".")[0] in BESIDE]
     assert not bad, bad
 
 
@@ -110,6 +116,8 @@ def test_no_import_cycles_between_core_packages():
             dfs(u, [])
 
 
-def test_the_lab_uses_the_core():
-    mods = {mod for p in _modules("specot_lab") for mod, _, _ in _imports(p, "specot_lab")}
-    assert any(m.startswith("specot.") for m in mods)
+def test_the_packages_beside_the_core_use_it():
+    for pkg in BESIDE:
+        if (SRC / pkg).is_dir():
+            mods = {mod for p in _modules(pkg) for mod, _, _ in _imports(p, pkg)}
+            assert any(m.startswith("specot.") or m == "specot" for m in mods), pkg

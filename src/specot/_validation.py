@@ -22,6 +22,7 @@ __all__ = [
     "working_dtype",
     "check_probability_scalar",
     "check_count",
+    "check_seed",
     "check_positive_number",
     "check_device",
     "check_generator",
@@ -171,6 +172,27 @@ def check_count(v: object, name: str, flag: str | None = None, *, minimum: int =
     if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
         raise ValueError(f"{name}{f' ({flag})' if flag else ''} must be an integer >= {minimum}, got {v!r}")
     return v
+
+
+#: The seeds a ``torch.Generator`` takes (``manual_seed``).
+SEED_RANGE = (-(1 << 63), (1 << 64) - 1)
+
+
+def check_seed(seed: object, flag: str = "--seed") -> int | None:
+    """``seed`` if it is ``None`` or an int a ``torch.Generator`` takes, else one line naming it.
+
+    Raises:
+        TypeError: not an int (a bool is not) or ``None``.
+        ValueError: outside :data:`SEED_RANGE`.
+    """
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an int or None ({flag}), got {type(seed).__name__}")
+    lo, hi = SEED_RANGE
+    if not lo <= seed <= hi:
+        raise ValueError(f"seed must be an integer in [{lo}, {hi}] ({flag}; what a torch.Generator takes), got {seed}")
+    return seed
 
 
 def check_positive_number(x: object, name: str, flag: str | None = None, *, allow_zero: bool = False) -> float:

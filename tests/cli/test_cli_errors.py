@@ -13,6 +13,8 @@ import torch
 
 import specot
 import specot.api as api
+import specot.measure as measure
+import specot.plan.run as plan_run
 from specot.cli.main import main as cli_main
 
 pytestmark = pytest.mark.filterwarnings("ignore")
@@ -263,7 +265,7 @@ def test_ctrl_c_exits_130_with_what_was_generated(tiny_model_dir, capsys, monkey
         on_tokens([3])
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(api, "speculative_generate", interrupted)
+    monkeypatch.setattr(plan_run, "speculative_generate", interrupted)
     assert cli_main(_gen(tiny_model_dir)) == 130
     cap = capsys.readouterr()
     assert "the a cat" in cap.out  # what was streamed stays on screen
@@ -329,7 +331,7 @@ def test_repeats_decode_a_fresh_answer_per_pair_when_sampling(tiny_model_dir, mo
     median speedup is over answers, not over timings of one answer; at T = 0 the same text. Each
     baseline decodes exactly as many tokens as its own pair's speculative run."""
     spec_runs, base_lens = [], []
-    real_spec, real_ar = api.speculative_generate, api.autoregressive_generate
+    real_spec, real_ar = plan_run.speculative_generate, measure.autoregressive_generate
 
     def spec(*a, **kw):
         out = real_spec(*a, **kw)
@@ -340,8 +342,8 @@ def test_repeats_decode_a_fresh_answer_per_pair_when_sampling(tiny_model_dir, mo
         base_lens.append(cfg.max_new_tokens)
         return real_ar(tgt, ids, cfg, **kw)
 
-    monkeypatch.setattr(api, "speculative_generate", spec)
-    monkeypatch.setattr(api, "autoregressive_generate", ar)
+    monkeypatch.setattr(plan_run, "speculative_generate", spec)
+    monkeypatch.setattr(measure, "autoregressive_generate", ar)
     rep = specot.generate("the cat sat", target=str(tiny_model_dir), draft=str(tiny_model_dir), chat=False,
                           temperature=temperature, max_new_tokens=16, seed=5, baseline=True, repeats=3, dtype="float32")
     assert len(spec_runs) == len(base_lens) == len(rep.speedups) == 3

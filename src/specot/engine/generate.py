@@ -17,7 +17,7 @@ from ..drafting.model import ModelDrafter, check_vocab_compatible
 from ..drafting.tree import TreeSpec
 from ..laws import DraftLaw
 from ..models.hf import CausalLM
-from ..verifiers.base import AnyVerifier, get_verifier
+from ..verifiers.base import AnyVerifier, default_verifier, get_verifier
 from ..verifiers.speculative import SpeculativeVerifier
 from .loop import TokenCallback, decode
 from .types import GenerationConfig, GenerationResult
@@ -92,12 +92,9 @@ def autoregressive_generate(
 
 
 def default_verifier_for(spec: TreeSpec) -> str:
-    """The verifier a tree uses when none is named: ``speculative`` for chains, else the optimal
-    verifier of the tree's law (``kseq`` / ``rrs_wor`` / ``greedy`` / ``spechub``)."""
-    if spec.max_drafts_per_node() == 1:
-        return "speculative"
-    return {DraftLaw.IID: "kseq", DraftLaw.WOR: "rrs_wor", DraftLaw.GREEDY: "greedy",
-            DraftLaw.SPECHUB: "spechub"}[spec.law]
+    """The verifier a tree uses when none is named (:func:`specot.verifiers.default_verifier`):
+    ``speculative`` for chains, else the optimal verifier of the tree's law."""
+    return default_verifier(spec.law, spec.max_drafts_per_node())
 
 
 def tree_generate(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .._validation import check_count
+from .._validation import check_count, check_seed
 from ..sampling import SamplingConfig
 
 __all__ = ["GenerationConfig", "GenerationStats", "GenerationResult"]
@@ -27,7 +27,9 @@ class GenerationConfig:
             unchanged (still exact).
 
     Raises:
-        ValueError: ``max_new_tokens < 1``, ``gamma < 1`` or an unknown ``gamma_schedule``.
+        ValueError: ``max_new_tokens < 1``, ``gamma < 1``, a seed outside what a ``torch.Generator``
+            takes, or an unknown ``gamma_schedule``.
+        TypeError: a seed that is not an int or ``None``.
     """
 
     max_new_tokens: int = 128
@@ -40,6 +42,7 @@ class GenerationConfig:
     def __post_init__(self) -> None:
         for name in ("max_new_tokens", "gamma"):
             check_count(getattr(self, name), name)
+        check_seed(self.seed)
         if self.gamma_schedule not in ("constant", "heuristic"):
             raise ValueError(f"gamma_schedule must be 'constant' or 'heuristic', got {self.gamma_schedule!r}")
 

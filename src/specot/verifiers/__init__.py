@@ -14,6 +14,8 @@ from .base import (
     VerifyOutput,
     available_verifiers,
     get_verifier,
+    LAW_VERIFIERS,
+    default_verifier,
     prepare_inputs,
     register_verifier,
 )
@@ -39,6 +41,8 @@ __all__ = [
     "VerifyOutput",
     "available_verifiers",
     "get_verifier",
+    "LAW_VERIFIERS",
+    "default_verifier",
     "prepare_inputs",
     "register_verifier",
     "SpeculativeVerifier",

@@ -38,6 +38,8 @@ __all__ = [
     "get_verifier",
     "available_verifiers",
     "prepare_inputs",
+    "LAW_VERIFIERS",
+    "default_verifier",
 ]
 
 
@@ -279,3 +281,17 @@ def get_verifier(name: str, **params: object) -> AnyVerifier:
     if not isinstance(name, str) or name not in _REGISTRY:
         raise ValueError(f"unknown verifier {name!r}; available: {', '.join(available_verifiers())}")
     return _REGISTRY[name](**params)
+
+
+#: THE table of default verifiers by draft law: the verifier a draft tree with several drafts per
+#: node gets when none is named — the optimal one for the GREEDY law (Hu et al. 2025, Theorem 7)
+#: and for SpecHub's (Sun et al., SpecHub, 2024), RRS without replacement for WOR (Jeon et al.
+#: 2024), k-Seq for IID (SpecTr, Sun et al. 2023). One draft per node: ``speculative``.
+LAW_VERIFIERS: Mapping[DraftLaw, str] = {DraftLaw.IID: "kseq", DraftLaw.WOR: "rrs_wor", DraftLaw.GREEDY: "greedy",
+                                         DraftLaw.SPECHUB: "spechub"}
+
+
+def default_verifier(law: DraftLaw, drafts_per_node: int) -> str:
+    """The verifier a draft tree gets when none is named: ``"speculative"`` (Leviathan et al. 2023)
+    for one draft per node, else :data:`LAW_VERIFIERS` ``[law]``."""
+    return "speculative" if drafts_per_node <= 1 else LAW_VERIFIERS[law]

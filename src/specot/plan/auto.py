@@ -1,0 +1,86 @@
+"""``draft="auto"``: the fastest decoding measured for a target, device and temperature.
+
+The rule, one place (:func:`auto_choice`; :func:`specot.plan.make_plan` turns it into a
+:class:`~specot.plan.DecodingPlan`):
+
+* The embedded target on a CPU, in bfloat16, or in float32 where oneDNN prepacks the head's
+  layers: suffix decoding with the shipped EAGLE-3 head (``suffix+eagle``), as GREEDY-law draft
+  trees of :data:`AUTO_TREE` (2 children per node, depth 3) at temperature > 0 and
+  :data:`AUTO_TREE_GREEDY` (3 × 6) at temperature 0, pruned there by the head's confidence
+  (:data:`AUTO_MIN_CONFIDENCE_GREEDY`). Measured on held-out prompt sets (2-core Intel Xeon with
+  AMX, bf16, 2026-11; docs/results.md): the 3 × 6 tree gained 4 % over 2 × 3 on the mean of
+  eight sets at T = 0 and lost on all sets measured at T = 1; the gate added 4.5 % on the mean of
+  eight sets at T = 0 and lost 2 % at T = 1. In float32 the same plan beat n-gram drafting in every
+  cell of six sets once the head ran prepacked.
+* Anything else: ``ngram`` (prompt lookup + an n-gram table). On CUDA, where the target's passes
+  replay as CUDA graphs, n-gram chains won every cell on an H200 (code / chat, T = 0 / 1: 1.54× /
+  1.28× / 1.22× / 0.92× against 1.19× / 0.84× / 0.73× / 0.62× for the 2 × 3 EAGLE tree; a graphed
+  target pass costs 4–5 ms and the eager EAGLE draft 3.5–9 ms).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..models.device import prepacking_available, resolve_dtype
+from ..models.protocol import TargetModel
+from .backends import is_embedded
+from .kinds.hybrid import HYBRID_PREFIX
+
+__all__ = ["AutoChoice", "auto_choice", "AUTO_HYBRID", "AUTO_TREE", "AUTO_TREE_GREEDY", "AUTO_MIN_CONFIDENCE_GREEDY"]
+
+AUTO_HYBRID = HYBRID_PREFIX + "eagle"
+#: (children per node, depth) of auto's GREEDY-law trees at temperature > 0.
+AUTO_TREE = (2, 3)
+#: (children per node, depth) at temperature 0 (EAGLE-2's re-ranked tree, pruned by the gate).
+AUTO_TREE_GREEDY = (3, 6)
+#: τ of the head's confidence gate at temperature 0: a node is expanded only while its path's
+#: cumulative draft probability is at least τ (off above temperature 0).
+AUTO_MIN_CONFIDENCE_GREEDY = 0.1
+
+
+@dataclass(frozen=True)
+class AutoChoice:
+    """What ``draft="auto"`` resolves to, before the plan is built."""
+
+    draft: str  # the draft name (specot.plan.parse_draft)
+    drafts: int | None  # children per node of the draft tree; None: a chain, or the caller's tree options
+    gamma: int | None  # draft length γ (the depth of a tree); None: the default
+    min_confidence: float | None = None  # τ of the EAGLE head's confidence gate; None: off
+
+
+def _names_greedy_tree(tree: Any) -> bool:
+    return tree is None or str(tree).partition(":")[0].strip().lower() in ("", "greedy")
+
+
+def auto_choice(target: Any, device: str = "cpu", *, dtype: str | torch.dtype = "auto", temperature: float = 1.0,
+                drafts: int | None = None, gamma: int | None = None, tree: Any = None,
+                default_verifier: bool = True, verifier: str = "speculative") -> AutoChoice:
+    """The draft and shape of ``draft="auto"`` (module docstring) for ``target`` (a name or a loaded
+    target), ``device`` and ``dtype`` (the loaded target's own when loaded) and ``temperature``.
+
+    With the caller's tree options (``drafts`` / ``tree``): GREEDY-law trees of ``suffix+eagle`` as
+    given; for any other tree law or verifier ``eagle``, whose trees take every draft law. With a
+    verifier of the caller's (``default_verifier=False``) and no tree options: chains of
+    ``suffix+eagle``.
+    """
+    loaded = isinstance(target, TargetModel)
+    on_cpu = str(target.device if loaded else device).startswith("cpu")
+    dt = target.dtype if loaded else resolve_dtype(dtype, device)
+    hidden = getattr(target, "model", None) is not None if loaded else True
+    fast_head = dt == torch.bfloat16 or dt == torch.float32 and prepacking_available(dt)
+    if not (is_embedded(target) and on_cpu and hidden and fast_head):
+        return AutoChoice("ngram", drafts, gamma)
+    if drafts is None and tree is None:
+        if default_verifier:  # auto's own tree
+            greedy = temperature == 0
+            children, depth = AUTO_TREE_GREEDY if greedy else AUTO_TREE
+            return AutoChoice(AUTO_HYBRID, children, depth if gamma is None else gamma,
+                              AUTO_MIN_CONFIDENCE_GREEDY if greedy else None)
+        return AutoChoice(AUTO_HYBRID, None, gamma)  # chains under the caller's verifier
+    if _names_greedy_tree(tree) and (default_verifier or verifier == "greedy"):
+        return AutoChoice(AUTO_HYBRID, drafts, gamma)  # the hybrid's trees are GREEDY-law trees
+    return AutoChoice("eagle", drafts, gamma)

@@ -1,0 +1,127 @@
+"""Target backends by name: ``transformers`` (the reference backend, built in) and any backend another
+package registers under the entry-point group ``specot.backends`` (e.g. ``llamacpp`` from
+``specot[llamacpp]``). A backend is one loader, ``load(target, *, dtype, device) -> TargetModel``
+(:class:`~specot.models.protocol.TargetModel`); the one decoding loop runs on any of them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from ..models.embedded import EMBEDDED_TARGET, is_embedded_target, load_embedded_target
+from ..models.hf import CausalLM
+from ..models.loading import check_model_source, load_model
+from ..models.protocol import TargetModel
+
+__all__ = ["BACKEND_ENTRY_POINTS", "Backend", "available_backends", "get_backend", "check_target_source",
+           "peek_vocab_and_context", "is_embedded"]
+
+#: Entry-point group through which another package adds a target backend (a :class:`Backend`).
+BACKEND_ENTRY_POINTS = "specot.backends"
+
+
+@dataclass(frozen=True)
+class Backend:
+    """A target backend.
+
+    Attributes:
+        name: what ``backend=`` / ``--backend`` names it by.
+        load: ``load(target, *, dtype, device) -> TargetModel``; ``target`` is ``None`` /
+            ``"smollm2"`` for the embedded model, or a path / hub id.
+        hidden_states: whether its targets expose hidden states (EAGLE heads need them).
+        devices: the device types it runs on.
+    """
+
+    name: str
+    load: Callable[..., TargetModel]
+    hidden_states: bool = False
+    devices: tuple[str, ...] = ("cpu",)
+
+
+def _load_transformers(target: Any, *, dtype: str | torch.dtype = "auto", device: str = "cpu") -> CausalLM:
+    if target is None or target == EMBEDDED_TARGET:
+        return load_embedded_target(dtype=dtype, device=device)
+    return load_model(target, dtype=dtype, device=device)
+
+
+TRANSFORMERS = Backend("transformers", _load_transformers, hidden_states=True, devices=("cpu", "cuda"))
+
+
+def _entry_point_backends() -> dict[str, Any]:
+    return {ep.name: ep for ep in entry_points(group=BACKEND_ENTRY_POINTS)}
+
+
+def available_backends() -> list[str]:
+    """The backend names: ``transformers`` and every installed entry point of ``specot.backends``."""
+    return sorted({TRANSFORMERS.name, *_entry_point_backends()})
+
+
+def get_backend(name: str) -> Backend:
+    """The backend ``name``.
+
+    Raises:
+        ValueError: no such backend is installed (the message names the installed ones and the
+            extra that brings the missing one).
+        ImportError: its package is installed but cannot be imported.
+    """
+    if name == TRANSFORMERS.name:
+        return TRANSFORMERS
+    eps = _entry_point_backends()
+    if not isinstance(name, str) or name not in eps:
+        raise ValueError(f"unknown backend {name!r}; installed: {', '.join(available_backends())} "
+                         f"(others come as extras, e.g. pip install 'specot[llamacpp]')")
+    backend = eps[name].load()
+    if not isinstance(backend, Backend):
+        raise TypeError(f"entry point {name!r} of {BACKEND_ENTRY_POINTS} must be a specot.plan.Backend, "
+                        f"got {type(backend).__name__}")
+    return backend
+
+
+def check_target_source(target: Any) -> Any:
+    """Type and path checks of a ``target`` before loading it: ``None`` / ``"smollm2"``, a loaded
+    target (any :class:`TargetModel`), or a model directory / hub id (returned as ``str``).
+
+    Raises:
+        TypeError: another type.
+        FileNotFoundError / ValueError: a local path that is not a model directory.
+    """
+    if target is None or isinstance(target, TargetModel):
+        return target
+    if isinstance(target, Path):
+        target = str(target)
+    if not isinstance(target, str):
+        raise TypeError(f"target must be None, 'smollm2', a model directory / hub id or a CausalLM, "
+                        f"got {type(target).__name__}")
+    if target != EMBEDDED_TARGET:
+        check_model_source(target)
+    return target
+
+
+def peek_vocab_and_context(target: Any) -> tuple[int | None, int | None]:
+    """(vocabulary size, context length) of the target without loading it, where known."""
+    if isinstance(target, TargetModel):
+        return target.vocab_size, target.max_context
+    if target is None or target == EMBEDDED_TARGET:
+        return 49152, 8192  # SmolLM2-135M-Instruct
+    cfg = Path(str(target)).expanduser() / "config.json"
+    if cfg.is_file():
+        try:
+            obj = json.loads(cfg.read_text(encoding="utf-8"))
+        except (ValueError, OSError):
+            return None, None
+        vocab, ctx = obj.get("vocab_size"), obj.get("max_position_embeddings")
+        return (vocab if isinstance(vocab, int) else None), (ctx if isinstance(ctx, int) else None)
+    return None, None
+
+
+def is_embedded(target: Any) -> bool:
+    """Whether ``target`` names or is the embedded SmolLM2-135M-Instruct (any backend's)."""
+    if target is None or (isinstance(target, str) and target == EMBEDDED_TARGET):
+        return True
+    return isinstance(target, TargetModel) and is_embedded_target(target)

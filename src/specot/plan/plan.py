@@ -1,0 +1,244 @@
+"""The decoding plan: what to draft, the draft-tree shape, the verifier, the cache and the backend —
+decided once, before any model is loaded, and passed around instead of strings.
+
+:func:`make_plan` takes the options of :func:`specot.generate` / ``specot generate`` (or
+``draft="auto"``) and returns a frozen :class:`DecodingPlan`, refusing, in one line each,
+everything that would fail later or run silently lossy or absurdly slow: an unknown draft name, an
+option the draft does not take, a tree the draft cannot draft, a verifier that is not exact for the
+tree's draft law (Hu et al. 2025; SpecTr Theorem 2), a lossy verifier without explicit parameters,
+a tree too large to pay for itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import torch
+
+from .._validation import check_count, check_device
+from ..drafting.tree import TreeSpec, default_law_for, parse_tree_spec
+from ..engine.types import GenerationConfig
+from ..laws import DraftLaw
+from ..models.device import resolve_dtype
+from ..sampling import SamplingConfig
+from ..verifiers.base import LAW_VERIFIERS, default_verifier
+from .auto import auto_choice
+from ..models.protocol import TargetModel
+from .backends import available_backends, check_target_source, peek_vocab_and_context
+from .draft import DraftSpec, parse_draft
+from .verify import VerifierSpec, build_verifier, check_otm_size
+
+__all__ = ["DecodingPlan", "make_plan", "resolve_tree_spec", "MAX_TREE_NODES", "DEFAULT_GAMMA"]
+
+#: γ when the caller names none: the engine's default.
+DEFAULT_GAMMA = GenerationConfig.gamma
+#: The most draft tokens one iteration may score. A target pass over more tokens than this costs
+#: more than its accepted tokens can save on any backend specot runs on (a 7-token pass already
+#: costs 1.04–1.25 one-token passes on a CPU, and acceptance falls geometrically with depth), while
+#: its verification and cache surgery grow with the tree: 1,000 drafts per node ran at 0.1 token/s.
+MAX_TREE_NODES = 256
+#: The caches a plan may ask for: ``auto`` (static KV caches replayed as CUDA graphs on CUDA where the
+#: architecture supports them, else dynamic), ``dynamic``, ``cuda_graphs``.
+CACHES = ("auto", "dynamic", "cuda_graphs")
+
+
+@dataclass(frozen=True)
+class DecodingPlan:
+    """How to decode: made by :func:`make_plan` before any model is loaded.
+
+    Attributes:
+        draft: the draft (:class:`~specot.plan.DraftSpec`), or ``None`` for autoregressive decoding.
+        tree: the draft-tree construction of every iteration (:class:`~specot.drafting.TreeSpec`),
+            or ``None`` for one draft chain of γ tokens (Leviathan et al. 2023, Algorithm 1).
+        verifier: the verifier, checked exact for the tree's draft law at every node.
+        gamma: draft length γ of a chain (a tree's is its depth).
+        gamma_schedule: ``"constant"`` or ``"heuristic"`` (the drafter owns it).
+        cache: ``"auto"``, ``"dynamic"`` or ``"cuda_graphs"`` (:data:`CACHES`).
+        backend: the target backend (``"transformers"``, or one from ``specot.backends``).
+        dtype: the dtype asked for (``"auto"``: bf16 where matmuls are native bf16, else float32).
+        device: the device asked for.
+    """
+
+    draft: DraftSpec | None
+    tree: TreeSpec | None
+    verifier: VerifierSpec
+    gamma: int = DEFAULT_GAMMA
+    gamma_schedule: str = "constant"
+    cache: str = "auto"
+    backend: str = "transformers"
+    dtype: str | torch.dtype = "auto"
+    device: str = "cpu"
+
+    @property
+    def shape(self) -> TreeSpec:
+        """The draft-tree shape handed to the drafter: :attr:`tree`, or a chain of γ."""
+        return self.tree if self.tree is not None else TreeSpec.sequences(1, self.gamma)
+
+    @property
+    def cuda_graphs(self) -> bool | None:
+        """``cache`` as :func:`specot.generate`'s ``cuda_graphs`` (``None``: on CUDA by default)."""
+        return None if self.cache == "auto" else self.cache == "cuda_graphs"
+
+    def describe(self) -> str:
+        """One line: the draft and its shape, e.g. ``"suffix+eagle, tree 3x6, min_confidence 0.1"``."""
+        if self.draft is None:
+            return "none (autoregressive)"
+        shape = "chain" if self.tree is None else f"tree {self.tree.max_drafts_per_node()}x{self.tree.depth}"
+        gate = dict(self.draft.inner.options if self.draft.inner else self.draft.options).get("min_confidence")
+        return f"{self.draft.name}, {shape}" + (f", min_confidence {gate:g}" if gate is not None else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plan as JSON-ready data (results and reports record it)."""
+        return {"draft": None if self.draft is None else self.draft.name, "describe": self.describe(),
+                "tree": None if self.tree is None else {"law": self.tree.law.value, "paths": len(self.tree.paths),
+                                                        "name": self.tree.name},
+                "verifier": self.verifier.name, "verifier_params": dict(self.verifier.params), "gamma": self.gamma,
+                "gamma_schedule": self.gamma_schedule, "cache": self.cache, "backend": self.backend}
+
+
+def resolve_tree_spec(tree: str | TreeSpec | None, *, drafts: int | None, gamma: int | None,
+                      verifier: Any, tree_law: str | None = None) -> TreeSpec:
+    """The :class:`TreeSpec` of the tree options (``specot generate --drafts K --gamma L --tree ...``).
+
+    ``tree`` is a :class:`TreeSpec` or a CLI form (:func:`specot.drafting.parse_tree_spec`);
+    ``None`` means K = ``drafts`` sequences of draft length γ = ``gamma``. Where the form does not
+    name the law (``None``, ``topology:FILE`` without one, ``eagle``), it is ``tree_law`` or else
+    the verifier's own (:func:`specot.drafting.default_law_for`). Forms without expansion factors
+    take γ = ``gamma`` (default 4); forms with factors take γ from them (a ``gamma`` that differs
+    is refused).
+    """
+    if isinstance(tree, TreeSpec):
+        return tree
+    kind = (tree or "").partition(":")[0].strip().lower()
+    names_law = kind not in ("", "topology", "eagle")
+    law = tree_law if (tree_law or names_law) else default_law_for(verifier).value
+    has_factors = ":" in (tree or "") and kind != "topology"
+    if gamma is None and not has_factors:
+        gamma = DEFAULT_GAMMA
+    return parse_tree_spec(tree, drafts=drafts, gamma=gamma, law=law)
+
+
+def _shape(draft: DraftSpec, ver: VerifierSpec, *, gamma: int | None, drafts: int | None, tree: Any,
+           tree_law: str | None) -> tuple[TreeSpec | None, VerifierSpec]:
+    """The draft tree (``None``: a chain) and the verifier for ``draft`` under the tree options,
+    as the draft's kind declares its trees (:class:`~specot.plan.TreeSupport`)."""
+    trees = draft.trees
+    built = build_verifier(ver.name, dict(ver.params))
+    if trees.own_shape:  # the drafter builds its own trees (suffix decoding): children and depth only
+        if tree is not None:
+            raise ValueError(f"the {draft.name} drafter builds its own draft trees; use drafts=K (children per node) "
+                             "and gamma (depth), not tree=")
+        law = next(iter(trees.laws or {DraftLaw.GREEDY}))
+        spec = TreeSpec.sequences(drafts or trees.default_children, DEFAULT_GAMMA if gamma is None else gamma, law)
+    elif drafts is not None or tree is not None:
+        if trees.laws is not None and not trees.laws:
+            raise ValueError(f"multi-draft tree decoding (drafts / tree) needs a draft MODEL (a directory, 'distilled', "
+                             f"'eagle' or a CausalLM), not the {draft.name} drafter")
+        if trees.laws is not None:  # e.g. suffix+MODEL: GREEDY-law trees only
+            names = "/".join(sorted(law.value for law in trees.laws))
+            asked = str(tree.law.value if isinstance(tree, TreeSpec) else tree or names).partition(":")[0].lower()
+            if asked not in {law.value for law in trees.laws}:
+                raise ValueError(f"a {draft.name} draft drafts {names.upper()}-law trees; use tree={names!r} or "
+                                 f"drafts=K, not {tree!r}")
+            tree, drafts, tree_law = tree or names, drafts or trees.default_children, names
+        spec = resolve_tree_spec(tree, drafts=drafts, gamma=gamma, verifier=built, tree_law=tree_law)
+    else:
+        built.check_construction(DraftLaw.IID, 1)
+        return None, ver
+    if ver.is_default and (trees.laws or spec.max_drafts_per_node() > 1):
+        ver = VerifierSpec(default_verifier(spec.law, max(2, spec.max_drafts_per_node())))
+    if ver.name == "otm" and "law" not in dict(ver.params):
+        ver = VerifierSpec("otm", tuple(sorted({**dict(ver.params), "law": spec.law}.items())))
+    spec.check_verifier(ver.build())
+    return spec, ver
+
+
+def _check_size(tree: TreeSpec | None, gamma: int, schedule: str) -> None:
+    nodes = tree.num_slots if tree is not None else gamma * (2 if schedule == "heuristic" else 1)
+    if nodes > MAX_TREE_NODES:
+        what = (f"a draft tree of {nodes} nodes ({tree.max_drafts_per_node()} drafts per node, depth {tree.depth})"
+                if tree is not None else f"a draft chain of up to {nodes} tokens (gamma {gamma})")
+        raise ValueError(f"{what} is above the limit of {MAX_TREE_NODES} draft tokens per target pass: a pass over "
+                         "that many costs more than it can save; lower --drafts / --gamma")
+
+
+def _check_loaded_target(target: Any, dtype: str | torch.dtype, device: str) -> None:
+    """A loaded target runs as loaded: a dtype or device asked for that differs is refused, not ignored."""
+    if not isinstance(target, TargetModel):
+        return
+    if not (isinstance(dtype, str) and dtype == "auto") and resolve_dtype(dtype, device) != target.dtype:
+        have = str(target.dtype).removeprefix("torch.")
+        raise ValueError(f"the target is loaded in {have} but dtype {dtype!r} was asked for; load it in that dtype "
+                         f"(specot.load_target(..., dtype={str(dtype).removeprefix('torch.')!r})) or leave dtype 'auto'")
+    if torch.device(device).type != target.device.type and str(device) != "cpu":
+        raise ValueError(f"the target is loaded on {target.device} but device {device!r} was asked for; load it "
+                         f"there (specot.load_target(..., device={device!r})) or leave device 'cpu'")
+
+
+def make_plan(draft: Any = "auto", *, target: Any = None, backend: str = "transformers", device: str = "cpu",
+              dtype: str | torch.dtype = "auto", temperature: float = 1.0, gamma: int | None = None,
+              gamma_schedule: str = "constant", drafts: int | None = None, tree: str | TreeSpec | None = None,
+              tree_law: str | None = None, verifier: str = "speculative",
+              verifier_params: Mapping[str, Any] | None = None, cache: str = "auto", top_k: int | None = None,
+              **draft_options: Any) -> DecodingPlan:
+    """The :class:`DecodingPlan` for the options of :func:`specot.generate`, checked before any
+    model is loaded.
+
+    Args:
+        draft: ``"auto"`` (:mod:`specot.plan.auto`), ``"none"`` (autoregressive decoding), a draft
+            name, a ready :class:`~specot.drafting.Drafter` or draft model, or a
+            :class:`~specot.plan.DraftSpec` (:func:`specot.plan.parse_draft`).
+        target: the target as given to :func:`specot.generate` (a name or a loaded target; ``auto``
+            and the size checks read it).
+        backend, device, dtype: where the target runs (:mod:`specot.plan.backends`).
+        temperature: the sampling temperature (``auto`` plans per temperature).
+        gamma, gamma_schedule: draft length γ (default 4) and its schedule.
+        drafts, tree, tree_law: the draft tree (number of drafts n; the construction, see
+            :func:`resolve_tree_spec`); unset: a chain, or the draft's own trees.
+        verifier, verifier_params: the verifier; the default ``speculative`` becomes the tree law's
+            optimal verifier for a tree (:data:`specot.verifiers.LAW_VERIFIERS`).
+        cache: ``"auto"``, ``"dynamic"`` or ``"cuda_graphs"``.
+        top_k: the sampling's top-k, where set (bounds the draft support of the ``otm`` verifier).
+        draft_options: the drafter options (``ngram_n``, ``ngram_corpus``, ``min_confidence``);
+            ``None`` is unset.
+
+    Raises:
+        ValueError: any invalid option, in one line naming it and the fix.
+        TypeError: an argument of the wrong type.
+        FileNotFoundError: a draft or target path that does not exist.
+    """
+    if drafts is not None:
+        check_count(drafts, "drafts", "--drafts")
+    if gamma is not None:
+        check_count(gamma, "gamma", "--gamma")
+    if cache not in CACHES:
+        raise ValueError(f"cache must be one of {', '.join(CACHES)}, got {cache!r}")
+    if backend not in available_backends():
+        raise ValueError(f"unknown backend {backend!r}; installed: {', '.join(available_backends())}")
+    resolve_dtype(dtype, device)
+    check_device(device)
+    if cache == "cuda_graphs" and not str(device).startswith("cuda"):
+        raise ValueError(f"CUDA graphs need device cuda (on {device} the padded passes would only run slower); "
+                         "drop --cuda-graphs or pass --device cuda")
+    ver = VerifierSpec.of(verifier, verifier_params)
+    check_target_source(target)
+    _check_loaded_target(target, dtype, device)
+    if isinstance(draft, str) and draft == "auto":
+        choice = auto_choice(target, device, dtype=dtype, temperature=temperature, drafts=drafts, gamma=gamma,
+                             tree=tree, default_verifier=ver.is_default, verifier=ver.name)
+        draft, drafts, gamma = choice.draft, choice.drafts, choice.gamma
+        if choice.min_confidence is not None and draft_options.get("min_confidence") is None:
+            draft_options = {**draft_options, "min_confidence": choice.min_confidence}
+    common = dict(verifier=ver, gamma=DEFAULT_GAMMA if gamma is None else gamma, gamma_schedule=gamma_schedule,
+                  cache=cache, backend=backend, dtype=dtype, device=device)
+    if draft is None or (isinstance(draft, str) and draft == "none"):
+        return DecodingPlan(None, None, **common)
+    spec = parse_draft(draft, **draft_options)
+    spec.check()
+    tree_spec, ver = _shape(spec, ver, gamma=gamma, drafts=drafts, tree=tree, tree_law=tree_law)
+    _check_size(tree_spec, common["gamma"], gamma_schedule)
+    vocab, _ = peek_vocab_and_context(target)
+    check_otm_size(ver.build(), vocab, SamplingConfig(temperature=temperature, top_k=top_k))
+    return DecodingPlan(spec, tree_spec, **{**common, "verifier": ver})
+
