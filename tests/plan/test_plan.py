@@ -1,0 +1,230 @@
+"""The decoding plan: every draft name parsed by its kind, every refusal made before a model loads,
+the default verifier of each tree law, ``auto``'s rule, and the registry (a kind is one module)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import specot.plan as P
+from specot.drafting import EagleDrafter, HybridDrafter, ModelDrafter, NGramDrafter, SuffixDrafter, TreeSpec
+from specot.laws import DraftLaw
+from specot.plan.auto import AUTO_MIN_CONFIDENCE_GREEDY, auto_choice
+from specot.plan.draft import _REGISTRY, DraftKind, DraftSpec, TreeSupport, register_kind
+
+from conftest import tiny_lm
+
+
+# --------------------------------------------------------------------------- parsing
+@pytest.mark.parametrize("name, kind, source, inner", [
+    ("ngram", "ngram", None, None),
+    ("suffix", "suffix", None, None),
+    ("eagle", "eagle", None, None),
+    ("eagle:/some/head", "eagle", "/some/head", None),
+    ("distilled", "model", "distilled", None),
+    ("./my-draft", "model", "./my-draft", None),
+    ("org/draft-model", "model", "org/draft-model", None),
+    ("suffix+eagle", "hybrid", None, "eagle"),
+    ("suffix+eagle:/h", "hybrid", None, "eagle"),
+    ("suffix+distilled", "hybrid", None, "model"),
+])
+def test_every_draft_name_is_parsed_by_its_kind(name, kind, source, inner):
+    spec = P.parse_draft(name)
+    assert (spec.kind, spec.source, spec.name) == (kind, source, name)
+    assert (spec.inner.kind if spec.inner else None) == inner
+    assert P.parse_draft(spec) is spec  # parsed once: a spec passes through
+
+
+def test_options_are_filled_with_defaults_and_routed_to_their_kind():
+    assert dict(P.parse_draft("ngram").options) == {"ngram_n": 3, "ngram_corpus": "pydoc"}
+    assert dict(P.parse_draft("suffix", ngram_n=5).options)["ngram_n"] == 5
+    hy = P.parse_draft("suffix+eagle", min_confidence=0.2, ngram_corpus="none")
+    assert dict(hy.options)["ngram_corpus"] == "none" and dict(hy.inner.options)["min_confidence"] == 0.2
+    # a value that changes nothing for a draft that does not take the option is accepted
+    assert P.parse_draft("eagle", ngram_corpus="none", ngram_n=3).kind == "eagle"
+
+
+@pytest.mark.parametrize("name, options, error, match", [
+    ("ngram", {"min_confidence": 0.1}, ValueError, "has none"),
+    ("eagle", {"ngram_n": 5}, ValueError, "--ngram-n"),
+    ("distilled", {"ngram_corpus": "pydoc-but-other"}, ValueError, "ngram_corpus"),
+    ("eagle", {"min_confidence": 1.5}, ValueError, r"min_confidence must be a number in \(0, 1\)"),
+    ("eagle", {"min_confidence": True}, ValueError, "min_confidence"),
+    ("ngram", {"ngram_n": 0}, ValueError, r"ngram_n \(--ngram-n\) must be an integer >= 1"),
+    ("suffix", {"ngram_corpus": "/no/such/corpus.txt"}, FileNotFoundError, "does not exist"),
+    ("suffix+ngram", {}, ValueError, "model-free"),
+    ("suffix+suffix", {}, ValueError, "model-free"),
+    ("suffix+", {}, ValueError, "name a draft MODEL"),
+    ("suffix+auto", {}, ValueError, "name a draft MODEL"),
+    ("ngram", {"no_such_option": 1}, TypeError, "unknown drafter option"),
+])
+def test_parse_refusals(name, options, error, match):
+    with pytest.raises(error, match=match):
+        P.parse_draft(name, **options)
+
+
+def test_auto_and_wrong_types_are_refused_by_the_parser():
+    with pytest.raises(ValueError, match="resolved by"):
+        P.parse_draft("auto")
+    with pytest.raises(TypeError, match="draft must be"):
+        P.parse_draft(3.5)
+
+
+@pytest.mark.parametrize("name, match", [
+    ("/no/such/draft", "does not exist"),
+    ("eagle:/no/such/head", "no config.json"),
+    ("suffix+/no/such/draft", "does not exist"),
+    ("suffix+eagle:/no/such/head", "no config.json"),
+])
+def test_each_kind_checks_its_files_before_loading(name, match):
+    spec = P.parse_draft(name)
+    with pytest.raises(FileNotFoundError, match=match):
+        spec.check()
+
+
+def test_a_kind_whose_check_is_skipped_would_let_a_missing_file_through(monkeypatch):
+    """The refusal above comes from the kind's own check: with it skipped, nothing refuses."""
+    spec = P.parse_draft("eagle:/no/such/head")
+    monkeypatch.setattr(type(spec.kind_obj), "check", lambda self, s: None)
+    spec.check()  # no error: so the test above fails if a kind's checks are skipped
+
+
+def test_ready_objects_are_typed_by_their_kind():
+    target, draft = tiny_lm(0), tiny_lm(1)
+    assert P.parse_draft(NGramDrafter()).kind == "ngram"
+    assert P.parse_draft(SuffixDrafter(vocab_size=16)).kind == "suffix"
+    assert P.parse_draft(draft).kind == "model"
+    assert P.parse_draft(ModelDrafter(draft)).kind == "model"
+    eagle = EagleDrafter.random(target, seed=0)
+    assert P.parse_draft(eagle).kind == "eagle"
+    hy = P.parse_draft(HybridDrafter(SuffixDrafter(vocab_size=16), eagle))
+    assert hy.kind == "hybrid" and hy.inner.kind == "eagle"
+
+    class Mine(NGramDrafter.__mro__[1]):  # a Drafter of the caller's own
+        def propose(self, context, max_depth, sampling, generator=None):
+            raise NotImplementedError
+
+    assert P.parse_draft(Mine()).kind == "drafter"
+
+
+# --------------------------------------------------------------------------- plans
+def test_chains_trees_and_the_verifier_each_gets():
+    assert P.make_plan("ngram", gamma=5).describe() == "ngram, chain"
+    assert P.make_plan("ngram").gamma == 4 and P.make_plan("ngram").tree is None
+    suffix = P.make_plan("suffix", gamma=3, drafts=2)
+    assert (suffix.tree.law, suffix.tree.max_drafts_per_node(), suffix.tree.depth) == (DraftLaw.GREEDY, 2, 3)
+    assert suffix.verifier.name == "greedy"  # optimal for a deterministic tree
+    for tree, law, verifier in (("wor", DraftLaw.WOR, "rrs_wor"), ("iid", DraftLaw.IID, "kseq"),
+                                ("greedy", DraftLaw.GREEDY, "greedy"), ("spechub", DraftLaw.SPECHUB, "spechub")):
+        plan = P.make_plan("distilled", drafts=2, tree=tree)
+        assert (plan.tree.law, plan.verifier.name) == (law, verifier)
+    assert P.make_plan("distilled", drafts=3, verifier="rrs").verifier.name == "rrs"  # iid from the verifier
+    otm = P.make_plan("distilled", drafts=2, tree="wor", verifier="otm", top_k=4)
+    assert dict(otm.verifier.params)["law"] == DraftLaw.WOR  # the exact LP for the tree's own law
+    hy = P.make_plan("suffix+distilled", drafts=3, gamma=2)
+    assert (hy.tree.law, hy.verifier.name, hy.describe()) == (DraftLaw.GREEDY, "greedy", "suffix+distilled, tree 3x2")
+    assert P.make_plan("suffix+distilled").tree is None  # chains without tree options
+    assert P.make_plan("none").draft is None
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(draft="ngram", drafts=2), ValueError, "needs a draft MODEL"),
+    (dict(draft="suffix", tree="wor"), ValueError, "builds its own draft trees"),
+    (dict(draft="suffix+distilled", tree="wor"), ValueError, "GREEDY-law trees"),
+    (dict(draft="distilled", drafts=2, tree="wor", verifier="kseq"), ValueError, "cannot be verified by 'kseq'"),
+    (dict(draft="distilled", drafts=2, verifier="speculative", verifier_params={"lenience": 1}), ValueError,
+     "cannot be verified"),
+    (dict(draft="ngram", verifier="lenient"), ValueError, "lossy"),
+    (dict(draft="ngram", verifier="nope"), ValueError, "unknown verifier"),
+    (dict(draft="ngram", verifier="speculative", verifier_params={"lenience": 0.5}), ValueError, "lossless one"),
+    (dict(draft="distilled", drafts=1000), ValueError, "limit of 256 draft tokens"),
+    (dict(draft="suffix", drafts=100, gamma=4), ValueError, "limit of 256"),
+    (dict(draft="ngram", gamma=300), ValueError, "gamma 300"),
+    (dict(draft="ngram", gamma=200, gamma_schedule="heuristic"), ValueError, "up to 400 tokens"),
+    (dict(draft="ngram", drafts=0), ValueError, r"drafts \(--drafts\)"),
+    (dict(draft="ngram", gamma=0), ValueError, r"gamma \(--gamma\)"),
+    (dict(draft="ngram", cache="cuda_graphs"), ValueError, "CUDA graphs need device cuda"),
+    (dict(draft="ngram", cache="paged"), ValueError, "cache must be one of"),
+    (dict(draft="ngram", backend="nope"), ValueError, "unknown backend 'nope'"),
+    (dict(draft="ngram", dtype="float8"), ValueError, "unknown dtype"),
+    (dict(draft="distilled", drafts=2, tree="wor", verifier="otm"), ValueError, "otm.*cannot run here"),
+    (dict(draft="distilled", drafts=3, tree="prefix:2,2"), ValueError, "contradicts"),
+])
+def test_plan_refusals(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        P.make_plan(**kwargs)
+
+
+def test_a_loaded_target_runs_as_loaded():
+    target = tiny_lm(0, dtype=torch.float32)
+    assert P.make_plan("ngram", target=target, dtype="auto").draft.kind == "ngram"
+    P.make_plan("ngram", target=target, dtype="float32")  # what it is: fine
+    with pytest.raises(ValueError, match="loaded in float32 but dtype 'bfloat16'"):
+        P.make_plan("ngram", target=target, dtype="bfloat16")
+
+
+def test_the_plan_is_frozen_and_records_itself():
+    plan = P.make_plan("suffix+distilled", drafts=2, gamma=3)
+    with pytest.raises(AttributeError):
+        plan.gamma = 5  # type: ignore[misc]
+    d = plan.to_dict()
+    assert d["draft"] == "suffix+distilled" and d["verifier"] == "greedy" and d["tree"]["law"] == "greedy"
+    assert plan == P.make_plan("suffix+distilled", drafts=2, gamma=3)
+
+
+# --------------------------------------------------------------------------- auto
+def test_auto_on_the_embedded_target_on_a_cpu():
+    t1 = P.make_plan("auto", dtype="bfloat16")
+    assert t1.describe() == "suffix+eagle, tree 2x3" and t1.verifier.name == "greedy"
+    t0 = P.make_plan("auto", dtype="bfloat16", temperature=0)
+    assert t0.describe() == f"suffix+eagle, tree 3x6, min_confidence {AUTO_MIN_CONFIDENCE_GREEDY:g}"
+    assert P.make_plan("auto", dtype="bfloat16", temperature=0, gamma=4).tree.depth == 4
+    # the caller's verifier: chains; another tree law: the EAGLE head alone, which drafts any law
+    assert P.make_plan("auto", dtype="bfloat16", verifier="block").describe() == "suffix+eagle, chain"
+    assert P.make_plan("auto", dtype="bfloat16", drafts=2, tree="wor").draft.name == "eagle"
+    assert P.make_plan("auto", dtype="bfloat16", drafts=2, tree="greedy").draft.name == "suffix+eagle"
+
+
+def test_auto_elsewhere_is_ngram(tiny_model_dir):
+    assert auto_choice(None, "cuda", dtype="bfloat16").draft == "ngram"
+    assert auto_choice(str(tiny_model_dir)).draft == "ngram"
+    assert auto_choice(tiny_lm(0)).draft == "ngram"
+    assert P.make_plan("auto", target=str(tiny_model_dir)).describe() == "ngram, chain"
+
+
+# --------------------------------------------------------------------------- the registry
+def test_a_new_kind_is_one_registration(monkeypatch):
+    """A kind declares its syntax, options, trees and loader in one place; the parser, the checks
+    and the plan pick it up without another edit."""
+    monkeypatch.setattr("specot.plan.draft._REGISTRY", dict(_REGISTRY))
+
+    class Echo(DraftKind):
+        name, syntax = "echo", "echo"
+
+        def parse(self, text, options):
+            return DraftSpec(self.name, text) if text == "echo" else None
+
+        def tree_support(self, spec):
+            return TreeSupport(laws=frozenset())
+
+        def load(self, spec, target, *, dtype, device):
+            return NGramDrafter()
+
+    register_kind(Echo())
+    assert P.parse_draft("echo").kind == "echo"
+    assert P.make_plan("echo").describe() == "echo, chain"
+    with pytest.raises(ValueError, match="needs a draft MODEL"):
+        P.make_plan("echo", drafts=2)
+    with pytest.raises(ValueError, match="already registered"):
+        register_kind(type("Other", (Echo,), {})())
+
+
+def test_unknown_names_list_the_syntax_of_every_kind(monkeypatch):
+    monkeypatch.setattr("specot.plan.draft._REGISTRY", {k: v for k, v in _REGISTRY.items() if k != "model"})
+    with pytest.raises(ValueError, match=r"unknown draft 'nope'; use one of: .*ngram.*suffix\+MODEL"):
+        P.parse_draft("nope")
+
+
+def test_tree_spec_objects_pass_through():
+    spec = TreeSpec.sequences(2, 3, DraftLaw.WOR)
+    assert P.make_plan("distilled", tree=spec).tree is spec
