@@ -61,13 +61,13 @@ def resolve_dtype(dtype: str | torch.dtype, device: str | torch.device = "cpu") 
 
 #: The row count that :class:`PrepackedLinear` reorders its weight for (oneDNN's ``batch_size`` hint).
 #: Measured on the 2-core AVX-512 machine, SmolLM2-135M's linear layers over 1-19 rows ran equally
-#: fast for hints 4-32 and up to 2x slower for hint 1 at 2-19 rows (docs/results.md, "Session 23 runs").
+#: fast for hints 4-32 and up to 2x slower for hint 1 at 2-19 rows (2-core Intel Xeon with AVX-512, 2026-10).
 PREPACK_ROWS = 8
 #: The smallest weight (out x in elements) that :func:`install_prepacked_linears` prepacks. A oneDNN
 #: call costs about 15 µs of fixed overhead, so smaller layers are faster on ``F.linear``: SmolLM2's
 #: 192 x 576 key/value projections took 9-12 µs there for one row against 19-26 µs prepacked, and
 #: equal time for seven, while its 576 x 576 layers were level at one row and 1.9x faster prepacked
-#: at seven (docs/results.md, "Session 23 runs").
+#: at seven (2-core Intel Xeon with AVX-512, 2026-10).
 PREPACK_MIN_WEIGHTS = 1 << 18
 
 try:  # oneDNN's reorder and linear ops, resolved once (an op lookup per call costs more than the check)
@@ -94,7 +94,7 @@ class PrepackedLinear(torch.nn.Linear):
     bfloat16 prepacked         7.7 ms 10.2 ms 14.0 ms
     ========================  ======  ======  ======
 
-    (``scripts/linear_speed.py``, docs/results.md "Session 23 runs"). The product is the same;
+    (a micro-benchmark of the layers, 2026-10). The product is the same;
     the summation order differs (float32 results agree with ``F.linear`` to about 1e-6
     relative), as it already differs between ``F.linear``'s own 1-row and many-row kernels.
 
@@ -277,7 +277,7 @@ def gqa_sdpa_attention(module: Any, query: Tensor, key: Tensor, value: Tensor, a
     masked GQA kernels fall back to slow math. PyTorch's CPU kernel takes ``enable_gqa`` with a mask
     directly, with the same result bit for bit (the same products in the same order): SmolLM2-135M
     (9 query heads, 3 KV heads) over 300 cached positions, a 2-token pass cost 1.13x a 1-token step
-    with the copies and 1.04x without (docs/results.md, "Session 18 runs"). Every other case
+    with the copies and 1.04x without (2-core Intel Xeon, 2026-10). Every other case
     (one query token, no mask, a CUDA tensor, no head groups, position biases, paged caches,
     attention sinks) is transformers' own function, unchanged.
     """
@@ -325,8 +325,8 @@ def sdpa_without_cudnn(device: torch.device | str) -> ContextManager[Any]:
 
     Why: PyTorch's cuDNN attention, which it prefers on Hopper GPUs, builds an execution graph for
     every (query length, key length) it has not met before, and decoding meets a new one at every
-    pass: each cache length, each draft length, each draft tree. On an H200 (session 27,
-    ``scripts/sdpa_shapes.py``) a pass of the 135 M target over a shape met for the first time took
+    pass: each cache length, each draft length, each draft tree. On an H200 (2026-11, a sweep
+    of pass shapes) a pass of the 135 M target over a shape met for the first time took
     54-62 ms with cuDNN (some over 500 ms), 18-21 ms on the second visit, and 17-20 ms on either visit
     without it; the EAGLE drafter's steps, whose shapes grow the same way, went from 18-28 ms to
     4-8 ms per draft. The kernels compute the same attention up to floating-point rounding, so this

@@ -1,8 +1,8 @@
 """Weight-only int8 linear layers for draft networks.
 
 A draft head's pass over 2–8 tokens on a CPU is memory-bound: it reads every weight once and does
-little arithmetic with it (``docs/distillation.md``, attempt 11: matrix products are two thirds of
-an EAGLE head pass). Storing the weights as int8 with one scale per output row halves the bytes
+little arithmetic with it (matrix products are two thirds of an EAGLE head pass, profiled on a
+2-core CPU). Storing the weights as int8 with one scale per output row halves the bytes
 read against bfloat16. On the CPU the product runs in PyTorch's fused int8-weight kernel
 (``aten._weight_int8pack_mm``, the kernel behind gpt-fast's and torchao's weight-only int8 on CPU);
 elsewhere the weight is dequantized on the fly (gpt-fast's ``WeightOnlyInt8Linear``).
