@@ -107,7 +107,7 @@ def run_step(case: Case, n: int, temperature: float, draft: str = "sampled", see
         raise ValueError(f"draft must be 'sampled' or 'fixed', got {draft!r}")
     current_platform.register_triton_kernel_overrides()  # the CPU kernels a worker registers
     g = torch.Generator().manual_seed(seed)
-    torch.manual_seed(seed)
+    torch.manual_seed(seed + 7919)  # the verifier's uniforms: a stream apart from the drafts'
     if draft == "sampled":
         d1 = torch.multinomial(case.q0, n, replacement=True, generator=g)
         d2 = torch.multinomial(case.q1[d1], 1, generator=g).squeeze(-1)
