@@ -1,6 +1,6 @@
 """Shared fixtures: tiny random Llama models built from a config (no hub access), a tiny
-on-disk model directory with a word-level tokenizer for loader and CLI tests, and the lab scripts
-in ``scripts/`` loaded as modules."""
+on-disk model directory with a word-level tokenizer for loader and CLI tests, and the measurement
+scripts in ``benchmarks/`` loaded as modules."""
 
 from __future__ import annotations
 
@@ -51,9 +51,14 @@ def tiny_lm(seed: int, **kw) -> CausalLM:
 
 
 def load_script(name: str) -> ModuleType:
-    """``scripts/<name>.py`` as a module (the lab scripts are files, not an importable package)."""
-    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
+    """``benchmarks/**/<name>.py`` as a module (the measurement scripts are files, not an importable
+    package); ``name`` may include its folder (``"gpu/cuda_check"``)."""
+    root = Path(__file__).resolve().parents[1] / "benchmarks"
+    found = [root / f"{name}.py"] if (root / f"{name}.py").exists() else sorted(root.rglob(f"{name}.py"))
+    if len(found) != 1:
+        raise FileNotFoundError(f"benchmarks/ holds {len(found)} scripts named {name}.py")
+    path = found[0]
+    spec = importlib.util.spec_from_file_location(Path(name).name, path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)  # type: ignore[union-attr]
     return mod

@@ -71,7 +71,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     pd.add_argument("--split", choices=("train", "heldout", "text"), default="train",
                     help="train prompts (default), held-out prompts, or raw train text by teacher forcing")
     pd.add_argument("--prompts", default=None, help="a JSONL file of {\"prompt\": ...} lines to sample instead of "
-                    "the split's prompts (e.g. from scripts/build_eagle_prompts.py)")
+                    "the split's prompts (e.g. from benchmarks/training/build_eagle_prompts.py)")
     pd.add_argument("--n-prompts", type=int, default=None, help="limit the prompt set (held-out default 40)")
     pd.add_argument("--batch-size", type=int, default=48)
     pd.add_argument("--max-new-tokens", type=int, default=160)

@@ -1,5 +1,6 @@
 """The lab's one corpus: real text installed with Python, the one train / held-out split, the
-benchmark prompt sets and the distillation prompt set.
+benchmark prompt sets (built from it, or hand-written in ``benchmarks/prompts/``) and the
+distillation prompt set.
 
 Every set is deterministic (the same on every machine with the same Python version).
 
@@ -20,8 +21,12 @@ one held-out prompt set, for benchmarks and the distilled draft's evaluation ali
 ``docstrings``: docstrings of public functions and classes of :data:`DOCSTRING_MODULES`, wrapped
 in three instructions. ``license``: paragraphs of CPython's ``LICENSE.txt``. ``zen``: the Zen of
 Python (the ``this`` module, decoded without printing). ``mixed`` (the default): round-robin over
-``heldout``, ``docstrings``, ``license`` and ``zen``. ``FILE.jsonl``: one JSON object per line with
-a ``"prompt"`` field.
+``heldout``, ``docstrings``, ``license`` and ``zen``.
+
+Hand-written sets, one JSONL file each in ``benchmarks/prompts/`` of the repository
+(:data:`PROMPT_DIR`), named by what they hold (:data:`FILE_SETS`): ``code``, ``code_more``,
+``chat``, ``general``, ``assorted``, ``tasks``, ``held_out``, ``kinds``, ``languages``.
+``FILE.jsonl``: any other file, one JSON object per line with a ``"prompt"`` field.
 
 **Distillation prompts** (:func:`train_prompts`): each train topic cut into consecutive excerpts
 of 200–500 characters, each wrapped in two of :data:`TRAIN_TEMPLATES` (seeded), one direct question
@@ -50,7 +55,7 @@ __all__ = [
     "HELDOUT_MOD", "HELDOUT_REM", "TEMPLATES", "TRAIN_TEMPLATES", "DOC_TEMPLATES", "DOC_MODULES", "TEXT_MODULES",
     "DOCSTRING_MODULES", "PROMPT_SETS", "topic_split", "module_docstrings", "heldout_shingles", "train_prompts",
     "heldout_prompts", "raw_texts", "write_jsonl", "pydoc_prompts", "docstring_prompts", "license_prompts",
-    "zen_prompts", "mixed_prompts", "load_prompts", "describe_prompt_set",
+    "zen_prompts", "mixed_prompts", "load_prompts", "describe_prompt_set", "PROMPT_DIR", "FILE_SETS",
 ]
 
 HELDOUT_MOD = 8
@@ -378,8 +383,26 @@ def mixed_prompts(n: int = 10) -> list[str]:
 
 _SOURCES = {"heldout": heldout_prompts, "docstrings": docstring_prompts, "license": license_prompts, "zen": zen_prompts}
 
+#: The folder of the hand-written prompt sets (in the repository, beside ``src/``).
+PROMPT_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "prompts"
+
+#: The hand-written prompt sets (``PROMPT_DIR/<name>.jsonl``) and what each holds.
+FILE_SETS: dict[str, str] = {
+    "code": "6 programming requests: complete, fix or write Python, JavaScript, SQL, bash and C",
+    "code_more": "12 programming requests in more languages: Rust, Go, TypeScript, Java, HTML/CSS, SQL, C, a "
+                 "Dockerfile, a regular expression",
+    "chat": "6 short technical questions, the kind of `make demo`'s",
+    "general": "12 everyday requests: a recipe, a summary, an email, a story, advice, a packing list",
+    "assorted": "12 mixed requests: an explanation for a child, SQL, bash, tips, history, Rust, a haiku, a class",
+    "tasks": "12 small tasks: arithmetic, translation, bash, JSON, a regular expression, YAML, a poem, an email",
+    "held_out": "12 requests of every kind, written after the default plan was tuned and never used to tune it",
+    "kinds": "9 kinds no other set holds: a long document to summarise, raw prose, Python and JavaScript to "
+             "continue, French, arithmetic, SQL, C++, a list",
+    "languages": "`make demo`'s question in German, Spanish, Chinese and Russian",
+}
+
 #: Named prompt sets accepted by :func:`load_prompts` (besides ``pydoc:OFFSET`` and JSONL files).
-PROMPT_SETS = ("mixed", "pydoc", "heldout", "docstrings", "license", "zen")
+PROMPT_SETS = ("mixed", "pydoc", "heldout", "docstrings", "license", "zen", *FILE_SETS)
 
 _DESCRIPTIONS = {
     "pydoc": "CPython pydoc_data.topics help topics (explain/summarize/example templates)",
@@ -396,12 +419,15 @@ def describe_prompt_set(spec: str) -> str:
     name = spec.split(":", 1)[0]
     if name in _DESCRIPTIONS:
         return _DESCRIPTIONS[name]
+    if spec in FILE_SETS:
+        return FILE_SETS[spec]
     return f"JSONL file {spec} ('prompt' field)"
 
 
 def load_prompts(spec: str, n: int = 10) -> list[str]:
-    """Prompts from a named set (:data:`PROMPT_SETS`; ``"pydoc:OFFSET"`` shifts the pydoc topics) or
-    from a JSONL file with a ``prompt`` field (the first ``n`` lines).
+    """Prompts from a named set (:data:`PROMPT_SETS`: built from installed text, or a file of
+    :data:`FILE_SETS`; ``"pydoc:OFFSET"`` shifts the pydoc topics) or from a JSONL file with a
+    ``prompt`` field (the first ``n`` lines).
 
     Raises:
         FileNotFoundError: a missing file.
@@ -415,9 +441,12 @@ def load_prompts(spec: str, n: int = 10) -> list[str]:
         return mixed_prompts(n)
     if spec in _SOURCES:
         return _SOURCES[spec](n)
-    path = Path(spec)
+    path = PROMPT_DIR / f"{spec}.jsonl" if spec in FILE_SETS else Path(spec)
     if not path.exists():
-        raise FileNotFoundError(f"prompt file {spec!r} does not exist")
+        if spec in FILE_SETS:
+            raise FileNotFoundError(f"the prompt set {spec!r} is {path}, which is missing: it ships with the "
+                                    f"repository, not with an installed package; give the file's path")
+        raise FileNotFoundError(f"prompt file {spec!r} does not exist (named sets: {', '.join(PROMPT_SETS)})")
     prompts = []
     for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():

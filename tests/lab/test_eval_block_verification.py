@@ -1,4 +1,4 @@
-"""scripts/eval_block_verification.py: the Rao–Blackwellised per-pass expectations and the recording
+"""benchmarks/eval_block_verification.py: the Rao–Blackwellised per-pass expectations and the recording
 verifier wrappers (which must not change what the engine decodes)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""scripts/eval_q_law.py: the draft laws it scores and their exact acceptances, on crafted rows."""
+"""benchmarks/eval_q_law.py: the draft laws it scores and their exact acceptances, on crafted rows."""
 
 from __future__ import annotations
 

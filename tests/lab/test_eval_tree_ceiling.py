@@ -1,4 +1,4 @@
-"""scripts/eval_tree_ceiling.py: the best-first search finds the N nodes of highest path probability,
+"""benchmarks/eval_tree_ceiling.py: the best-first search finds the N nodes of highest path probability,
 checked against enumerating every path of a tiny model's vocabulary."""
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
-"""The GPU data-and-training job (``scripts/gpu_train_job.sh``), run on the CPU with tiny slots: a
-lease is too short to debug a shell script on, so its control flow is checked here — prompts dealt
-to the samplers, a failed sampler retried with half its batch in a new shard folder, the training
-on every shard folder, the head shipped, and ``collect`` packing the head and the samples."""
+"""The GPU data-and-training job (``benchmarks/training/gpu_train_job.sh``), run on the CPU with tiny
+slots: GPU time is too dear to debug a shell script on, so its control flow is checked here —
+prompts dealt to the samplers, a failed sampler retried with half its batch in a new shard folder,
+the training on every shard folder, the head shipped, and ``collect`` packing the head and the
+samples."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "scripts" / "gpu_train_job.sh"
+SCRIPT = ROOT / "benchmarks" / "training" / "gpu_train_job.sh"
 TOOLS = ("bash", "zcat", "split", "timeout", "tar")
 
 
@@ -39,7 +40,7 @@ def test_job_samples_retries_with_half_the_batch_trains_ships_and_collects(tmp_p
                     f'exec {sys.executable} "$@"\n')
     fake.chmod(0o755)
     env = dict(os.environ, ENV_SH=str(env_sh), PY=str(fake), J=str(job), S=str(tmp_path / "samples"),
-               OUTDIR=str(tmp_path / "e19"), DEVICE="cpu", NPROC="2", BATCH="8", SAMPLE_S="60", MAX_NEW="4",
+               HEAD_DIR=str(tmp_path / "head"), DEVICE="cpu", NPROC="2", BATCH="8", SAMPLE_S="60", MAX_NEW="4",
                STEPS="2", TRAIN_MIN="1")
     run = subprocess.run(["bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
@@ -48,15 +49,15 @@ def test_job_samples_retries_with_half_the_batch_trains_ships_and_collects(tmp_p
     shards = sorted(p.parent.name for p in (tmp_path / "samples").glob("*/shard_*.pt"))
     assert {s.split("_")[0] for s in shards} == {"s0", "s1"} and all("_b4_t1" in s for s in shards), shards
     assert "8 sequences" in (job / "log" / "train.log").read_text()  # every prompt answered once, all trained on
-    ship = tmp_path / "e19" / "ship"
+    ship = tmp_path / "head" / "ship"
     assert (ship / "config.json").exists() and (ship / "model.safetensors").exists()
     assert (job / "log" / "trained").exists()
 
-    env["OUT"] = str(out)
-    got = subprocess.run(["bash", str(SCRIPT), "collect"], env=env, capture_output=True, text=True, timeout=120)
+    got = subprocess.run(["bash", str(SCRIPT), "collect", str(out)], env=env, capture_output=True, text=True,
+                         timeout=120)
     assert got.returncode == 0, got.stderr[-2000:]
     with tarfile.open(out / "head.tgz") as t:
         names = t.getnames()
-    assert "e19/ship/model.safetensors" in names and "log/train.log" in names
+    assert "head/ship/model.safetensors" in names and "log/train.log" in names
     parts = sorted(out.glob("samples.tgz.*"))
     assert parts and all(p.stat().st_size <= 15 * 2**20 for p in parts)

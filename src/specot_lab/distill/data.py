@@ -121,7 +121,7 @@ def sample_batch(target: Any, prompts: Sequence[Sequence[int]], cfg: SampleConfi
     Each response token is drawn by :func:`specot.sampling.sample_categorical` (inverse CDF) from
     the softmax at ``cfg.temperature``: exact, and cheaper on a CPU than ``torch.multinomial``,
     which took 36 ms per step for 48 rows of 49 152 tokens on a 2-core machine (docs/results.md,
-    "Session 26 runs").
+    "Component costs").
     """
 
     model, pad = _model_and_pad(target)
@@ -148,7 +148,7 @@ def sample_batch(target: Any, prompts: Sequence[Sequence[int]], cfg: SampleConfi
     seq_ti: list[list[Tensor]] = [[] for _ in range(B)]
     if labels:
         # top-k a few rows at a time: a float32 copy of all [B, T, V] logits is 19 GB for 160 prompts
-        # of 600 tokens, and four sampling processes on one H100 ran out of memory (session 15)
+        # of 600 tokens, and four sampling processes on one H100 ran out of memory
         parts = [_topk(logits[b0:b0 + PREFILL_TOPK_ROWS], cfg.top_k) for b0 in range(0, B, PREFILL_TOPK_ROWS)]
         tp, ti = torch.cat([t for t, _ in parts]), torch.cat([i for _, i in parts])  # [B, T, k]
         del parts

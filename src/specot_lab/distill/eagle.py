@@ -65,7 +65,8 @@ class EagleTrainConfig:
     # The token loss between the target's law p (on the draft vocabulary, renormalized) and the
     # head's q: "fkl" = KL(p || q) (EAGLE), or "tvd" = TV(p, q) = 1 − Σ min(p, q), which is one minus
     # the acceptance rate of speculative sampling at temperature 1 (Leviathan et al. 2023, Sec. 3):
-    # DistillSpec's (Zhou et al., ICLR 2024) direct objective for α (attempt 18).
+    # DistillSpec's (Zhou et al., ICLR 2024) direct objective for α (docs/distillation.md, "Head variants":
+    # it did not beat KL).
     token_loss: str = "fkl"
     step_decay: float = 0.8  # weight of unroll step s: step_decay**s
     lr: float = 1e-4
@@ -75,28 +76,28 @@ class EagleTrainConfig:
     seed: int = 0
     save_every: int = 200
     # Start the head's output layer and final norm from the target's rows of the draft vocabulary
-    # (the head begins as "the target's head over a predicted feature"). Off by default: tried in
-    # attempt 3 (docs/distillation.md), it did not converge faster than a random output layer.
+    # (the head begins as "the target's head over a predicted feature"). Off by default: tried once
+    # (docs/distillation.md, "Head variants"), it did not converge faster than a random output layer.
     init_from_target: bool = False
     # Run the head's forward/backward under bfloat16 autocast (weights and optimizer stay float32).
-    # On a CPU with native bf16 a step is 2.2x faster (168 vs 379 ms per 256 tokens, attempt 4).
+    # On a CPU with native bf16 a step is 2.2x faster (168 vs 379 ms per 256 tokens).
     autocast: bool = False
     # Start from a trained head in the published layout (a directory, e.g. the shipped
     # specot/data/eagle): its weights, draft vocabulary and feature layers — continued training on
-    # new text with a fresh optimizer and learning-rate schedule (attempt 5). A draft_vocab_size
-    # larger than its vocabulary grows it (grow_draft_vocab, attempt 9); smaller or None keeps it.
+    # new text with a fresh optimizer and learning-rate schedule. A draft_vocab_size larger than
+    # its vocabulary grows it (grow_draft_vocab); smaller or None keeps it.
     init_head: str | None = None
     # Decoder layers of the head (EAGLE-3: 1). None: the initial head's, else 1. More layers than
     # the initial head's adds plain decoder layers on top whose output projections (o_proj,
-    # down_proj) start at zero, so the deeper head starts as exactly the initial one (attempt 11).
+    # down_proj) start at zero, so the deeper head starts as exactly the initial one.
     num_layers: int | None = None
     # Sequences per optimizer step (right-padded, of similar lengths: epoch_batches). On a GPU a
     # batch of one leaves it idle between kernel launches, and 16 sequences cost about as much wall
-    # time as one (attempt 13). On a CPU a step costs about 16x more, but continuing a trained head
-    # with batches of one at lr 1e-4 lost accuracy (attempt 14) where batches of 16 at 1.5e-4
-    # gained (attempt 15): Adam's step is about lr whatever the batch.
+    # time as one (an H100). On a CPU a step costs about 16x more, but continuing a trained head
+    # with batches of one at lr 1e-4 lost accuracy where batches of 16 at 1.5e-4 gained
+    # (docs/distillation.md, "Head variants"): Adam's step is about lr whatever the batch.
     batch_size: int = 1
-    # A fixed wall-time slot (seconds; a lent GPU's lease): from step 40 on, every 40 steps, the
+    # A fixed wall-time slot (seconds; e.g. a GPU's booked time): from step 40 on, every 40 steps, the
     # run measures its mean step rate since step 10 (start-up made a first-30-steps estimate 3x
     # too slow on the H100) and sets the schedule's length so that it ends within the slot, with
     # the learning-rate schedule completed. None: run ``steps``.
@@ -167,7 +168,7 @@ def frequent_vocab(seqs: Iterable[Sequence[int]], size: int, vocab_size: int,
 
 
 def grow_draft_vocab(lm_head: Tensor, old_ids: Sequence[int], new_ids: Sequence[int], target_out: Tensor) -> Tensor:
-    """Output rows for a larger draft vocabulary (attempt 9, docs/distillation.md).
+    """Output rows for a larger draft vocabulary (docs/distillation.md, "Head variants").
 
     The head's feature loss pulls its final normed state towards the target's, so its output rows
     live near a linear image of the target's output embedding. Fit that map by least squares on

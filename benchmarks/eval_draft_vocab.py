@@ -1,5 +1,5 @@
 """How often the target's next token lies outside an EAGLE head's reduced draft vocabulary
-(docs/distillation.md, "Attempt 9").
+(docs/distillation.md, "Head variants").
 
 A draft over a reduced vocabulary gives q = 0 to every other token (FR-Spec, Zhao et al. 2025;
 EAGLE-3's ``d2t`` map): verification stays lossless, but a target token outside the vocabulary is
@@ -9,13 +9,13 @@ samples (T = 1, seed = prompt index); the script reports, per draft, the fractio
 outside its draft vocabulary, and at T = 1 the target's mean probability mass outside it. With
 ``--grow``, it also reports vocabularies grown from the first draft's by the most frequent tokens
 of the target's sampled answers in ``--data`` (:func:`specot_lab.distill.eagle.frequent_vocab`
-with ``keep``), the rule ``scripts/train_eagle.py --init-head ... --draft-vocab N`` applies.
+with ``keep``), the rule ``benchmarks/training/train_eagle.py --init-head ... --draft-vocab N`` applies.
 With ``--cost``, it first times one head pass over 2 tokens (a 2-child tree level) at each of those
 vocabulary sizes (random heads of the shipped shape; the pass is memory-bound, so the weights
 decide) against a one-token target step, both after 300 tokens of context.
 
-    python scripts/eval_draft_vocab.py --drafts eagle --grow 12288,16384,24576,32768 --data runs/eagle_samples8
-    python scripts/eval_draft_vocab.py --cost 8192,16384,32768 --sets ""
+    python benchmarks/eval_draft_vocab.py --drafts eagle --grow 12288,16384,24576,32768 --data runs/eagle_samples8
+    python benchmarks/eval_draft_vocab.py --cost 8192,16384,32768 --sets ""
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cost", default="", help="comma-separated draft vocabulary sizes to time a head pass at")
     ap.add_argument("--cost-layers", default="1", help="comma-separated head depths (decoder layers) to time (default 1)")
     ap.add_argument("--cost-int8", action="store_true", help="also time int8-weight heads (EagleDrafter(int8=True))")
-    add_run_options(ap, sets="docs/bench/prompts_code.jsonl,mixed", dtype="bfloat16", threads=2)
+    add_run_options(ap, sets="code,mixed", dtype="bfloat16", threads=2)
     args = ap.parse_args(argv)
 
     def ints(text: str, flag: str, what: str) -> list[int]:

@@ -1,11 +1,11 @@
 """How fast :func:`specot_lab.distill.data.sample_batch` samples the embedded target's answers, with
 soft labels (``--top-k``, a distilled draft's data) and without (``top_k = 0``, an EAGLE head's data),
-in one run on the same prompts and seed (docs/results.md, "Session 26 runs").
+in one run on the same prompts and seed (docs/results.md, "Component costs").
 
 The prompts are instructions over excerpts of the Python documentation (``pydoc_data.topics``),
 about 300 tokens each with the chat template, as long as the EAGLE instruction prompts.
 
-    python scripts/sampling_speed.py --batch-size 48 --max-new-tokens 128 --out docs/bench/sampling_speed_s26.json
+    python benchmarks/sampling_speed.py --batch-size 48 --max-new-tokens 128 --out docs/bench/sampling_speed.json
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""What would CUDA graphs buy a launch-bound target pass? (docs/engine.md, "What the H200 showed".)
+"""What would CUDA graphs buy a launch-bound target pass? (docs/engine.md, "Measured on GPUs".)
 
 On an H200 a 1-token pass of the 135 M embedded target costs about 18 ms eagerly, almost all of it
-the host launching some 1 700 kernels (session 27's profile). A CUDA graph replays a captured pass
+the host launching some 1 700 kernels (its profile). A CUDA graph replays a captured pass
 with one launch. This script times one pass of ``Q`` new tokens at a fixed cache length, four ways:
 
 - ``eager_dynamic``: specot's own pass (``CausalLM.forward`` over a ``DynamicCache``), what the
@@ -15,7 +15,7 @@ with one launch. This script times one pass of ``Q`` new tokens at a fixed cache
 Before each pass the static cache's running length is set back, so every pass writes the same
 slots: ``Q = 1`` is an autoregressive step, ``Q = 8`` a verification pass of a draft tree.
 
-    python scripts/graph_step.py --device cuda --out graph_step.json
+    python benchmarks/gpu/graph_step.py --device cuda --out graph_step.json
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
                     row["graph_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             print(row)
             rows.append(row)
-    write_record(args.out, "graph_step", "graph_step.py", argv, rows=rows, device=args.device, dtype=args.dtype,
+    write_record(args.out, "graph_step", "gpu/graph_step.py", argv, rows=rows, device=args.device, dtype=args.dtype,
                  environment=environment_info())
     return 0
 

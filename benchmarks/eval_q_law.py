@@ -1,6 +1,6 @@
 """Exact first-position acceptance of other draft laws for the SAME EAGLE head: temperature ratio r
 with the tail of q cut by top-p or min-p, and r chosen per bin of the head's confidence
-(docs/distillation.md, "Session 24").
+(docs/distillation.md, "Head variants").
 
 Any q keeps verification lossless (the drafts are drawn from exactly the q the verifier gets), so a
 better law for the same head would raise acceptance at no training cost. As in
@@ -13,7 +13,7 @@ children (Hu et al. 2025, Theorem 7), q on the draft vocabulary.
 The confidence-binned ratio is fitted on the even-numbered sets and scored on the odd-numbered
 ones, against the single shipped ratio on the same positions.
 
-    python scripts/eval_q_law.py --sets docs/bench/prompts_chat.jsonl,mixed --n-prompts 8 --out law.json
+    python benchmarks/eval_q_law.py --sets chat,mixed --n-prompts 8 --out law.json
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--draft", default="eagle", help="an EAGLE draft: eagle or eagle:DIR")
     ap.add_argument("--shipped-ratio", type=float, default=0.75, help="the ratio the binned one is compared with")
-    add_run_options(ap, sets="docs/bench/prompts_chat.jsonl,docs/bench/prompts_code.jsonl", dtype="bfloat16")
+    add_run_options(ap, sets="chat,code", dtype="bfloat16")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     tgt = load_target(None, dtype=args.dtype)

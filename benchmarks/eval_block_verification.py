@@ -25,7 +25,7 @@ Deterministic drafters (``ngram``, ``suffix`` as one chain: a one-hot q) are inc
 with a one-hot q every lossless rule accepts the prefix x^i with probability at most Π p, which
 token-level already reaches, so their expected gain is exactly 0.
 
-    HF_HUB_OFFLINE=1 .venv/bin/python scripts/eval_block_verification.py \\
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/eval_block_verification.py \\
         --out docs/bench/block_verification.json
 """
 
@@ -355,7 +355,7 @@ def markdown(out: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--drafts", default="distilled,suffix,ngram")
-    ap.add_argument("--sets", default="mixed,docs/bench/prompts_code.jsonl,heldout")
+    ap.add_argument("--sets", default="mixed,code,heldout")
     ap.add_argument("--n-prompts", type=int, default=6)
     ap.add_argument("--temperatures", default="1.0,0.7")
     ap.add_argument("--gammas", default="3,5")
@@ -392,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
     argv_s = sys.argv[1:] if argv is None else argv
     out: dict[str, Any] = {
         "benchmark": "block_verification", "schema_version": 1,
-        "command": "HF_HUB_OFFLINE=1 .venv/bin/python scripts/eval_block_verification.py " + " ".join(shlex.quote(a) for a in argv_s),
+        "command": "HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/eval_block_verification.py " + " ".join(shlex.quote(a) for a in argv_s),
         "target": tgt.name, "dtype": args.dtype, "max_new_tokens": args.max_new_tokens, "seeds": seeds,
         "seed_rule": "GenerationConfig.seed = 1000 * seed + prompt_index, identical for both verifiers of a pair",
         "torch_threads": torch.get_num_threads(), "environment": environment_info(), "jobs": []}

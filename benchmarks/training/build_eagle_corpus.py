@@ -1,5 +1,5 @@
 """Build a raw-text corpus for training an EAGLE head: code and documentation installed on this
-machine, cut into excerpts, with per-kind quotas (attempt 4 in docs/distillation.md).
+machine, cut into excerpts, with per-kind quotas (docs/distillation.md, "Training an EAGLE head").
 
 The head learns the target's next-token law from teacher-forced target features, so any real text
 works as training input; what matters is volume and variety (EAGLE-1 trained on fixed ShareGPT
@@ -12,7 +12,7 @@ and ``--seed``. Held-out text of the benchmark prompt sets is excluded: ``pydoc_
 ``heldout`` topics), the :data:`specot_lab.corpus.DOCSTRING_MODULES` sources (the ``docstrings``
 set), ``LICENSE`` files (the ``license`` set), ``this.py`` (``zen``) and this repository.
 
-    python scripts/build_eagle_corpus.py --out runs/eagle_corpus.jsonl
+    python benchmarks/training/build_eagle_corpus.py --out runs/eagle_corpus.jsonl
 """
 
 from __future__ import annotations

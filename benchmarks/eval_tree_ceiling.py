@@ -1,5 +1,5 @@
 """The block efficiency that ANY deterministic draft tree of N nodes could reach on the embedded
-target, at the target's own sampling temperature: a ceiling for top-k draft trees (issue 13's goal
+target, at the target's own sampling temperature: a ceiling for top-k draft trees (the goal
 "block efficiency >= 2.5 with a tree at T = 1").
 
 A deterministic draft tree (every node's children a function of the context: the top-k trees of
@@ -28,8 +28,8 @@ not of positions). It then times target passes over trees of N nodes against a o
 which bounds the speedup of such trees on this machine: BE*(N) × t(1) / t(N), with a draft that
 costs nothing.
 
-    python scripts/eval_tree_ceiling.py --sets docs/bench/prompts_chat.jsonl,docs/bench/prompts_code.jsonl \
-        --n-prompts 6 --temperature 1 --out docs/bench/tree_ceiling_s22.json
+    python benchmarks/eval_tree_ceiling.py --sets chat,code \
+        --n-prompts 6 --temperature 1 --out tree_ceiling.json
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-depth", type=int, default=8)
     ap.add_argument("--stride", type=int, default=4, help="every stride-th position of a continuation")
     ap.add_argument("--time-repeats", type=int, default=30, help="passes per tree size in the timing (0: no timing)")
-    add_run_options(ap, sets="docs/bench/prompts_chat.jsonl,docs/bench/prompts_code.jsonl", dtype="auto", threads=2)
+    add_run_options(ap, sets="chat,code", dtype="auto", threads=2)
     args = ap.parse_args(argv)
     sizes = sorted({int(x) for x in args.nodes.split(",")})
     if args.temperature <= 0 or sizes[0] < 1 or args.max_depth < 1 or args.stride < 1:

@@ -1,9 +1,9 @@
 """Train an EAGLE-3 head for the embedded SmolLM2-135M on the target's own chat responses and/or
-raw text (docs/distillation.md, attempts 1-4).
+raw text (docs/distillation.md, "Training an EAGLE head"; `specot distill data` and `specot distill eagle` run the same recipe).
 
 1. (unless ``--skip-data``) The target samples responses to the corpus's training prompts (chat
    template, resumable shards, :func:`specot_lab.distill.data.generate_shards`).
-2. ``--corpus FILE.jsonl`` (from ``scripts/build_eagle_corpus.py``) adds raw code and prose
+2. ``--corpus FILE.jsonl`` (from ``benchmarks/training/build_eagle_corpus.py``) adds raw code and prose
    excerpts; a ``--chat-fraction`` of them is cut in two and wrapped in the chat template (the
    first part as the user's request, the rest as the assistant's answer), so the head also sees
    the target's features inside chat turns.
@@ -11,8 +11,8 @@ raw text (docs/distillation.md, attempts 1-4).
    (:func:`specot_lab.distill.eagle.train_eagle`); the draft vocabulary is the most frequent tokens
    of those sequences.
 
-    python scripts/train_eagle.py --data runs/eagle_data --out runs/eagle_b --max-tokens 250000 --steps 3000
-    python scripts/train_eagle.py --data runs/eagle_data --skip-data --with-text --corpus runs/eagle_corpus.jsonl \
+    python benchmarks/training/train_eagle.py --data runs/eagle_data --out runs/eagle_b --max-tokens 250000 --steps 3000
+    python benchmarks/training/train_eagle.py --data runs/eagle_data --skip-data --with-text --corpus runs/eagle_corpus.jsonl \
         --dtype bfloat16 --autocast --steps 10000 --out runs/eagle_d
 """
 
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-tokens", type=int, default=250_000, help="tokens of sampled data (prompt + response)")
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--prompts", action="append", default=[],
-                    help="JSONL of {prompt} to sample (scripts/build_eagle_prompts.py; repeatable); default: the "
+                    help="JSONL of {prompt} to sample (benchmarks/training/build_eagle_prompts.py; repeatable); default: the "
                     "distill train prompts")
     ap.add_argument("--samples-per-prompt", type=int, default=1, help="responses sampled per prompt")
     ap.add_argument("--batch-size", type=int, default=16, help="prompts per sampling batch")
@@ -78,14 +78,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N: where the target samples and the head trains")
     ap.add_argument("--train-batch-size", type=int, default=1,
-                    help="sequences per optimizer step (16 in attempts 13 (GPU) and 15 (CPU), both with --lr 1.5e-4)")
+                    help="sequences per optimizer step (16 for the shipped head, with --lr 1.5e-4)")
     ap.add_argument("--save-every", type=int, default=200, help="checkpoint every this many steps")
     ap.add_argument("--time-budget-min", type=float, default=None,
                     help="end training within this many minutes: --steps is shortened from the measured step rate")
     ap.add_argument("--skip-data", action="store_true")
     ap.add_argument("--with-text", action="store_true", help="also train on the raw distill train texts")
     ap.add_argument("--init-from-target", action="store_true",
-                    help="start the output layer and final norm from the target's (attempt 3)")
+                    help="start the output layer and final norm from the target's (tried once: it did not speed up convergence)")
     ap.add_argument("--corpus", action="append", default=[], help="raw-text JSONL ({kind, text} per line)")
     ap.add_argument("--chat-fraction", type=float, default=0.4, help="corpus excerpts wrapped as chat turns")
     ap.add_argument("--dtype", default="float32", help="the target's dtype for the teacher-forced features")

@@ -1,9 +1,9 @@
 """Time one pass of SmolLM2-135M's linear layers over 1-19 rows: ``nn.Linear`` (``F.linear``)
 against :class:`specot.models.device.PrepackedLinear`, and :class:`specot.models.int8.Int8Linear`
-on the EAGLE head's shapes (docs/results.md, "Session 23 runs"). Random weights of the real
+on the EAGLE head's shapes (docs/results.md, "Component costs"). Random weights of the real
 shapes, each called as the module a model calls; median of many calls.
 
-    python scripts/linear_speed.py --out docs/bench/linear_speed_s23.json
+    python benchmarks/linear_speed.py --out docs/bench/linear_speed.json
 
 Per-pass totals weight each shape by its count in the model: 30 decoder layers (q, k, v, o,
 gate, up, down) and the 49152-row output head. ``installed`` is what ``install_prepacked_linears``

@@ -1,4 +1,4 @@
-"""Where an EAGLE draft's time goes on a device (docs/engine.md, "What the H200 showed in session 27"):
+"""Where an EAGLE draft's time goes on a device (docs/engine.md, "Measured on GPUs"):
 cProfile of ``specot.generate`` with an EAGLE drafter, and PyTorch's profiler over the same call,
 after a warm-up run that meets every pass shape once.
 
@@ -6,8 +6,8 @@ On a launch-bound GPU host the draft network's arithmetic is negligible; what co
 work per operation, host-to-device copies and ``.item()`` / ``.tolist()`` reads (each one waits for
 the GPU). cProfile attributes that time to specot's own functions; the torch table to operators.
 
-    python scripts/profile_draft.py --device cuda --out-dir profile
-    python scripts/profile_draft.py --drafts auto --temperatures 1 --gamma 0 --max-new-tokens 96   # auto's own trees
+    python benchmarks/profile_draft.py --device cuda --out-dir profile
+    python benchmarks/profile_draft.py --drafts auto --temperatures 1 --gamma 0 --max-new-tokens 96   # auto's own trees
 """
 
 from __future__ import annotations

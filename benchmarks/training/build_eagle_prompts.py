@@ -1,6 +1,6 @@
 """Build instruction prompts for sampling the target's own chat responses (EAGLE's recipe:
-the head trains on the target's answers to a broad instruction set; attempt 7 in
-docs/distillation.md).
+the head trains on the target's answers to a broad instruction set; docs/distillation.md,
+"Training an EAGLE head").
 
 No instruction dataset can be fetched here, so the prompts are made from text already on the
 machine, in four kinds:
@@ -8,16 +8,15 @@ machine, in four kinds:
 * short questions about public names of the modules in ``DOC_MODULES`` and ``TEXT_MODULES``
   (never the benchmark's ``DOCSTRING_MODULES``);
 * "explain / review / document this code" over code excerpts of a corpus from
-  ``scripts/build_eagle_corpus.py`` (held-out sources are already excluded there);
+  ``benchmarks/training/build_eagle_corpus.py`` (held-out sources are already excluded there);
 * "summarize / explain / rewrite" over prose excerpts of that corpus;
 * open requests about a topic word taken from markdown headings of that corpus;
 * everyday requests (stories, letters, plans, explanations, lists) over ``EVERYDAY_SUBJECTS``,
-  a hand-written list that leaves out every subject of the held-out
-  ``docs/bench/prompts_general.jsonl`` (attempt 8).
+  a hand-written list that leaves out every subject of the held-out ``general`` prompt set.
 
 ``--exclude`` drops prompts an earlier run already sampled, so a second run adds new answers.
 
-    python scripts/build_eagle_prompts.py --corpus runs/eagle_corpus_s0.jsonl --out runs/eagle_prompts.jsonl
+    python benchmarks/training/build_eagle_prompts.py --corpus runs/eagle_corpus.jsonl --out runs/eagle_prompts.jsonl
 """
 
 from __future__ import annotations
@@ -134,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--corpus", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--everyday", type=int, default=0, help="how many everyday requests to add (attempt 8: 500)")
+    ap.add_argument("--everyday", type=int, default=0, help="how many everyday requests to add (the shipped head's data: 500 to 1500 per draw)")
     ap.add_argument("--exclude", default=None, help="a prompts JSONL whose prompts are left out")
     ap.add_argument("--per-module", type=int, default=6, help="public names asked about per documented module")
     ap.add_argument("--code", type=int, default=900, help="code excerpts asked about (at most the corpus's)")

@@ -1,6 +1,6 @@
 """CUDA checks of specot on the embedded target, for a machine with a GPU (docs/engine.md, "CUDA").
 
-CI has no GPU, so this script is how the CUDA path is checked when one is lent. Every check
+CI has no GPU, so this script is how the CUDA path is checked on a machine that has one. Every check
 runs even if an earlier one fails; each prints one line and all go to ``--out`` as JSON.
 
 1. **Verifiers on CUDA tensors with a CUDA generator**: each lossless verifier's emitted tokens
@@ -17,7 +17,7 @@ runs even if an earlier one fails; each prints one line and all go to ``--out`` 
 5. **No cuDNN attention**: the attention operators of a short ``suffix+eagle`` run (PyTorch's
    profiler) include none of cuDNN's, which re-plans at every new pass shape (docs/engine.md).
 
-    python scripts/cuda_check.py --out cuda_check.json
+    python benchmarks/gpu/cuda_check.py --out cuda_check.json
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-graphs", action="store_true", help="leave out the CUDA-graph runs")
     ap.add_argument("--device", default="cuda", help="cuda (default); cpu only to dry-run this script")
     ap.add_argument("--only", default="", help="comma-separated parts of check names: run only the checks that "
-                    "contain one (e.g. 'CUDA graphs,refused' when a lease is short)")
+                    "contain one (e.g. 'CUDA graphs,refused' when time is short)")
     args = ap.parse_args(argv)
     cuda = args.device.startswith("cuda")
     if cuda and not torch.cuda.is_available():

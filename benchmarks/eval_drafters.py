@@ -1,7 +1,7 @@
 """Timing-free comparison of drafters on held-out prompt sets: first-position acceptance α,
 acceptance rate, block efficiency (tokens per target pass), mean tree size.
 
-    python scripts/eval_drafters.py --drafts distilled,suffix,eagle:DIR --out docs/bench/drafters_alpha.json
+    python benchmarks/eval_drafters.py --drafts distilled,suffix,eagle:DIR --out docs/bench/drafters_alpha.json
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--drafts", default="distilled,ngram,suffix")
     ap.add_argument("--tree", default=None, help="KxL: also a greedy-children tree for model/EAGLE drafts")
     ap.add_argument("--temperatures", default="0,1", help="comma-separated sampling temperatures")
-    add_run_options(ap, sets="docs/bench/prompts_code.jsonl,mixed", dtype="float32", threads=1)
+    add_run_options(ap, sets="code,mixed", dtype="float32", threads=1)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     tgt = load_target(None, dtype=args.dtype)

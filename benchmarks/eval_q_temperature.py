@@ -1,5 +1,5 @@
 """First-position acceptance of an EAGLE head as a function of the draft's temperature, without
-sampling noise (docs/results.md, "Session 8").
+sampling noise (docs/distillation.md, "Head variants").
 
 For each prompt the target samples a continuation at temperature T; one teacher-forced target
 pass gives p at every continuation position and the fused features, and one head pass
@@ -13,9 +13,9 @@ without it), verified by the optimal ``greedy`` verifier: p(top) + Σ_{v ≠ top
 (:func:`specot.theory.optimal_acceptance`, law ``"greedy"``, n = 2, in closed form).
 For every draft after the first it also reports how much of α0(r) comes from tokens outside the
 first draft's vocabulary, Σ_{v ∉ V_first} min(p(v), q_r(v)): what a grown draft vocabulary adds
-(docs/distillation.md, "Attempt 9").
+(docs/distillation.md, "Head variants": the 16 384-token vocabulary).
 
-    python scripts/eval_q_temperature.py --sets docs/bench/prompts_general.jsonl,mixed --ratios 1,0.8,0.6
+    python benchmarks/eval_q_temperature.py --sets general,mixed --ratios 1,0.8,0.6
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--drafts", default="eagle", help="comma-separated EAGLE drafts (eagle or eagle:DIR)")
     ap.add_argument("--ratios", default="1,0.9,0.8,0.7,0.6,0.5,0.4")
     ap.add_argument("--temperature", type=float, default=1.0, help="the target's sampling temperature T > 0")
-    add_run_options(ap, sets="docs/bench/prompts_code.jsonl,mixed", dtype="bfloat16", threads=2)
+    add_run_options(ap, sets="code,mixed", dtype="bfloat16", threads=2)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     tgt = load_target(None, dtype=args.dtype)

@@ -1,8 +1,8 @@
 """What a ``specot.generate`` call costs besides decoding, with the target already loaded: building
 the default plan's drafters (the EAGLE head is read, built and quantized at every call that names
-it) and a whole call of one new token (docs/results.md, "Session 27 runs").
+it) and a whole call of one new token (docs/results.md, "Component costs").
 
-    python scripts/call_overhead.py --out docs/bench/call_overhead_s27.json
+    python benchmarks/call_overhead.py --out docs/bench/call_overhead.json
 """
 
 from __future__ import annotations

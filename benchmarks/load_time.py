@@ -1,13 +1,13 @@
 """How long loading the embedded target takes: from its GGUF file (``SPECOT_NO_CACHE=1``) against
 specot's cached float32 copy (:mod:`specot.models.embedded`), each in a fresh Python process, as a
-user's ``specot generate`` call would load it (docs/results.md, "Session 26 runs").
+user's ``specot generate`` call would load it (docs/results.md, "Component costs").
 
 Each repeat times ``specot.load_embedded_target(dtype=...)`` alone (imports excluded) and, with
 ``--cli``, the wall time of a whole ``specot generate`` call of 8 new tokens. The runs alternate
 between the two sources so that load on the machine falls on both alike. The first cached load
 converts the GGUF file if the cache is empty; it is reported apart (``first_cached_s``).
 
-    python scripts/load_time.py --repeats 3 --cli --out docs/bench/load_time_s26.json
+    python benchmarks/load_time.py --repeats 3 --cli --out docs/bench/load_time.json
 """
 
 from __future__ import annotations
