@@ -24,7 +24,7 @@ import shlex
 import sys
 from typing import Any, Callable
 from specot._validation import check_count
-from .bench import generate_speed, head_speed, theory_speed, tree_speed, verifier_speed
+from .bench import generate_speed, head_speed, suite, theory_speed, tree_speed, verifier_speed
 from .bench.report import acceptance_table, results_markdown, speedup_table, update_results, write_outputs
 import torch
 from .bench.acceptance import load_acceptance_result, run_acceptance_bench
@@ -78,8 +78,9 @@ def _command(argv_tail: list[str] | None) -> str:
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default=None, help="target model (default: the embedded SmolLM2-135M-Instruct)")
     p.add_argument("--prompts", default="mixed",
-                   help="prompt set: mixed (default), pydoc, pydoc:OFFSET, heldout, docstrings, license, zen, or FILE.jsonl "
-                        "with a 'prompt' field (see specot_lab.corpus)")
+                   help="prompt set: mixed (default), pydoc, pydoc:OFFSET, heldout, docstrings, license, zen (built "
+                        "from installed text), code, code_more, chat, general, assorted, tasks, held_out, kinds, "
+                        "languages (benchmarks/prompts/), or FILE.jsonl with a 'prompt' field (see specot_lab.corpus)")
     p.add_argument("--n-prompts", type=int, default=10)
     p.add_argument("--max-new-tokens", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
@@ -259,6 +260,12 @@ def register(subparsers: Any) -> None:
                    help="directory of the PNGs, relative to the results page (e.g. bench for docs/results.md)")
     r.add_argument("--notes", default=None, help="markdown file appended to the section (e.g. findings)")
     r.set_defaults(func=_readme)
+
+    su = sub.add_parser("suite", help="the named runs behind the README's results block; regenerates it and "
+                        "docs/results.md (make bench)", description=suite.__doc__,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    suite.add_arguments(su)
+    su.set_defaults(func=suite.run)
 
     for name, mod, help_ in _SPEED_BENCHES:
         sp = sub.add_parser(name, help=help_, description=mod.__doc__,

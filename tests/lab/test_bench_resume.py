@@ -155,3 +155,15 @@ def test_acceptance_resumes_to_the_result_of_an_uninterrupted_run(tmp_path):
     assert [key(r) for r in resumed["rows"]] == [key(r) for r in whole["rows"]]
     for a, b in zip(resumed["rows"], whole["rows"]):
         assert a["acceptance"] == pytest.approx(b["acceptance"], abs=1e-12) and a["positions"] == b["positions"]
+
+
+def test_a_finished_journal_is_reported_without_measuring_or_loading(tmp_path, monkeypatch):
+    journal = tmp_path / "speedup.jsonl"
+    first = _run(journal)
+    before = journal.read_text()
+    import specot_lab.bench.speedup as sp
+
+    monkeypatch.setattr(sp, "load_target", lambda *a, **k: pytest.fail("a finished run loaded the target"))
+    again = _run(journal)
+    assert journal.read_text() == before  # no resume line, no cell
+    assert [r["speedup"] for r in again["rows"]] == pytest.approx([r["speedup"] for r in first["rows"]])

@@ -7,7 +7,8 @@ A journal (``<out>/<benchmark>.jsonl``) holds, one JSON object per line:
   ``config`` is everything that decides what the cells measure (model, dtype, prompts' digest,
   lengths, temperatures, methods, seed, threads, device); ``run`` is :func:`~.runinfo.run_info`
   (date, commit, machine, versions, load) at the start;
-* ``{"kind": "resume", "run": {...}}`` — each later run that went on with it;
+* ``{"kind": "resume", "run": {...}}`` — each later run that went on with it (written with its
+  first record: a rerun that finds every cell measured adds nothing);
 * any other kind (``"cell"``, ``"cost_curve"``, ...) — the benchmark's own records.
 
 A rerun opens the journal with :meth:`Journal.open`: a different ``config`` is refused (one line
@@ -78,6 +79,7 @@ class Journal:
     header: dict[str, Any]
     records: list[dict[str, Any]] = field(default_factory=list)
     resumed: bool = False
+    _pending: dict[str, Any] | None = None
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], benchmark: str, schema_version: int, config: dict[str, Any],
@@ -104,7 +106,7 @@ class Journal:
                 with open(path, "r+b") as fh:
                     fh.truncate(data.rfind(b"\n") + 1)
             journal = cls(path, header, records, resumed=True)
-            journal.add({"kind": "resume", "run": run})
+            journal._pending = {"kind": "resume", "run": run}  # written with the first new record
             return journal
         path.parent.mkdir(parents=True, exist_ok=True)
         header = {"kind": "header", "benchmark": benchmark, "schema_version": schema_version,
@@ -116,13 +118,16 @@ class Journal:
         return cls(path, header)
 
     def add(self, record: dict[str, Any]) -> None:
-        """Append ``record`` (a JSON-ready dict with a ``kind``) and flush it to disk."""
-        record = _norm(record)
+        """Append ``record`` (a JSON-ready dict with a ``kind``) and flush it to disk; the first record
+        a resumed journal gets is preceded by its ``resume`` line."""
+        new = ([self._pending] if self._pending is not None else []) + [record]
+        self._pending = None
         with open(self.path, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(record) + "\n")
+            for rec in map(_norm, new):
+                fh.write(json.dumps(rec) + "\n")
+                self.records.append(rec)
             fh.flush()
             os.fsync(fh.fileno())
-        self.records.append(record)
 
     def of_kind(self, kind: str) -> list[dict[str, Any]]:
         """The records of one ``kind``, in order."""

@@ -57,17 +57,24 @@ def run_info() -> dict[str, Any]:
             "commit": commit, "commit_dirty": dirty, "cpu_model": cpu_model()}
 
 
-def machine_label(info: dict[str, Any]) -> str:
+def _short_model(model: str) -> str:
+    """``Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz`` → ``Intel Xeon Platinum 8481C``."""
+    model = model.replace("(R)", "").replace("(TM)", "").replace("(tm)", "").split(" @ ")[0]
+    words = [w for w in model.split() if w not in ("CPU", "Processor")]
+    return " ".join(words)
+
+
+def machine_label(info: dict[str, Any], device: str = "cpu") -> str:
     """A short description of the machine in ``info`` (a :func:`run_info` record): the GPU's name when
-    one ran the target, else the core count, the CPU model and its matrix extension (AMX,
-    AVX512-BF16 or AVX2 only)."""
+    the target ran on one (``device``), else the core count, the CPU model and its matrix extension,
+    e.g. ``2-core Intel Xeon Platinum 8481C with AMX``; ``info["machine_label"]`` when set."""
     if info.get("machine_label"):
         return str(info["machine_label"])
-    if info.get("gpu") and info.get("device", "cpu") != "cpu":
+    if device != "cpu" and info.get("gpu"):
         return str(info["gpu"])
     flags = info.get("cpu_flags") or {}
-    ext = "AMX" if flags.get("amx_bf16") else "AVX512-BF16" if flags.get("avx512_bf16") else \
-        "AVX2 only" if flags.get("avx2") else None
-    model = info.get("cpu_model") or "CPU"
+    ext = "with AMX" if flags.get("amx_bf16") else "with AVX512-BF16" if flags.get("avx512_bf16") else \
+        ", AVX2 only" if flags.get("avx2") else ""
+    model = _short_model(info["cpu_model"]) if info.get("cpu_model") else "CPU"
     cores = info.get("cpu_count")
-    return ", ".join(x for x in (f"{cores}-core {model}" if cores else model, ext) if x)
+    return (f"{cores}-core {model}" if cores else model) + (f" {ext}" if ext.startswith("with") else ext)

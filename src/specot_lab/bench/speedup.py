@@ -370,6 +370,11 @@ def _setup(tgt: Any, bd: BenchDraft | None, methods: list[Method], prompt_set: s
     }
 
 
+def _plan_record(plan: Any) -> dict[str, Any]:
+    """The draft name, children per node, draft length and confidence gate of an :func:`auto_plan`."""
+    return {k: getattr(plan, k, None) for k in ("draft", "drafts", "gamma", "min_confidence")}
+
+
 def _resume_setup(jr: Journal | None, setup: dict[str, Any], measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """The cost curve: the journal's (a resumed run keeps the curve its cells were predicted with) or
     a new measurement, recorded with ``setup``.
@@ -419,6 +424,11 @@ def run_speedup_bench(*, target: Any = None, draft: str | BenchDraft | None = "d
               "extra_drafts": list(extra_drafts), "device": str(device), "cuda_graphs": bool(cuda_graphs),
               "torch_threads": torch.get_num_threads()}
     jr = Journal.open(journal, "speedup", SCHEMA_VERSION, config, run_info(), fresh=fresh) if journal else None
+    if jr is not None and jr.resumed and jr.of_kind("setup") and jr.of_kind("cell"):
+        old = load_speedup_result(jr.path)
+        if old["complete"]:  # nothing left to measure: no model is loaded
+            print(f"[bench speedup] every cell of {jr.path} is measured already; --fresh measures again", file=log)
+            return old
     tgt = load_target(target, dtype=dtype, device=device)
     bd: BenchDraft | None = None
     if draft is not None:
@@ -436,6 +446,8 @@ def run_speedup_bench(*, target: Any = None, draft: str | BenchDraft | None = "d
                              static_len=static_len)
 
     setup = _setup(tgt, bd, methods, prompt_set, len(encoded), cuda_graphs)
+    if "auto" in extra_drafts:  # what the auto row decodes with at each temperature
+        setup["auto_plans"] = {f"{float(t):g}": _plan_record(auto_plan(tgt, temperature=float(t))) for t in temperatures}
     dm = bd.obj if bd is not None and bd.available else None
     sizes = [L + 1 for L in gammas] + [K * L + 1 for K, L in trees]
     widths = sorted({1} | {K for K, _ in trees})
