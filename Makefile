@@ -36,6 +36,10 @@ test: setup-dev
 test-fast: setup-dev
 	$(PY) -m pytest -q -m "not slow"
 
+bench: setup
+	# the runs behind the README's results block (about 30 min on 2 cores); BENCH_ARGS=--quick for a smoke run
+	$(VENV)/bin/specot bench suite $(BENCH_ARGS)
+
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache
 
