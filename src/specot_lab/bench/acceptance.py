@@ -71,7 +71,6 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -91,7 +90,7 @@ from tqdm import tqdm
 from specot.engine import GenerationConfig, autoregressive_generate
 from specot.envinfo import load_average
 from ..corpus import describe_prompt_set
-from .journal import Journal, read_journal
+from .journal import Journal, load_result
 from .runinfo import run_info
 
 __all__ = [
@@ -603,26 +602,12 @@ def acceptance_result(config: dict[str, Any], setup: dict[str, Any], cells: list
 
 def load_acceptance_result(path: str | os.PathLike[str]) -> dict[str, Any]:
     """An acceptance result from ``path``: ``acceptance.json``, the journal ``acceptance.jsonl``
-    (finished or interrupted) or a directory holding either (the journal first).
+    (finished or interrupted: :func:`acceptance_result` of its cells) or a directory holding either
+    (:func:`~specot_lab.bench.journal.load_result`).
 
     Raises:
         FileNotFoundError: nothing readable at ``path``.
         ValueError: a file of another benchmark, or a journal without a measured cell.
     """
-    p = Path(path)
-    if p.is_dir():
-        p = p / "acceptance.jsonl" if (p / "acceptance.jsonl").exists() else p / "acceptance.json"
-    if p.suffix != ".jsonl":
-        res = json.loads(p.read_text(encoding="utf-8"))
-        if res.get("benchmark") != "acceptance":
-            raise ValueError(f"{p} is not an acceptance result (benchmark {res.get('benchmark')!r})")
-        return res
-    header, records = read_journal(p)
-    if header.get("benchmark") != "acceptance":
-        raise ValueError(f"{p} is a journal of {header.get('benchmark')!r}, not of the acceptance benchmark")
-    setup = [r for r in records if r.get("kind") == "setup"]
-    cells = [r for r in records if r.get("kind") == "cell"]
-    if not setup or not cells:
-        raise ValueError(f"{p}: the run stopped before its first cell was measured; nothing to report")
-    runs = [header["run"]] + [r["run"] for r in records if r.get("kind") == "resume"]
-    return acceptance_result(header["config"], {k: v for k, v in setup[0].items() if k != "kind"}, cells, runs)
+    run = load_result(path, "acceptance")
+    return run if isinstance(run, dict) else acceptance_result(run.config, run.setup, run.cells, run.runs)

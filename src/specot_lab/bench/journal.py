@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Journal", "read_journal", "config_difference"]
+__all__ = ["Journal", "JournalRun", "read_journal", "load_result", "config_difference"]
 
 
 def _norm(obj: Any) -> Any:
@@ -136,3 +136,42 @@ class Journal:
     def runs(self) -> list[dict[str, Any]]:
         """The header's ``run`` and every resume's, in order: one per process that measured cells."""
         return [self.header["run"]] + [r["run"] for r in self.of_kind("resume")]
+
+
+@dataclass(frozen=True)
+class JournalRun:
+    """What a journal holds of a run, finished or not: its ``config``, its ``setup`` record (less
+    ``kind``), its ``cells`` in order and the ``runs`` (processes) that measured them."""
+
+    config: dict[str, Any]
+    setup: dict[str, Any]
+    cells: list[dict[str, Any]]
+    runs: list[dict[str, Any]]
+
+
+def load_result(path: str | os.PathLike[str], benchmark: str) -> dict[str, Any] | JournalRun:
+    """A ``benchmark`` result at ``path``: the result JSON (``<benchmark>.json``) as a dict, or the
+    :class:`JournalRun` of its journal (``<benchmark>.jsonl``); a directory gives the journal when it
+    holds one (it is the newer when a run was resumed), else the JSON.
+
+    Raises:
+        FileNotFoundError: nothing readable at ``path``.
+        ValueError: a file of another benchmark, or a journal without a measured cell.
+    """
+    p = Path(path)
+    if p.is_dir():
+        p = p / f"{benchmark}.jsonl" if (p / f"{benchmark}.jsonl").exists() else p / f"{benchmark}.json"
+    if p.suffix != ".jsonl":
+        res = json.loads(p.read_text(encoding="utf-8"))
+        if res.get("benchmark") != benchmark:
+            raise ValueError(f"{p} is not a {benchmark} result (benchmark {res.get('benchmark')!r})")
+        return res
+    header, records = read_journal(p)
+    if header.get("benchmark") != benchmark:
+        raise ValueError(f"{p} is a journal of {header.get('benchmark')!r}, not of the {benchmark} benchmark")
+    setup = [r for r in records if r.get("kind") == "setup"]
+    cells = [r for r in records if r.get("kind") == "cell"]
+    if not setup or not cells:
+        raise ValueError(f"{p}: the run stopped before its first cell was measured; nothing to report")
+    runs = [header["run"]] + [r["run"] for r in records if r.get("kind") == "resume"]
+    return JournalRun(header["config"], {k: v for k, v in setup[0].items() if k != "kind"}, cells, runs)

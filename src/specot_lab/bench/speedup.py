@@ -71,7 +71,6 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable, Sequence
 
@@ -79,7 +78,7 @@ import numpy as np
 import torch
 
 from .acceptance import BenchDraft, load_bench_draft, mean_ci
-from .journal import Journal, config_difference, read_journal
+from .journal import Journal, config_difference, load_result
 from .runinfo import run_info
 from .script_io import device_sync
 from specot.drafting.eagle import EagleDrafter
@@ -566,31 +565,19 @@ def speedup_result(config: dict[str, Any], setup: dict[str, Any], cost: dict[str
 
 def load_speedup_result(path: str | os.PathLike[str]) -> dict[str, Any]:
     """A speedup result from ``path``: a result JSON (``speedup.json``), a journal (``speedup.jsonl``,
-    finished or interrupted: :func:`speedup_result` of its cells) or a directory holding either (the
-    journal first: it is the newer when a run was resumed).
+    finished or interrupted: :func:`speedup_result` of its cells) or a directory holding either
+    (:func:`~specot_lab.bench.journal.load_result`).
 
     Raises:
         FileNotFoundError: nothing readable at ``path``.
-        ValueError: a journal that has not measured a cell yet, or a file of another benchmark.
+        ValueError: a journal that has not measured a cell of autoregressive decoding yet, or a file
+            of another benchmark.
     """
-    p = Path(path)
-    if p.is_dir():
-        p = p / "speedup.jsonl" if (p / "speedup.jsonl").exists() else p / "speedup.json"
-    if p.suffix != ".jsonl":
-        res = json.loads(p.read_text(encoding="utf-8"))
-        if res.get("benchmark") != "speedup":
-            raise ValueError(f"{p} is not a speedup result (benchmark {res.get('benchmark')!r})")
-        return res
-    header, records = read_journal(p)
-    if header.get("benchmark") != "speedup":
-        raise ValueError(f"{p} is a journal of {header.get('benchmark')!r}, not of the speedup benchmark")
-    setup = [r for r in records if r.get("kind") == "setup"]
-    cells = [r for r in records if r.get("kind") == "cell"]
-    if not setup or not cells:
-        raise ValueError(f"{p}: the run stopped before its first cell was measured; nothing to report")
-    runs = [header["run"]] + [r["run"] for r in records if r.get("kind") == "resume"]
-    res = speedup_result(header["config"], {k: v for k, v in setup[0].items() if k not in ("kind", "cost_curve")},
-                         setup[0]["cost_curve"], cells, runs)
+    run = load_result(path, "speedup")
+    if isinstance(run, dict):
+        return run
+    setup = {k: v for k, v in run.setup.items() if k != "cost_curve"}
+    res = speedup_result(run.config, setup, run.setup["cost_curve"], run.cells, run.runs)
     if not res["rows"]:
-        raise ValueError(f"{p}: no cell of autoregressive decoding yet, so no speedup to report")
+        raise ValueError(f"{path}: no cell of autoregressive decoding yet, so no speedup to report")
     return res
