@@ -26,7 +26,9 @@ every worker):
 from __future__ import annotations
 
 import functools
+import json
 import logging
+import os
 from typing import Any
 
 import torch
@@ -144,11 +146,26 @@ def _head_ratio(proposer: Any) -> float:
         c2 = parse_config(getattr(vc, "additional_config", None)) if vc is not None else None
         r = c2.q_temperature_ratio if c2 is not None else None
     if r is None:
-        spec = getattr(proposer, "speculative_config", None)
-        hf = getattr(getattr(spec, "draft_model_config", None), "hf_config", None)
-        r = getattr(hf, "specot_q_temperature_ratio", None)
+        r = _checkpoint_ratio(getattr(getattr(proposer, "speculative_config", None), "draft_model_config", None))
     proposer._specot_ratio = float(r) if r else 1.0
+    log.info("specot: EAGLE draft law q = softmax(z / (r·T)) with r = %s", proposer._specot_ratio)
     return proposer._specot_ratio
+
+
+def _checkpoint_ratio(draft_model_config: Any) -> float | None:
+    """``specot_q_temperature_ratio`` of the draft checkpoint: on vLLM's config object (or the
+    model config its EAGLE wrapper holds), else read from the checkpoint's ``config.json``."""
+    hf = getattr(draft_model_config, "hf_config", None)
+    for obj in (hf, getattr(hf, "model", None)):
+        r = getattr(obj, "specot_q_temperature_ratio", None)
+        if r is not None:
+            return float(r)
+    path = getattr(draft_model_config, "model", None)
+    if isinstance(path, str) and os.path.isfile(os.path.join(path, "config.json")):
+        with open(os.path.join(path, "config.json"), encoding="utf-8") as fh:
+            r = json.load(fh).get("specot_q_temperature_ratio")
+        return None if r is None else float(r)
+    return None
 
 
 def _patch_eagle_q() -> None:

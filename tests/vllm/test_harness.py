@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-vllm = pytest.importorskip("vllm")
+vllm = pytest.importorskip("vllm.config")  # (this folder is a namespace "vllm" where vLLM is absent)
 
 from specot_vllm import harness, patches  # noqa: E402
 from specot_vllm.config import SpecotVllmConfig  # noqa: E402

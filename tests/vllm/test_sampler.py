@@ -123,3 +123,15 @@ def test_config_is_checked_and_lossy_verifiers_are_labelled():
                       ({"verifier": "lenient", "verifier_params": {"lenience": 2}}, "lenience")]:
         with pytest.raises(ValueError, match=word):
             parse_config({"specot": bad})
+
+
+def test_the_shipped_heads_q_calibration_is_found_where_vllm_keeps_the_draft_config():
+    from types import SimpleNamespace
+
+    from specot_vllm.engines import eagle_dir
+    from specot_vllm.patches import _checkpoint_ratio
+
+    assert _checkpoint_ratio(SimpleNamespace(model=eagle_dir(), hf_config=None)) == 0.75
+    wrapped = SimpleNamespace(model=SimpleNamespace(specot_q_temperature_ratio=0.5))  # vLLM's EAGLEConfig
+    assert _checkpoint_ratio(SimpleNamespace(model="", hf_config=wrapped)) == 0.5
+    assert _checkpoint_ratio(SimpleNamespace(model="/nonexistent", hf_config=None)) is None

