@@ -26,7 +26,7 @@ with a one-hot q every lossless rule accepts the prefix x^i with probability at 
 token-level already reaches, so their expected gain is exactly 0.
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/eval_block_verification.py \\
-        --out docs/bench/block_verification.json
+        --out runs/block_verification.json
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from torch import Tensor
 from specot.api import decoding_plan, load_drafter, load_target
 from specot.drafting import ModelDrafter
 from specot.engine import GenerationConfig, speculative_generate, tree_generate
-from specot.envinfo import environment_info
+from specot_lab.bench.runinfo import run_info
 from specot.sampling import SamplingConfig
 from specot.verifiers import get_verifier
 from specot.verifiers.base import SequenceVerifier, TreeVerifyOutput, Verifier, VerifyOutput
@@ -57,7 +57,6 @@ from specot.verifiers.kseq import kseq_rho
 from specot.verifiers.traversal import traversal_output_law
 from specot_lab.corpus import describe_prompt_set, load_prompts
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
 # ----------------------------------------------------------------------------- RB recording
@@ -367,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", default=str(ROOT / "docs/bench/block_verification.json"))
+    ap.add_argument("--out", default="runs/block_verification.json", help="JSON path (default runs/block_verification.json)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     floats = lambda s: [float(x) for x in s.split(",") if x.strip()]  # noqa: E731
@@ -395,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": "HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/eval_block_verification.py " + " ".join(shlex.quote(a) for a in argv_s),
         "target": tgt.name, "dtype": args.dtype, "max_new_tokens": args.max_new_tokens, "seeds": seeds,
         "seed_rule": "GenerationConfig.seed = 1000 * seed + prompt_index, identical for both verifiers of a pair",
-        "torch_threads": torch.get_num_threads(), "environment": environment_info(), "jobs": []}
+        "torch_threads": torch.get_num_threads(), "environment": run_info(), "jobs": []}
     outp = Path(args.out)
     outp.parent.mkdir(parents=True, exist_ok=True)
     for k, job in enumerate(jobs):
@@ -418,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
         out["elapsed_s"] = time.perf_counter() - t0
         outp.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")  # partial results survive
     out["pooled"] = pooled(out)
-    out["environment_end"] = {"load_average": environment_info().get("load_average")}
+    out["environment_end"] = {"load_average": run_info().get("load_average")}
     outp.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
     outp.with_suffix(".md").write_text(markdown(out), encoding="utf-8")
     print(markdown(out))

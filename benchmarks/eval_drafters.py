@@ -1,7 +1,7 @@
 """Timing-free comparison of drafters on held-out prompt sets: first-position acceptance α,
 acceptance rate, block efficiency (tokens per target pass), mean tree size.
 
-    python benchmarks/eval_drafters.py --drafts distilled,suffix,eagle:DIR --out docs/bench/drafters_alpha.json
+    python benchmarks/eval_drafters.py --drafts distilled,suffix,eagle:DIR --out runs/drafters.json
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ import torch
 
 from specot import generate, make_generator
 from specot.api import load_target
-from specot.envinfo import environment_info
+from specot_lab.bench.runinfo import run_info
 from specot.laws import sample_drafts
 from specot.verifiers import DraftLaw, get_verifier
 from specot_lab.bench.acceptance import early_exit_draft
@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     def write() -> list[str]:  # after every check, so a run cut short still leaves its results
         failed = [r["check"] for r in results if not r["ok"]]
         with open(args.out, "w", encoding="utf-8") as f:
-            json.dump({"environment": environment_info(), "device": args.device,
+            json.dump({"environment": run_info(), "device": args.device,
                        "device_name": torch.cuda.get_device_name(0) if cuda else None,
                        "results": results, "failed": failed}, f, indent=2)
         return failed

@@ -21,7 +21,7 @@ from specot.api import load_drafter, load_target
 from specot.engine import GenerationConfig, autoregressive_generate, speculative_generate
 from specot.sampling import SamplingConfig
 from ..corpus import load_prompts
-from specot.envinfo import environment_info
+from .runinfo import run_info
 
 __all__ = ["run_generate_bench", "add_arguments", "run"]
 
@@ -146,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
     print(_table(result))
     if args.out:
 
-        result.setdefault("environment", environment_info())
+        result.setdefault("environment", run_info())
         with open(args.out, "w", encoding="utf-8") as fh:
             json.dump(result, fh, indent=2)
     return 0

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from specot.envinfo import environment_info
+from .runinfo import run_info
 
 __all__ = ["measure_head", "median_ms", "add_arguments", "run"]
 
@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
                     for r in measure_head(args.vocab, args.hidden, [int(r) for r in args.rows.split(",")], args.reps,
                                           getattr(torch, name.strip()))]}
 
-    res["environment"] = environment_info()
+    res["environment"] = run_info()
     text = json.dumps(res, indent=1)
     if args.out:
         with open(args.out, "w") as f:

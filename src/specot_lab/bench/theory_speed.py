@@ -20,7 +20,7 @@ import numpy as np
 from tqdm import tqdm
 
 from specot.theory import optimal_acceptance
-from specot.envinfo import environment_info
+from .runinfo import run_info
 
 LAWS = ("iid", "wor", "cps", "greedy")
 NS = (2, 3, 4, 8)
@@ -98,6 +98,6 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
 
         with open(args.out, "w") as f:
-            json.dump({**res, "environment": environment_info()} if isinstance(res, dict) else
-                      {"results": res, "environment": environment_info()}, f, indent=2)
+            json.dump({**res, "environment": run_info()} if isinstance(res, dict) else
+                      {"results": res, "environment": run_info()}, f, indent=2)
     return 0

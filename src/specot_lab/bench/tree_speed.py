@@ -35,7 +35,7 @@ from specot.engine import GenerationConfig, autoregressive_generate, tree_genera
 from specot.sampling import SamplingConfig
 from transformers import LlamaConfig, LlamaForCausalLM
 from specot.models.embedded import load_embedded_target
-from specot.envinfo import environment_info
+from .runinfo import run_info
 
 __all__ = ["measure_tree_cost", "measure_overhead", "measure_grid", "add_arguments", "run"]
 
@@ -196,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
     sizes = [1, 8, 16, 32, 64]
     sections = {s.strip() for s in args.sections.split(",")}
 
-    out: dict[str, Any] = {"threads": torch.get_num_threads(), "quick": args.quick, "environment": environment_info()}
+    out: dict[str, Any] = {"threads": torch.get_num_threads(), "quick": args.quick, "environment": run_info()}
     t0 = time.perf_counter()
 
     def save() -> None:  # after every section, so a long run keeps what it measured

@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from specot.laws import sample_drafts
 from specot.verifiers import DraftLaw, get_verifier
-from specot.envinfo import environment_info
+from .runinfo import run_info
 
 V = 49152
 CONFIGS = [  # name, params, law, valid n
@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     meta = {"V": V, "torch": torch.__version__, "threads": torch.get_num_threads(), "machine": platform.machine(),
             "processor": platform.processor() or platform.platform()}
 
-    meta["environment"] = environment_info()
+    meta["environment"] = run_info()
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"meta": meta, "results": rows}, f, indent=2)
