@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 from ..api import GenerationInterrupted, generate
+from .main import EXIT_INTERRUPTED, ignore_interrupts
 
 __all__ = ["register", "run"]
 
@@ -181,23 +182,52 @@ def run(args: argparse.Namespace) -> int:
     try:
         report = generate(prompt, **kwargs)
     except GenerationInterrupted as stop:
+        return _interrupted(stop, args.json)
+    except KeyboardInterrupt:  # before decoding: loading the models, encoding the prompt
+        ignore_interrupts()
         if args.json:
-            print(json.dumps(stop.to_dict(), indent=2))
-        print(f"\nspecot: interrupted during the {stop.phase} run after {len(stop.tokens)} tokens in "
-              f"{stop.elapsed_s:.2f} s ({stop.tokens_per_s:.1f} tokens/s)"
-              + ("; the text above is all that was generated" if not args.json else ""), file=sys.stderr)
-        return 130
+            print(json.dumps({"interrupted": True, "phase": "loading", "text": "", "tokens": [], "new_tokens": 0,
+                              "report": None}, indent=2), flush=True)
+        print("\nspecot: interrupted before decoding started (loading the models)", file=sys.stderr)
+        return EXIT_INTERRUPTED
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
         return 0
     print("\n")
-    st = report.result.stats.to_dict()
-    print(_fmt_stats(report.result.method if report.result.method == "tree" else "speculative", st)
-          + f" | draft {report.draft}{', CUDA graphs' if report.cuda_graphs else ''} | {_verifier_text(report)}")
-    if report.result.method == "tree":
+    _print_report(report)
+    return 0
+
+
+def _print_report(report: object, *, baseline: bool = True) -> None:
+    """The statistics lines of a finished run (text mode): the speculative run, the tree line, and
+    (with ``baseline``) the autoregressive run and the speedup when there was one."""
+    result = report.result  # type: ignore[attr-defined]
+    st = result.stats.to_dict()
+    print(_fmt_stats(result.method if result.method == "tree" else "speculative", st)
+          + f" | draft {report.draft}{', CUDA graphs' if report.cuda_graphs else ''} | "  # type: ignore[attr-defined]
+          + _verifier_text(report))
+    if result.method == "tree":
         print(f"[tree] mean tree size {st['mean_tree_size']:.1f} nodes | mean accepted length "
               f"{st['mean_accepted_length']:.2f} | time outside forward passes {100 * st['overhead_share']:.1f}%")
-    if report.baseline is not None:
-        print(_fmt_stats("autoregressive", report.baseline.stats.to_dict()))
+    if baseline and report.baseline is not None:  # type: ignore[attr-defined]
+        print(_fmt_stats("autoregressive", report.baseline.stats.to_dict()))  # type: ignore[attr-defined]
         print(_speedup_line(report))
-    return 0
+
+
+def _interrupted(stop: GenerationInterrupted, as_json: bool) -> int:
+    """Ctrl-C during decoding: with ``--json`` the one object (what was generated, and the finished
+    speculative report when the baseline was interrupted); in text mode the streamed text stays on
+    screen, followed by the finished speculative run's statistics when the baseline was the run
+    interrupted. Then one line on stderr."""
+    ignore_interrupts()
+    if as_json:
+        print(json.dumps(stop.to_dict(), indent=2), flush=True)
+    elif stop.report is not None:  # the speculative run finished: its statistics still count
+        print("\n")
+        _print_report(stop.report, baseline=False)
+        sys.stdout.flush()
+    what = ("" if as_json else "; the statistics above are the finished speculative run's" if stop.report is not None
+            else "; the text above is all that was generated")
+    print(f"\nspecot: interrupted during the {stop.phase} run after {len(stop.tokens)} tokens in "
+          f"{stop.elapsed_s:.2f} s ({stop.tokens_per_s:.1f} tokens/s){what}", file=sys.stderr)
+    return EXIT_INTERRUPTED

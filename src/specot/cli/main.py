@@ -4,24 +4,50 @@ command registered in the ``specot.commands`` entry-point group (the lab's ``ben
 
 Each sub-command module exposes ``register(subparsers) -> None``; the parser sets ``func`` to the
 handler, which returns an exit code.
+
+Start-up: this module imports only the standard library. The sub-commands, and with them torch
+and transformers (about 6 s), are imported inside :func:`main`, after its Ctrl-C and error
+handling is in place, so that an interrupt during the import is reported like any other.
+
+Exit status: 0 success; 1 bad input or an unusable environment (one line ``specot: error: ...``);
+2 usage errors (argparse); 130 interrupted (Ctrl-C: one line ``specot: interrupted``, and with
+``--json`` one JSON object ``{"interrupted": true, ...}`` on stdout); 141 when stdout is a closed
+pipe (``specot generate ... | head``): no message, the status a shell reports for a command that
+SIGPIPE ended (128 + 13), as ``yes | head`` gives, which ``set -o pipefail`` scripts expect.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import signal
 import sys
+import threading
 import warnings
 from importlib.metadata import entry_points
+from typing import Any
 
-from . import generate, theory
+__all__ = ["main", "build_parser", "COMMAND_GROUP", "KNOWN_ERRORS", "EXIT_INTERRUPTED", "EXIT_BROKEN_PIPE",
+           "error_message", "ignore_interrupts"]
 
 #: Entry-point group through which other packages (the lab) add sub-commands.
 COMMAND_GROUP = "specot.commands"
 
+#: Exit status after Ctrl-C (128 + SIGINT, the shell's convention).
+EXIT_INTERRUPTED = 130
+#: Exit status when stdout is a closed pipe (128 + SIGPIPE, what a shell reports for a command
+#: that SIGPIPE ended).
+EXIT_BROKEN_PIPE = 141
+
 
 def build_parser() -> argparse.ArgumentParser:
-    """The full ``specot`` argument parser: the core's commands, then the registered ones."""
+    """The full ``specot`` argument parser: the core's commands, then the registered ones.
+
+    Imports the sub-command modules (torch, transformers): :func:`main` calls it inside its
+    Ctrl-C handling."""
+    from . import generate, theory  # here, not at the top: see the module docstring
+
     parser = argparse.ArgumentParser(
         prog="specot",
         description="Exact speculative decoding: verifiers, theory and a decoding engine over Hugging Face models.",
@@ -54,25 +80,84 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
     print("specot: warning: " + " ".join(str(message).split()), file=sys.stderr)
 
 
+def ignore_interrupts() -> None:
+    """Ignore further Ctrl-C while the command reports an interrupt (a second Ctrl-C must not cut
+    its one line or its JSON object short); :func:`main` restores the handler when it returns.
+    A no-op outside the main thread."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+class _Run:
+    """What :func:`main` knows about the run when it is interrupted."""
+
+    def __init__(self, argv: list[str]) -> None:
+        self.json = "--json" in argv[: argv.index("--")] if "--" in argv else "--json" in argv
+        self.command: str | None = None  # set once the command runs
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; returns the process exit code: 0 success, 1 bad input (one line
-    ``specot: error: ...`` on stderr), 2 usage errors (argparse), 130 interrupted (Ctrl-C).
+    """Run the CLI; returns the process exit code (module docstring: 0, 1, 2, 130, 141).
+
+    Ctrl-C is handled from the first instruction, the import of the sub-commands included: one
+    line ``specot: interrupted`` on stderr, exit 130; with ``--json``, stdout then holds one JSON
+    object ``{"interrupted": true, "command": ..., "phase": "start-up" | "running"}`` unless the
+    command printed its own (``specot generate`` prints what was generated).
 
     Set ``SPECOT_TRACEBACK=1`` to get the full traceback of a reported error."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    main_thread = threading.current_thread() is threading.main_thread()
+    handler = signal.getsignal(signal.SIGINT) if main_thread else None
+    args = list(sys.argv[1:] if argv is None else argv)
+    run = _Run(args)
     try:
         with warnings.catch_warnings():
             warnings.showwarning = _one_line_warning
-            return int(args.func(args) or 0)
+            return _run(args, run)
     except KeyboardInterrupt:
-        print("\nspecot: interrupted", file=sys.stderr)
-        return 130
+        return _interrupted(run)
+    except BrokenPipeError:
+        return _broken_pipe()
     except KNOWN_ERRORS as exc:
         if os.environ.get("SPECOT_TRACEBACK"):
             raise
         print(f"specot: error: {error_message(exc)}", file=sys.stderr)
         return 1
+    finally:
+        if main_thread and handler is not None and signal.getsignal(signal.SIGINT) is not handler:
+            signal.signal(signal.SIGINT, handler)
+
+
+def _run(argv: list[str], run: _Run) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    run.command = args.command
+    return int(args.func(args) or 0)
+
+
+def _interrupted(run: _Run) -> int:
+    """Ctrl-C outside a command's own handling: one line, and with ``--json`` one JSON object."""
+    ignore_interrupts()
+    if run.json:
+        obj: dict[str, Any] = {"interrupted": True, "command": run.command,
+                               "phase": "running" if run.command else "start-up"}
+        try:
+            print(json.dumps(obj), flush=True)
+        except OSError:  # stdout is gone: the line below still says it
+            pass
+    print("\nspecot: interrupted", file=sys.stderr)
+    return EXIT_INTERRUPTED
+
+
+def _broken_pipe() -> int:
+    """stdout was closed by its reader: no message. stdout is pointed at ``/dev/null`` so that the
+    interpreter's final flush does not fail again (the recipe of Python's ``signal`` docs, "Note
+    on SIGPIPE"), and the status is 141 (module docstring)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # no real file behind sys.stdout (a test's capture)
+        pass
+    return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":  # pragma: no cover
