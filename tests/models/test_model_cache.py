@@ -7,6 +7,10 @@ of a load from the GGUF file."""
 from __future__ import annotations
 
 import errno
+import os
+import signal
+import subprocess
+import sys
 import shutil
 import threading
 import warnings
@@ -102,8 +106,11 @@ def test_the_cached_copy_loads_the_gguf_model_bit_for_bit(tmp_path, monkeypatch)
     direct = specot.load_embedded_target(dtype="float32")  # from the GGUF file
     monkeypatch.delenv("SPECOT_NO_CACHE")
     cached32 = specot.load_embedded_target(dtype="float32")  # makes the copy
+    cached32_dir = embedded._converted_copy(*embedded.embedded_gguf())
     cached = specot.load_embedded_target(dtype="bfloat16")  # reads it
-    assert len(list((tmp_path / "cache").iterdir())) == 1
+    assert [p.name for p in (tmp_path / "cache").iterdir() if not p.name.startswith(".")] == [cached32_dir.name]
+    files = embedded._read_mark(cached32_dir)["files"]  # sizes and checksums of what was written
+    assert files["model.safetensors"]["size"] == (cached32_dir / "model.safetensors").stat().st_size
     a, b, b16 = direct.model.state_dict(), cached32.model.state_dict(), cached.model.state_dict()
     assert a.keys() == b.keys() == b16.keys()
     assert all(b[k].dtype == torch.float32 and torch.equal(a[k], b[k]) for k in a)  # the de-quantized values
@@ -296,3 +303,37 @@ def test_a_finished_copy_is_not_replaced_for_a_damage_another_process_repaired(f
     ino = dest.stat().st_ino
     out, msgs = _load_warnings(lambda: embedded._converted_copy(src, gguf, damaged=("an older copy", "it failed")))
     assert out == dest and dest.stat().st_ino == ino and len(calls) == 1 and msgs == []
+
+
+_KILLED_CONVERSION = """
+import sys, time
+from pathlib import Path
+from specot.models import embedded
+def convert(directory, gguf, out):
+    (out / "model.safetensors").write_bytes(bytes(4096))  # half-written weights
+    print("SPECOT-TEST-WRITING", flush=True)
+    time.sleep(300)
+embedded._convert_gguf = convert
+embedded._converted_copy(Path(sys.argv[1]), sys.argv[2])
+"""
+
+
+def test_a_killed_conversion_leaves_nothing_once_the_next_run_is_done(fake_gguf, tmp_path):
+    src, gguf, calls = fake_gguf
+    cache = tmp_path / "cache"
+    env = dict(os.environ, SPECOT_CACHE_DIR=str(cache))
+    p = subprocess.Popen([sys.executable, "-c", _KILLED_CONVERSION, str(src), gguf], stdout=subprocess.PIPE,
+                         text=True, env=env)
+    try:
+        assert p.stdout.readline().strip() == "SPECOT-TEST-WRITING"  # mid-write, holding the lock
+        assert len(_leftovers(cache)) == 1
+        embedded._sweep(cache)  # a live conversion's directory stays
+        assert len(_leftovers(cache)) == 1
+        p.send_signal(signal.SIGKILL)
+        p.wait(30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert len(_leftovers(cache)) == 1  # what a killed process leaves
+    dest = embedded._converted_copy(src, gguf)  # the next run
+    assert _leftovers(cache) == [] and (dest / embedded._CACHE_MARK).is_file() and len(calls) == 1
