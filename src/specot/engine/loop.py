@@ -422,6 +422,8 @@ def decode(
     order (by ``id``), so two generations that share any of them, in any roles, never deadlock.
     Threads that share a loaded target therefore run their generations one after the other, each
     with exactly the result it would get alone; for parallel decoding load one target per thread.
+    ``on_tokens`` runs holding the locks: it must not wait for another thread's generation on the
+    same target or drafter.
     """
     with contextlib.ExitStack() as held:
         for lock in _locks_for(target, drafter):
