@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specot.drafting import EAGLE_DEFAULT_TREE, EagleDrafter, TreeSpec
-from specot.drafting.eagle import EAGLE3_KEYS, Eagle3Head, _attend, default_eagle_layers, rerank
+from specot.drafting.eagle import EAGLE3_KEYS, Eagle3Head, default_eagle_layers, rerank
+from specot.drafting.eagle.head import _attend
 from specot.engine import GenerationConfig, autoregressive_generate, make_generator, speculative_generate, tree_generate
 from specot.laws import top_tokens
 from specot.models.device import PrepackedLinear, prepacking_available
@@ -57,8 +58,8 @@ class _Recorder(EagleDrafter):
 def _recorder(target, draft_vocab=DRAFT_VOCAB, **kw) -> _Recorder:
     base = _eagle(target, draft_vocab, **kw)
     rec = _Recorder(base.head, target)
-    rec.dynamic, rec.top_k, rec.total_tokens, rec.width = base.dynamic, base.top_k, base.total_tokens, base.width
-    rec.rerank, rec.min_confidence, rec.cache_weights = base.rerank, base.min_confidence, base.cache_weights
+    rec.dynamic, rec.children, rec.total_tokens, rec.width = base.dynamic, base.children, base.total_tokens, base.width
+    rec.rerank, rec.min_confidence = base.rerank, base.min_confidence
     return rec
 
 
@@ -117,7 +118,7 @@ def test_full_draft_vocabulary_and_dynamic_budget():
     target = _target()
     cfg = GenerationConfig(max_new_tokens=24, sampling=GREEDY)
     ar = autoregressive_generate(target, PROMPT, cfg)
-    dr = _recorder(target, draft_vocab=None, top_k=3, total_tokens=9)
+    dr = _recorder(target, draft_vocab=None, children=3, total_tokens=9)
     spec = TreeSpec.prefix([4, 4, 4, 4], "greedy")
     tr = tree_generate(target, dr, PROMPT, spec, cfg, verifier="greedy")
     assert tr.tokens == ar.tokens
@@ -150,7 +151,7 @@ def test_reranked_trees_are_deterministic_greedy_trees_within_the_budget():
     decreasing), top-k at most, the node budget, and deeper trees than spending the budget during
     expansion; at T > 0 the sampled construction is kept (no deterministic trees)."""
     target = _target()
-    dr = _recorder(target, top_k=3, total_tokens=7)
+    dr = _recorder(target, children=3, total_tokens=7)
     tree_generate(target, dr, PROMPT, TreeSpec.prefix([3, 3, 3, 3], "greedy"),
                   GenerationConfig(max_new_tokens=12, sampling=SamplingConfig(1.0), seed=4), verifier="greedy")
     assert dr.trees and not any(t.deterministic for t in dr.trees)
@@ -158,7 +159,7 @@ def test_reranked_trees_are_deterministic_greedy_trees_within_the_budget():
     spec = TreeSpec.prefix([3, 3, 3, 3], "greedy")
     depth = {}
     for rerank_on in (True, False):
-        dr = _recorder(target, top_k=3, total_tokens=7, rerank=rerank_on)
+        dr = _recorder(target, children=3, total_tokens=7, rerank=rerank_on)
         tree_generate(target, dr, PROMPT, spec, cfg, verifier="greedy")
         trees = [t for t in dr.trees if t.size > 0]
         assert trees and all(t.size <= 7 and t.law.value == "greedy" and t.deterministic == rerank_on for t in trees)
@@ -314,22 +315,19 @@ def _samples(target, drafter, spec, verifier, n, length, seed=1234):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["chain", "greedy", "wor", "iid", "static_iid", "sharp_chain", "sharp_greedy",
-                                  "deep_chain", "deep_greedy", "int8_chain", "int8_greedy", "cache_chain",
-                                  "cache_greedy", "cache_iid"])
+                                  "deep_chain", "deep_greedy", "int8_chain", "int8_greedy"])
 def test_sampling_is_lossless_chi_square(kind):
     """Empirical law of 4-token continuations == the exact autoregressive joint, with a reduced draft
     vocabulary (4 of 6 tokens): chains, EAGLE-2 dynamic trees under each law, a static i.i.d.
     prefix tree (equal draws merge, the merged node drafting for all its slots), a sharpened
-    draft law (``q_temperature_ratio=0.5``), a two-layer head (``deep_``), an int8-weight head
-    (``int8_``) and the cache model (``cache_``: q mixed with the continuations of repeats, drafts
-    outside the draft vocabulary included). The first iteration is a plain target step (no
-    features yet), the second drafts up to 2 deep."""
+    draft law (``q_temperature_ratio=0.5``), a two-layer head (``deep_``) and an int8-weight head
+    (``int8_``). The first iteration is a plain target step (no features yet), the second drafts
+    up to 2 deep."""
     V, L = 6, 4
     target = _target(vocab=V)
     dr = _eagle(target, draft_vocab=[0, 1, 3, 4], seed=2, dynamic=not kind.startswith("static"),
                 q_temperature_ratio=0.5 if kind.startswith("sharp") else 1.0,
-                num_layers=2 if kind.startswith("deep") else 1, int8=kind.startswith("int8"),
-                cache_weights=(0.5, 0.8) if kind.startswith("cache") else None)
+                num_layers=2 if kind.startswith("deep") else 1, int8=kind.startswith("int8"))
     kind = kind.split("_")[-1]
     assert dr.head.draft_vocab_size < V
     exact = exact_joint(target.model, PROMPT6, L, SamplingConfig(1.0))
@@ -340,63 +338,6 @@ def test_sampling_is_lossless_chi_square(kind):
         verifier = {"greedy": "greedy", "wor": "rrs_wor", "iid": "kseq"}[kind]
         samples = _samples(target, dr, spec, verifier, 2000, L)
     assert chi_square_pvalue(samples, exact) > ALPHA
-    assert (dr.cache_rows > 0) == (dr.cache_weights is not None)  # the mixture was exercised
-
-
-@pytest.mark.parametrize("law,verifier", [("greedy", "greedy"), ("iid", "kseq")])
-def test_cache_model_mixes_in_what_followed_a_repeat(law, verifier):
-    """At T = 1 every tree's root row is ``(1 − λ_m)·q_head + λ_m·q_cache`` for the context's longest
-    repeat (m tokens, brute force) and q_head the head's own law at the root; every row is a
-    distribution the drafts were drawn from (GREEDY: its top tokens first), drafts outside the
-    draft vocabulary included. At T = 0 the cache model is off: greedy decoding is unchanged."""
-    target = _target()
-    weights = (0.0, 0.4, 0.7)
-    dr = _recorder(target, cache_weights=weights)
-    prompt = [1, 5, 3, 7, 4, 1, 5, 3, 7, 4, 1, 5]  # repeats from the start
-    cfg = GenerationConfig(max_new_tokens=30, sampling=SamplingConfig(1.0), seed=4, stop_at_eos=False)
-    tree_generate(target, dr, prompt, TreeSpec.topology(EAGLE_DEFAULT_TREE, law), cfg, verifier=verifier)
-    checked = outside = 0
-    for tree, ctx, z in zip(dr.trees, dr.contexts, dr.root_logits):
-        if tree.q is None:
-            continue
-        q = tree.q.cpu().double()
-        assert torch.allclose(q.sum(-1), torch.ones(q.shape[0], dtype=q.dtype), atol=1e-5)
-        for node, drafts in tree.drafts.items():
-            row = q[tree.q_row[node]]
-            assert all(row[t] > 0 for t in drafts)
-            if law == "greedy" and len(drafts) > 1:
-                assert drafts[:-1] == top_tokens(row[None], len(drafts) - 1)[0].tolist()
-            outside += sum(t not in DRAFT_VOCAB for t in drafts)
-        want = dr.draft_distribution(z[None], SamplingConfig(1.0))[0].double()
-        m = max((k for k in range(1, 9) if any(ctx[j - k + 1:j + 1] == ctx[-k:] for j in range(k - 1, len(ctx) - 1))),
-                default=0)
-        if m and weights[min(m, 3) - 1] > 0:
-            follow = [ctx[j + 1] for j in range(m - 1, len(ctx) - 1) if ctx[j - m + 1:j + 1] == ctx[-m:]][-64:]
-            law_c = torch.bincount(torch.tensor(follow), minlength=target.vocab_size).double() / len(follow)
-            want = (1 - weights[min(m, 3) - 1]) * want + weights[min(m, 3) - 1] * law_c
-            checked += 1
-        torch.testing.assert_close(q[tree.q_row[0]], want, atol=1e-5, rtol=1e-4)
-    assert checked >= 3 and dr.cache_rows >= checked and outside > 0
-    # temperature 0: no mixture, the same tokens as autoregressive decoding
-    g = GenerationConfig(max_new_tokens=20, sampling=GREEDY, stop_at_eos=False)
-    off = _recorder(target, cache_weights=weights)
-    res = tree_generate(target, off, prompt, TreeSpec.topology(EAGLE_DEFAULT_TREE, "greedy"), g, verifier="greedy")
-    assert res.tokens == autoregressive_generate(target, prompt, g).tokens and off.cache_rows == 0
-
-
-def test_cache_weights_are_checked_and_read_from_the_checkpoint(tmp_path):
-    target = _target()
-    for bad in ((), (0.5,) * 9, (1.5,), (-0.1, 0.2), "ab", 3):
-        with pytest.raises(ValueError, match="cache_weights"):
-            _eagle(target, cache_weights=bad)
-    dr = _eagle(target)
-    assert dr.cache_weights is None
-    dr.head.save_pretrained(tmp_path)
-    assert EagleDrafter.from_pretrained(tmp_path, target).cache_weights is None
-    cfg = json.loads((tmp_path / "config.json").read_text())
-    (tmp_path / "config.json").write_text(json.dumps({**cfg, "specot_cache_weights": [0, 0.3, 0.5]}))
-    assert EagleDrafter.from_pretrained(tmp_path, target).cache_weights == (0.0, 0.3, 0.5)
-    assert EagleDrafter.from_pretrained(tmp_path, target, cache_weights=None).cache_weights is None
 
 
 def test_q_temperature_ratio_sharpens_q_at_positive_temperature_only(tmp_path):
@@ -669,7 +610,7 @@ def test_deeper_head_round_trip_and_greedy_exact(tmp_path):
 
 
 def test_int8_head_drafts_what_it_computes_and_stays_greedy_exact(tmp_path):
-    """``int8=True`` (attempt 12): every linear layer becomes an Int8Linear, the logits stay close
+    """``int8=True`` (how the shipped head runs on a CPU): every linear layer becomes an Int8Linear, the logits stay close
     to the float head's, greedy chains and trees equal autoregressive decoding, ``from_pretrained``
     reads ``specot_int8_weights`` (an explicit argument wins) and a quantized head refuses to save."""
     from specot.models.int8 import Int8Linear
@@ -779,7 +720,7 @@ def test_training_smoke_resumes_and_learns(trained):
 
 
 def test_training_under_bf16_autocast_learns_and_keeps_float32_weights(tmp_path):
-    """``autocast=True`` (attempt 4's fast CPU path) runs the head's matmuls in bf16 but keeps the
+    """``autocast=True`` (the fast CPU training path) runs the head's matmuls in bf16 but keeps the
     weights and optimizer in float32; the loss still falls, and the exported head loads."""
     from specot_lab.distill.eagle import EagleTrainConfig, train_eagle
 
@@ -943,7 +884,7 @@ def test_feature_layers_outside_the_target_are_refused(tiny_model_dir):
             eagle3_config(tc, layers=bad)
 
 def test_training_continues_from_a_trained_head(trained, tmp_path):
-    """``init_head`` (attempt 5): a new run starts from a trained head's weights, draft vocabulary
+    """``init_head``: a new run starts from a trained head's weights, draft vocabulary
     and layers, so its first losses are those the head ended with, not a random head's."""
     from specot_lab.distill.eagle import EagleTrainConfig, train_eagle
 
@@ -970,7 +911,7 @@ def test_training_continues_from_a_trained_head(trained, tmp_path):
 
 
 def test_frequent_vocab_keeps_a_trained_vocabulary_first():
-    """``keep`` (attempt 9): the trained vocabulary stays first, in its order; the rest are the most
+    """``keep`` (a grown draft vocabulary): the trained vocabulary stays first, in its order; the rest are the most
     frequent other tokens (ties: lower id), then the lowest unseen ids."""
     from specot_lab.distill.eagle import frequent_vocab
 
@@ -1028,7 +969,7 @@ def test_training_grows_the_draft_vocabulary_of_a_trained_head(trained, tmp_path
 
 def test_ttt_loss_of_a_chunk_shorter_than_the_unroll_is_finite(trained):
     """A 3-token chunk has two entries, so unroll step 2 has none to score: the loss covers steps 0
-    and 1 and stays finite (attempt 8 logged NaN for such chunks, docs/distillation.md)."""
+    and 1 and stays finite (a NaN loss for such chunks was once logged in training)."""
     from specot_lab.distill.eagle import EagleTrainConfig, target_features, ttt_loss
 
     target, out, _, _ = trained
@@ -1045,7 +986,7 @@ def test_ttt_loss_of_a_chunk_shorter_than_the_unroll_is_finite(trained):
 
 def test_ttt_loss_of_a_deeper_head(trained):
     """The training unroll of a two-layer head: with layer 1's output projections at zero (how
-    ``num_layers`` adds a layer, attempt 11) every step's loss equals the one-layer head's, and with
+    ``num_layers`` adds a layer to a trained head) every step's loss equals the one-layer head's, and with
     a random layer 1 the step-0 KL is the one computed from the inference pass
     (``forward_sequence``), so training and drafting run the same network."""
     from specot_lab.distill.eagle import EagleTrainConfig, target_features, ttt_loss
@@ -1080,7 +1021,7 @@ def test_ttt_loss_of_a_deeper_head(trained):
 
 
 def test_batched_ttt_loss_equals_the_single_sequence_losses(trained):
-    """A right-padded batch of two sequences of different lengths (attempt 13's GPU training): the
+    """A right-padded batch of two sequences of different lengths (GPU training): the
     batched features equal the single pass's (the law on the draft vocabulary renormalized), and
     every step's KL is the entry-weighted mean of the two single-sequence KLs, so padding leaks
     into neither the attention nor the loss."""
@@ -1216,7 +1157,7 @@ def test_last_logits_are_the_last_row_of_the_full_pass():
 
 
 def test_tvd_token_loss_is_one_minus_the_acceptance_rate(trained, tmp_path):
-    """``token_loss="tvd"`` (attempt 18): the step-0 token loss is the total variation between the
+    """``token_loss="tvd"``: the step-0 token loss is the total variation between the
     target's law on the draft vocabulary (renormalized) and the head's q of the inference pass,
     i.e. one minus the acceptance rate Σ min(p, q) of speculative sampling at T = 1 (Leviathan et
     al. 2023, Sec. 3); it has gradients; an unknown loss name is refused."""

@@ -1,5 +1,5 @@
 """EAGLE-2 trees built on the device over a static KV cache (``EagleDrafter.use_static_cache``,
-:mod:`specot.drafting.eagle_static`): the same trees as the host construction, node for node, on
+:mod:`specot.drafting.eagle.static_tree`): the same trees as the host construction, node for node, on
 tiny random targets; greedy decoding equal to autoregressive decoding; the capture fallback."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from specot.drafting import EagleDrafter, TreeSpec
-from specot.drafting.eagle_static import StaticTreeDraft
+from specot.drafting.eagle.static_tree import StaticTreeDraft
 from specot.engine import GenerationConfig, autoregressive_generate, tree_generate
 from specot.sampling import SamplingConfig
 
@@ -43,10 +43,10 @@ def _decode(target, drafter, spec, n=24, prompt=PROMPT):
 
 
 @pytest.mark.parametrize("shape,kw", [
-    ((3, 3, 3, 3), dict(top_k=3, total_tokens=7)),
-    ((3, 3, 3, 3, 3, 3), dict(top_k=3, total_tokens=18)),
-    ((2, 2, 2), dict(top_k=2, total_tokens=6, width=1)),
-    ((3, 3, 3, 3), dict(top_k=3, total_tokens=12, min_confidence=0.2)),
+    ((3, 3, 3, 3), dict(children=3, total_tokens=7)),
+    ((3, 3, 3, 3, 3, 3), dict(children=3, total_tokens=18)),
+    ((2, 2, 2), dict(children=2, total_tokens=6, width=1)),
+    ((3, 3, 3, 3), dict(children=3, total_tokens=12, min_confidence=0.2)),
 ])
 @pytest.mark.parametrize("num_layers", [1, 2])
 def test_static_trees_are_the_host_trees_and_greedy_is_autoregressive(shape, kw, num_layers):
@@ -70,7 +70,7 @@ def test_stop_tokens_are_not_expanded_and_long_catch_ups_run_unpadded():
     spec = TreeSpec.prefix([3, 3, 3, 3], "greedy")
     prompt = [1, 5, 3, 7, 2, 9, 11, 4, 6, 8, 10, 12, 13, 14, 15, 1, 2, 3, 4, 5]
     for stop in (set(), {3, 7, 9}):
-        host, dev = _drafter(target, top_k=3, total_tokens=9), _drafter(target, top_k=3, total_tokens=9)
+        host, dev = _drafter(target, children=3, total_tokens=9), _drafter(target, children=3, total_tokens=9)
         dev.use_static_cache(80)
         cfg = GenerationConfig(max_new_tokens=24, sampling=GREEDY, stop_at_eos=False)
         for d in (host, dev):
@@ -91,7 +91,7 @@ def test_a_failed_capture_warns_once_and_drafts_eagerly():
     and the trees stay the host construction's."""
     target = tiny_lm(0, vocab=16, dtype=torch.float32, layers=4)
     spec = TreeSpec.prefix([3, 3, 3], "greedy")
-    host, dev = _drafter(target, top_k=3, total_tokens=8), _drafter(target, top_k=3, total_tokens=8)
+    host, dev = _drafter(target, children=3, total_tokens=8), _drafter(target, children=3, total_tokens=8)
     dev.use_static_cache(64, cuda_graphs=True)
     dev.start(PROMPT, spec, None, frozenset(target.eos_token_ids))  # as tree_generate starts it
     dev._static_tree(spec, GREEDY, len(PROMPT))  # built now, so that the test can force the capture path on a CPU
@@ -105,7 +105,7 @@ def test_a_failed_capture_warns_once_and_drafts_eagerly():
 def test_other_trees_and_temperatures_take_the_host_path():
     """Chains, sampled trees (T > 0) and other laws are drafted as before with a static cache asked for."""
     target = tiny_lm(0, vocab=16, dtype=torch.float32, layers=4)
-    dev = _drafter(target, top_k=2)
+    dev = _drafter(target, children=2)
     dev.use_static_cache(64)
     tree_generate(target, dev, PROMPT, TreeSpec.prefix([2, 2], "greedy"),
                   GenerationConfig(max_new_tokens=8, sampling=SamplingConfig(1.0), seed=3), verifier="greedy")
@@ -120,9 +120,9 @@ def test_sizes_are_checked():
     head = EagleDrafter.random(target, draft_vocab=DRAFT_VOCAB).head
     ids = head.target_ids()
     with pytest.raises(ValueError, match="exceeds the 21 candidates"):
-        StaticTreeDraft(head, ids, max_len=32, depth=3, top_k=3, width=3, budget=22)
-    with pytest.raises(ValueError, match="width <= top_k"):
-        StaticTreeDraft(head, ids, max_len=32, depth=3, top_k=2, width=3, budget=4)
+        StaticTreeDraft(head, ids, max_len=32, depth=3, children=3, width=3, budget=22)
+    with pytest.raises(ValueError, match="width <= children"):
+        StaticTreeDraft(head, ids, max_len=32, depth=3, children=2, width=3, budget=4)
     with pytest.raises(ValueError, match="max_len must be an integer"):
         EagleDrafter.random(target, draft_vocab=DRAFT_VOCAB).use_static_cache(0)
 
@@ -159,7 +159,7 @@ def test_the_hybrid_drafter_gets_the_same_trees_when_eagle_skips_iterations():
     prompt = [1, 5, 3, 7, 2, 9, 1, 5, 3, 7, 2, 9, 1, 5, 3]  # repeats: the suffix tree competes
     runs = []
     for static in (False, True):
-        eagle = _drafter(target, top_k=3, total_tokens=10)
+        eagle = _drafter(target, children=3, total_tokens=10)
         if static:
             eagle.use_static_cache(96)
         hyb = HybridDrafter(SuffixDrafter(vocab_size=16), eagle)
@@ -200,7 +200,7 @@ def test_replayed_graphs_read_their_static_inputs_and_outputs(monkeypatch):
     monkeypatch.setattr(StaticTreeDraft, "_capture", capture)
     target = tiny_lm(0, vocab=16, dtype=torch.float32, layers=4)
     spec = TreeSpec.prefix([3, 3, 3, 3], "greedy")
-    host, dev = _drafter(target, top_k=3, total_tokens=10), _drafter(target, top_k=3, total_tokens=10)
+    host, dev = _drafter(target, children=3, total_tokens=10), _drafter(target, children=3, total_tokens=10)
     dev.use_static_cache(64, cuda_graphs=True)
     dev.start(PROMPT, spec, None, frozenset(target.eos_token_ids))
     dev._static_tree(spec, GREEDY, len(PROMPT))

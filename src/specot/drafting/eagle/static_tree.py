@@ -1,11 +1,11 @@
 """EAGLE-2 draft trees built on the device, over a static KV cache: the form CUDA graphs need.
 
-:meth:`EagleDrafter._draft_reranked <specot.drafting.eagle.EagleDrafter._draft_reranked>` builds
-EAGLE-2's tree at temperature 0 (Li et al. 2024, EAGLE-2, Sec. 4.1 "expansion" and 4.2
-"re-ranking") with host logic between the draft passes: a host read per depth, Python lists and a
-KV cache that grows by concatenation. On a GPU that is about 620 small operations per draft and
-costs more than a target pass replayed as a CUDA graph (docs/engine.md, "What the H200 showed in
-session 28"). :class:`StaticTreeDraft` builds the same tree with a fixed shape at every step:
+:func:`~specot.drafting.eagle.reranked.draft_reranked` builds EAGLE-2's tree at temperature 0
+(Li et al. 2024, EAGLE-2, Sec. 4.1 "expansion" and 4.2 "re-ranking") with host logic between the
+draft passes: a host read per depth, Python lists and a KV cache that grows by concatenation. On a
+GPU that is about 620 small operations per draft and costs more than a target pass replayed as a
+CUDA graph (docs/engine.md, the H200 measurements of the EAGLE draft).
+:class:`StaticTreeDraft` builds the same tree with a fixed shape at every step:
 
 * the head's keys and values live in one static buffer ``[L, kv, S, d]``: slot ``p`` holds the
   committed entry of position ``p`` (token p, the target's feature at p − 1), and the last
@@ -13,7 +13,7 @@ session 28"). :class:`StaticTreeDraft` builds the same tree with a fixed shape a
 * a *catch-up* pass runs the newly committed positions (padded to a width of 1, 2, 4 or 8) and
   gives the root's draft logits and feature;
 * every depth expands exactly ``width`` frontier nodes — the best by cumulative draft
-  log-probability, as in EAGLE-2 — each with its ``top_k`` children; the ancestors a node attends to
+  log-probability, as in EAGLE-2 — each with its ``children`` children; the ancestors a node attends to
   are a boolean row built on the device;
 * the ``budget`` candidates of highest cumulative log-probability are kept (a ``topk``), and ONE
   host read returns them.
@@ -27,7 +27,8 @@ a GREEDY-law tree, so every lossless verifier stays lossless, as for the host ve
 
 On CUDA each catch-up width and the expansion are captured once as CUDA graphs and replayed; off
 CUDA (and for a catch-up wider than 8, such as the first one after the prompt) the same functions
-run eagerly, which is how the CPU tests check them.
+run eagerly, which is how the CPU tests check them. :class:`StaticTrees` is the drafter's side: the
+builder for the current tree parameters and the committed positions its cache holds.
 """
 
 from __future__ import annotations
@@ -39,9 +40,12 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
-from ..models.device import capture_cuda_graph
+from ...models.device import capture_cuda_graph
+from ..base import DraftTree
+from .passes import DynamicTree, Expansion
+from .reranked import ranked_tree
 
-__all__ = ["StaticTreeDraft", "CATCH_UP_WIDTHS", "tree_candidates"]
+__all__ = ["StaticTreeDraft", "StaticTrees", "CATCH_UP_WIDTHS", "tree_candidates"]
 
 #: Widths a catch-up pass is padded to (the accepted drafts + the bonus token of one iteration).
 CATCH_UP_WIDTHS = (1, 2, 4, 8)
@@ -50,10 +54,10 @@ CATCH_UP_WIDTHS = (1, 2, 4, 8)
 _STRICT = 1e-9
 
 
-def tree_candidates(depth: int, top_k: int, width: int) -> int:
-    """Nodes a depth-``depth`` tree drafts before its re-ranking: the root's ``top_k`` children,
-    then ``width`` nodes expanded with ``top_k`` children at each further depth."""
-    return top_k + (depth - 1) * width * top_k
+def tree_candidates(depth: int, children: int, width: int) -> int:
+    """Nodes a depth-``depth`` tree drafts before its re-ranking: the root's ``children`` children,
+    then ``width`` nodes expanded with ``children`` children each at every further depth."""
+    return children + (depth - 1) * width * children
 
 
 def _width(t: int) -> int | None:
@@ -69,9 +73,9 @@ class StaticTreeDraft:
         target_ids: int64 ``[V_d]``, the target id of every draft id.
         max_len: committed positions the cache holds (the context and the output, plus the widest catch-up).
         depth: tree depth D (levels of draft tokens).
-        top_k: children per expanded node.
+        children: children per expanded node.
         width: nodes expanded per depth.
-        budget: draft nodes kept (at most ``top_k + (D − 1)·width·top_k``).
+        budget: draft nodes kept (at most ``children + (D − 1)·width·children``).
         stop_tokens: token ids never expanded (EOS).
         min_confidence: τ or ``None``: a node expands only if its path's draft probability is ≥ τ.
         cuda_graphs: capture each catch-up width and the expansion as CUDA graphs (on CUDA only).
@@ -80,16 +84,16 @@ class StaticTreeDraft:
         ValueError: a budget larger than the candidates, or sizes below 1.
     """
 
-    def __init__(self, head: Any, target_ids: Tensor, *, max_len: int, depth: int, top_k: int, width: int,
+    def __init__(self, head: Any, target_ids: Tensor, *, max_len: int, depth: int, children: int, width: int,
                  budget: int, stop_tokens: frozenset[int] = frozenset(), min_confidence: float | None = None,
                  cuda_graphs: bool = False) -> None:
-        if min(max_len, depth, top_k, width, budget) < 1 or width > top_k:
-            raise ValueError(f"need max_len, depth, top_k, width, budget >= 1 and width <= top_k, got {max_len}, "
-                             f"{depth}, {top_k}, {width}, {budget}")
-        if budget > tree_candidates(depth, top_k, width):
-            raise ValueError(f"a budget of {budget} nodes exceeds the {tree_candidates(depth, top_k, width)} candidates "
-                             f"of a depth-{depth} tree with top_k {top_k} and width {width}")
-        self.head, self.depth, self.top_k, self.width, self.budget = head, depth, top_k, width, budget
+        if min(max_len, depth, children, width, budget) < 1 or width > children:
+            raise ValueError(f"need max_len, depth, children, width, budget >= 1 and width <= children, got {max_len}, "
+                             f"{depth}, {children}, {width}, {budget}")
+        if budget > tree_candidates(depth, children, width):
+            raise ValueError(f"a budget of {budget} nodes exceeds the {tree_candidates(depth, children, width)} "
+                             f"candidates of a depth-{depth} tree with {children} children per node and width {width}")
+        self.head, self.depth, self.children, self.width, self.budget = head, depth, children, width, budget
         att = head.midlayer.self_attn
         dev, dt = head.norm.weight.device, head.dtype
         self.device = dev
@@ -130,19 +134,19 @@ class StaticTreeDraft:
 
     def _expand(self, root_logits: Tensor, root_feat: Tensor, depth: int) -> Tensor:
         """The tree after the committed context ``[base, end)``: every depth's ``width`` best nodes
-        expanded with their ``top_k`` children; returns ``[budget + 3·C]`` float64 — the kept
+        expanded with their ``children`` children; returns ``[budget + 3·C]`` float64 — the kept
         candidates' indices (best first), then every candidate's target token, parent candidate
         (−1: the root) and cumulative log-probability (C candidates)."""
-        k, w, dev = self.top_k, self.width, self.device
-        C = tree_candidates(depth, k, w)
-        lp = torch.log_softmax(root_logits.float(), dim=-1)[0].topk(k)  # best first
-        toks, pars, scores = [self.target_ids[lp.indices]], [torch.full((k,), -1, device=dev)], \
+        children, w, dev = self.children, self.width, self.device
+        C = tree_candidates(depth, children, w)
+        lp = torch.log_softmax(root_logits.float(), dim=-1)[0].topk(children)  # best first
+        toks, pars, scores = [self.target_ids[lp.indices]], [torch.full((children,), -1, device=dev)], \
             [lp.values.double().clamp_max(-_STRICT)]
-        f_idx = torch.arange(k, device=dev)  # candidate index of every node that may expand
-        f_feat = root_feat.expand(k, -1)  # [k, H]: the feature their pass reads (the parent's output)
-        anc = torch.zeros(k, (self.depth - 1) * w, dtype=torch.bool, device=dev)  # tree slots each attends to
+        f_idx = torch.arange(children, device=dev)  # candidate index of every node that may expand
+        f_feat = root_feat.expand(children, -1)  # [children, H]: the feature their pass reads (the parent's output)
+        anc = torch.zeros(children, (self.depth - 1) * w, dtype=torch.bool, device=dev)  # tree slots each attends to
         committed = (self.slots >= self.base) & (self.slots < self.end)  # [S]
-        offset = k
+        offset = children
         for d in range(1, depth):
             score_all, tok_all = torch.cat(scores), torch.cat(toks)
             cand = score_all.index_select(0, f_idx)
@@ -160,14 +164,14 @@ class StaticTreeDraft:
             pos = (self.end - 2 + d).expand(w)  # rotary positions: the parent's + 1 (the draft's own, j − 1)
             logits, h, _, _ = self.head.step(tok_all.index_select(0, node), feat, pos, self.K, self.V, mask,
                                              fused=False, slots=slot)
-            lp = torch.log_softmax(logits.float(), dim=-1).topk(k)  # [w, k] each
+            lp = torch.log_softmax(logits.float(), dim=-1).topk(children)  # [w, children] each
             toks.append(self.target_ids[lp.indices].reshape(-1))
-            pars.append(node.repeat_interleave(k))
+            pars.append(node.repeat_interleave(children))
             scores.append((f_score[:, None] + lp.values.double().clamp_max(-_STRICT)).reshape(-1))
-            f_idx = offset + torch.arange(w * k, device=dev)
-            f_feat = h.repeat_interleave(k, dim=0)
-            anc = anc.repeat_interleave(k, dim=0)
-            offset += w * k
+            f_idx = offset + torch.arange(w * children, device=dev)
+            f_feat = h.repeat_interleave(children, dim=0)
+            anc = anc.repeat_interleave(children, dim=0)
+            offset += w * children
         score_all = torch.cat(scores)  # [C]
         keep = score_all.topk(min(self.budget, C)).indices
         return torch.cat([keep.double(), torch.cat(toks).double(), torch.cat(pars).double(), score_all])
@@ -231,7 +235,7 @@ class StaticTreeDraft:
         flat = self._run(("expand", depth), lambda: self._expand(self.root_logits, self.root_feat, depth)) \
             if depth == self.depth else self._expand(self.root_logits, self.root_feat, depth)
         out = flat.tolist()  # the one host read
-        C = tree_candidates(depth, self.top_k, self.width)
+        C = tree_candidates(depth, self.children, self.width)
         n_keep = min(self.budget, C)
         keep = [int(x) for x in out[:n_keep]]
         toks_l = [int(x) for x in out[n_keep:n_keep + C]]
@@ -246,3 +250,70 @@ class StaticTreeDraft:
                              "feats": torch.zeros(W, self.head.fc.in_features, dtype=self.head.dtype, device=dev),
                              "last": torch.zeros(1, dtype=torch.int64, device=dev)}
         return self._bufs[W]
+
+
+class StaticTrees:
+    """An EAGLE drafter's static on-device trees (``EagleDrafter.use_static_cache``): the
+    :class:`StaticTreeDraft` of the current tree parameters and the committed positions its cache
+    holds, ``[base, end)``.
+
+    Args:
+        max_len: committed positions the static cache holds.
+        cuda_graphs: replay the builder's passes as CUDA graphs (on CUDA).
+    """
+
+    def __init__(self, max_len: int, cuda_graphs: bool) -> None:
+        self.max_len, self.cuda_graphs = max_len, cuda_graphs
+        self.builder: StaticTreeDraft | None = None
+        self._key: tuple[Any, ...] | None = None  # the tree parameters the builder was made for
+        self.base = self.end = 1
+
+    def forget(self) -> None:
+        """A new generation: the cache holds nothing (the builder and its graphs are kept)."""
+        self.base = self.end = 1
+
+    def truncate(self, n: int) -> None:
+        """Forget the entries at positions ``>= n``."""
+        self.end = min(self.end, max(n, 1))
+
+    def fits(self, context_len: int) -> bool:
+        """Whether a context of ``context_len`` tokens, plus the widest catch-up, fits the cache."""
+        return context_len + CATCH_UP_WIDTHS[-1] <= self.max_len
+
+    def builder_for(self, head: Any, target_ids: Tensor, depth: int, shape: DynamicTree,
+                    expansion: Expansion) -> StaticTreeDraft:
+        """The builder of depth-``depth`` trees of ``shape`` (its sizes cut to what the head's
+        draft vocabulary and the candidates allow) under ``expansion``; a new one (and an empty
+        cache) when the parameters changed."""
+        children = min(shape.children, head.draft_vocab_size)
+        width = min(shape.width, children)
+        budget = min(shape.budget, tree_candidates(depth, children, width))
+        key = (depth, children, width, budget, expansion.stop_tokens, expansion.min_confidence)
+        if self.builder is None or self._key != key:
+            self.builder = StaticTreeDraft(head, target_ids, max_len=self.max_len, depth=depth, children=children,
+                                           width=width, budget=budget, stop_tokens=expansion.stop_tokens,
+                                           min_confidence=expansion.min_confidence, cuda_graphs=self.cuda_graphs)
+            self._key, self.base, self.end = key, 1, 1
+        return self.builder
+
+    def draft(self, context: list[int], feats: Tensor, feats_base: int, depth: int, vocab_size: int) -> DraftTree:
+        """EAGLE-2's re-ranked tree after ``context`` from the builder (made by :meth:`builder_for`):
+        the committed positions the cache lacks are caught up (at least the last one, whose logits
+        are the root's), then ONE call. ``feats [N, k·H_t]`` are the target's fused features of
+        positions ``feats_base ..``; the empty tree where those of positions up to ``c − 2`` are
+        missing. The tree's ``draft_calls`` are the catch-up and ``depth − 1`` expansion passes."""
+        st, c = self.builder, len(context)
+        if st is None:
+            raise RuntimeError("StaticTrees.draft needs a builder: call builder_for() first")
+        if c - 1 < max(feats_base + 1, 1) or feats_base + feats.shape[0] < c - 1:
+            return DraftTree.root(context[-1])
+        if self.base < feats_base + 1:  # the features restart later (a gap): so does the cache
+            self.base = self.end = feats_base + 1
+        start = max(min(self.end, c - 1), self.base)
+        depth = min(depth, st.depth)
+        keep, toks, pars, score = st.draft(context[start:c], feats[start - 1 - feats_base: c - 1 - feats_base],
+                                           start, self.base, depth)
+        self.end = c
+        nodes = sorted(i + 1 for i in keep if score[i] > -math.inf)  # root = node 0
+        return ranked_tree(context[-1], [context[-1]] + toks, [-1] + [p + 1 for p in pars], [0.0] + score, nodes,
+                           depth, vocab_size, q_device="cpu")
