@@ -72,9 +72,16 @@ def test_the_core_never_imports_the_lab_or_an_integration():
     assert not bad, bad
 
 
+#: The one deliberate exception: the ``specot`` command imports its sub-commands (and with them
+#: torch and transformers, about 6 s) inside ``main``'s Ctrl-C handling, so that an interrupt during
+#: start-up is reported like any other.
+DEFERRED_IMPORTS = {"specot/cli/main.py"}
+
+
 def test_the_core_has_no_function_local_imports_of_itself():
     bad = [f"{p.relative_to(SRC)}:{line} imports {mod} inside a function" for p in _modules("specot")
-           for mod, line, in_func in _imports(p, "specot") if in_func and mod.split(".")[0] == "specot"]
+           for mod, line, in_func in _imports(p, "specot")
+           if in_func and mod.split(".")[0] == "specot" and p.relative_to(SRC).as_posix() not in DEFERRED_IMPORTS]
     assert not bad, bad
 
 
