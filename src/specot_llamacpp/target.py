@@ -91,7 +91,8 @@ class LlamaCppTarget:
         n_batch: the most tokens one ``llama_decode`` call takes; longer prompts are fed in chunks.
         max_leaves: the most root-to-leaf paths of a draft tree (sequence ids ``max_leaves + 1`` are
             reserved; llama.cpp allows 256).
-        eos_token_ids: tokens that end generation (default: llama.cpp's EOS/EOT plus the tokenizer's EOS).
+        eos_token_ids: tokens that end generation (default: the GGUF's EOS and the tokenizer's, the set
+            the transformers backend uses; llama.cpp's other end-of-generation tokens are not added).
         flash_attn: llama.cpp's flash-attention kernels (off by default, as in llama-cpp-python's
             ``Llama``, so plain llama.cpp and this target run the same kernels).
 
@@ -206,7 +207,7 @@ class LlamaCppTarget:
         return list(self._ids)
 
     def _default_eos(self) -> set[int]:
-        ids = {int(lc.llama_vocab_eos(self._vocab)), int(lc.llama_vocab_eot(self._vocab))}
+        ids = {int(lc.llama_vocab_eos(self._vocab))}  # as the transformers backend: config + tokenizer EOS
         tok_eos = getattr(self.tokenizer, "eos_token_id", None)
         if isinstance(tok_eos, int):
             ids.add(tok_eos)

@@ -1,0 +1,71 @@
+"""The distilled draft as a GGUF (converted with the gguf package) and its drafter on llama.cpp; the
+speedup model with a cost curve."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from llamacpp_helpers import check_greedy, greedy_reference
+from specot.drafting import TreeSpec
+from specot.engine import speculative_generate
+from specot.engine.types import GenerationConfig
+from specot.models.embedded import load_embedded_draft
+from specot.sampling import SamplingConfig
+from specot_llamacpp.cost import CostCurve
+from specot_llamacpp.draft import LlamaCppDrafter, load_draft
+from specot_llamacpp.plan import best_chain, break_even_alpha, chain_speedup, run_speedup, tree_speedup
+
+
+@pytest.fixture(scope="module")
+def drafter(target):
+    d = load_draft(target, n_threads=1)
+    yield d
+    d.model.close()
+
+
+@pytest.mark.real_model
+def test_converted_draft_computes_what_the_transformers_draft_computes(drafter, prompt_ids):
+    ids = prompt_ids[0]
+    mine = drafter.model.logits_after(ids, [330, 253])  # [3, V]
+    ref = load_embedded_draft(dtype="float32").logits_after(ids, [330, 253])
+    assert float((mine - ref).abs().max()) < 0.05  # float32 weights on both sides
+    assert mine.argmax(-1).tolist() == ref.argmax(-1).tolist()
+
+
+@pytest.mark.real_model
+def test_draft_model_greedy_equals_autoregressive_up_to_near_ties(target, drafter, prompt_ids):
+    ids = prompt_ids[1]
+    cfg = GenerationConfig(max_new_tokens=32, gamma=2, sampling=SamplingConfig(temperature=0.0), stop_at_eos=False)
+    res = speculative_generate(target, drafter, ids, cfg)
+    assert res.stats.accepted > 0
+    check_greedy(target, ids, res.tokens, greedy_reference(target, ids, 32))
+
+
+@pytest.mark.real_model
+def test_draft_model_proposes_chains_with_their_q(drafter, prompt_ids):
+    drafter.start(prompt_ids[0], TreeSpec.sequences(1, 3))
+    tree = drafter.propose(prompt_ids[0], 3, SamplingConfig(temperature=1.0), torch.Generator().manual_seed(0))
+    assert tree.size == 3 and tree.q.shape == (3, drafter.vocab_size)
+    assert torch.allclose(tree.q.sum(-1), torch.ones(3, dtype=tree.q.dtype), atol=1e-4)
+    with pytest.raises(TypeError):
+        LlamaCppDrafter(object())
+
+
+LINEAR = CostCurve(widths=(1, 2, 3, 5), t_all_ms=(10.0, 20.0, 30.0, 50.0), t_last_ms=(10.0, 15.0, 20.0, 30.0),
+                   t_tree_ms=(10.0, 20.0, 30.0, 50.0), context_len=10, repeats=1, n_threads=1)
+FLAT = CostCurve(widths=(1, 2, 3, 5), t_all_ms=(10.0,) * 4, t_last_ms=(10.0,) * 4, t_tree_ms=(10.0,) * 4,
+                 context_len=10, repeats=1, n_threads=1)
+
+
+def test_speedup_model_with_a_cost_curve():
+    assert LINEAR.ratio(4) == pytest.approx(4.0) and LINEAR.ratio_last == (1.0, 1.5, 2.0, 3.0)
+    # a flat curve is Leviathan's model: E(alpha, gamma)
+    assert chain_speedup(0.5, 2, FLAT) == pytest.approx(1.75)
+    # a pass that costs B one-token passes: no acceptance pays for any draft
+    assert break_even_alpha(1, LINEAR) is None and best_chain(0.99, LINEAR).gamma == 0
+    assert break_even_alpha(1, FLAT) == pytest.approx(0.0, abs=1e-6)
+    assert tree_speedup([0.5, 0.5], 3, FLAT) == pytest.approx(1.75)
+    assert run_speedup([2, 0], [3, 1], LINEAR) == pytest.approx(4 / 4)
+    with pytest.raises(ValueError):
+        LINEAR.ratio(0)
