@@ -78,8 +78,9 @@ def _brute_followers(seq, query, min_n, max_n, max_occ):
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 def test_followers_of_a_query_match_brute_force(seed):
-    """The cache model's lookup (EagleDrafter): queries inside the sequence (the committed context)
-    and past its end (a draft path), every ``min_n``; the last token's own occurrence has no successor."""
+    """What followed the longest repeat of a query: queries inside the sequence (the committed
+    context) and past its end (a draft path), every ``min_n``; the last token's own occurrence has
+    no successor."""
     rng = random.Random(seed)
     seq = [rng.randrange(3 + seed) for _ in range(80)]
     idx = SuffixIndex(5, seq)
@@ -153,7 +154,7 @@ def test_tree_budget_width_and_depth():
         tree = d.propose(CTX, 4, SamplingConfig(1.0))
         assert tree.size == budget
         _check_tree_invariants(tree, 8)
-    d = _drafter(adaptive=False, min_score=0.0, max_children=1)
+    d = _drafter(adaptive=False, min_score=0.0, children=1)
     tree = d.propose(CTX, 4, SamplingConfig(1.0))
     assert tree.is_chain() and tree.tokens[1] == 3  # width 1: the most frequent continuation
     d = _drafter(adaptive=False, min_score=0.0)

@@ -100,14 +100,14 @@ def draft_tree_from_model(draft: CausalLM, context: Sequence[int], spec: TreeSpe
     for d in range(depth):
         q = standardize(logits, sampling)  # [F, V]
         kid_slots = [[c for s in slots[node] for c in spec.children(s)] for node in frontier]
-        n_eff = [len(k) for k in kid_slots]
+        children = [len(k) for k in kid_slots]  # children per frontier node
         if law != DraftLaw.IID:
             support = (q > 0).sum(-1).tolist()
-            n_eff = [min(n, int(s)) for n, s in zip(n_eff, support)]
+            children = [min(m, int(s)) for m, s in zip(children, support)]
         draws: dict[int, list[int]] = {}
-        for n in dict.fromkeys(n_eff):  # one sampler call per distinct n, nodes in frontier order
-            rows = [i for i, m in enumerate(n_eff) if m == n]
-            got = sample_drafts(q[rows], n, law, generator).tolist()  # [len(rows), n]
+        for m in dict.fromkeys(children):  # one sampler call per distinct number of children, frontier order
+            rows = [i for i, x in enumerate(children) if x == m]
+            got = sample_drafts(q[rows], m, law, generator).tolist()  # [len(rows), m]
             for i, toks in zip(rows, got):
                 draws[i] = toks
         for i, node in enumerate(frontier):
@@ -117,12 +117,12 @@ def draft_tree_from_model(draft: CausalLM, context: Sequence[int], spec: TreeSpe
                 slots.setdefault(child, []).append(slot)
         if d + 1 >= depth:
             break
-        nxt = [n for n in range(len(tree.tokens)) if tree.depths[n] == d + 1 and tree.tokens[n] not in stop_tokens
-               and any(spec.children(s) for s in slots[n])]
+        nxt = [nd for nd in range(len(tree.tokens)) if tree.depths[nd] == d + 1 and tree.tokens[nd] not in stop_tokens
+               and any(spec.children(s) for s in slots[nd])]
         if not nxt:
             break
         start = len(draft.cached_ids)
-        logits = draft.forward_tree([tree.tokens[n] for n in nxt], [draft_pos[tree.parents[n]] for n in nxt])  # [F, V]
+        logits = draft.forward_tree([tree.tokens[nd] for nd in nxt], [draft_pos[tree.parents[nd]] for nd in nxt])  # [F, V]
         tree.draft_calls += 1
         for j, node in enumerate(nxt):
             draft_pos[node] = start + j

@@ -23,7 +23,7 @@ child's conditional frequency is ``W(child)/W(node) · n(child)/(n(child) + κ)`
 counts n; κ discounts continuations seen only a few times), a node's score the product of the
 conditional frequencies on its path (≤ its parent's, so best-first expansion is a top-N by score
 and always a connected tree). The tree keeps at most ``max_nodes`` nodes with score ≥
-``min_score``, at most ``max_children`` children per node.
+``min_score``, at most ``children`` children per node.
 
 **Adaptive budget.** With calibrated scores ŝ_i = min(1, a·s_i) (s in best-first order) the
 expected number of accepted drafts of the first N nodes is Σ_{i≤N} ŝ_i (a node is accepted iff its
@@ -316,7 +316,7 @@ class SuffixDrafter(Drafter):
         max_n: longest suffix matched (the index depth), default 8.
         min_n: shortest suffix matched, default 1.
         max_nodes: node budget (hard cap on the tree size), default 24.
-        max_children: children per node at most (also cut to the tree spec's widest node).
+        children: children per node, at most (also cut to the tree spec's widest node).
         max_occurrences: occurrences read per proposal (most recent first, longest match first).
         match_weight: an occurrence matching m tokens weighs ``match_weight ** m`` (default 2).
         recency: the r-th most recent occurrence of one match length weighs ``recency ** r`` more
@@ -340,13 +340,13 @@ class SuffixDrafter(Drafter):
     name = "suffix"
 
     def __init__(self, vocab_size: int | None = None, *, max_n: int = 8, min_n: int = 1, max_nodes: int = 24,
-                 max_children: int = 4, max_occurrences: int = 32, match_weight: float = 2.0, recency: float = 1.0,
+                 children: int = 4, max_occurrences: int = 32, match_weight: float = 2.0, recency: float = 1.0,
                  kappa: float = 0.5,
                  min_score: float = 0.01, cost_per_token: float = 0.03, cost_fixed: float = 0.05, adaptive: bool = True,
                  corpus: "NGramCounts | NGramTable | None" = None, corpus_min_n: int = 1) -> None:
         super().__init__()
         for what, v, lo in (("max_n", max_n, 1), ("min_n", min_n, 1), ("max_nodes", max_nodes, 1),
-                            ("max_children", max_children, 1), ("max_occurrences", max_occurrences, 1),
+                            ("children", children, 1), ("max_occurrences", max_occurrences, 1),
                             ("corpus_min_n", corpus_min_n, 1)):
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
                 raise ValueError(f"{what} must be an integer >= {lo}, got {v!r}")
@@ -361,7 +361,7 @@ class SuffixDrafter(Drafter):
             raise ValueError("need match_weight >= 1, kappa >= 0, 0 <= min_score < 1, cost_per_token >= 0 and "
                              "cost_fixed >= 0")
         self._vocab = vocab_size
-        self.max_n, self.min_n, self.max_nodes, self.max_children = max_n, min_n, max_nodes, max_children
+        self.max_n, self.min_n, self.max_nodes, self.children = max_n, min_n, max_nodes, children
         self.max_occurrences, self.match_weight, self.kappa = max_occurrences, float(match_weight), float(kappa)
         self.recency = float(recency)
         self.min_score, self.cost_per_token, self.adaptive = float(min_score), float(cost_per_token), adaptive
@@ -430,10 +430,11 @@ class SuffixDrafter(Drafter):
             self.index.extend(outcome.tokens)
 
     # ------------------------------------------------------------------ drafting
-    def _width(self) -> int:
+    def _children(self) -> int:
+        """Children per node of this generation's trees, at most: ``children``, cut to the spec's widest node."""
         if self.spec is None:
-            return self.max_children
-        return max(1, min(self.max_children, self.spec.max_drafts_per_node()))
+            return self.children
+        return max(1, min(self.children, self.spec.max_drafts_per_node()))
 
     def _context_trie(self, depth: int) -> _TNode:
         """The weighted trie of the continuations of the current suffix's earlier occurrences."""
@@ -483,10 +484,10 @@ class SuffixDrafter(Drafter):
         return self.corpus.continuations(tail, min_n=min_n)
 
     def _select(self, root: _TNode) -> list[_TNode]:
-        """Best-first top-N nodes by score (parents first), within the width, score floor and node
-        budget. Children of a node: its context continuations and — when a corpus is given — the
+        """Best-first top-N nodes by score (parents first), within ``children`` per node, the score
+        floor and the node budget. Children of a node: its context continuations and — when a corpus is given — the
         corpus continuations of its path, at ``corpus_gate × frequency`` (the score gate)."""
-        width = self._width()
+        children = self._children()
         gate = self.corpus_gate if self.corpus is not None else 0.0
         n_tail = self.corpus.n if self.corpus is not None else 0
         out: list[_TNode] = []
@@ -508,7 +509,7 @@ class SuffixDrafter(Drafter):
                         c = cand[tok] = _TNode(tok, origin="corpus", cond=cond, freq=f)
                     elif cond > c.cond:
                         c.cond = cond
-            for c in sorted(cand.values(), key=lambda c: (-c.cond, c.token))[:width]:
+            for c in sorted(cand.values(), key=lambda c: (-c.cond, c.token))[:children]:
                 c.score = node.score * c.cond
                 c.parent = node
                 if c.score >= self.min_score:
@@ -571,13 +572,13 @@ class SuffixDrafter(Drafter):
         tree = DraftTree.root(root_tok)
         if root is None or not selected:
             return tree
-        children: dict[int, list[_TNode]] = {}
+        kids_of: dict[int, list[_TNode]] = {}
         for c in selected:
-            children.setdefault(id(c.parent), []).append(c)
+            kids_of.setdefault(id(c.parent), []).append(c)
         if self._vocab is None:  # no q possible: the best chain only (one-hot q via q = None)
             node, chain = root, []
             while True:
-                kids = children.get(id(node), [])
+                kids = kids_of.get(id(node), [])
                 if not kids:
                     break
                 node = max(kids, key=lambda c: (c.score, -c.token))
@@ -589,7 +590,7 @@ class SuffixDrafter(Drafter):
         while frontier:  # breadth-first: parents precede children, depth by depth
             nxt = []
             for node, tnode in frontier:
-                kids = sorted(children.get(id(node), []), key=lambda c: (-c.score, c.token))
+                kids = sorted(kids_of.get(id(node), []), key=lambda c: (-c.score, c.token))
                 if not kids:
                     continue
                 ids = tree.add_children(tnode, [c.token for c in kids])
