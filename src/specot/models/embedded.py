@@ -58,7 +58,7 @@ from .._validation import check_device
 from ._quiet import quiet_loading
 from .device import resolve_dtype
 from .hf import CausalLM
-from .loading import LOAD_ERRORS, load_error, load_model
+from .loading import LOAD_ERRORS, damaged_file, load_error, load_model
 
 __all__ = ["EMBEDDED_TARGET", "EMBEDDED_DRAFT", "EMBEDDED_EAGLE", "embedded_eagle_dir", "embedded_gguf", "load_embedded_target", "embedded_draft_dir",
            "load_embedded_draft", "is_embedded_target", "model_cache_dir"]
@@ -115,8 +115,10 @@ def load_embedded_target(dtype: str | torch.dtype = "auto", device: str = "cpu")
             problem = _checksum_problem(converted)
             if problem is None:  # the files are as written: not the cache's fault
                 raise
+            if problem == _NO_CHECKSUMS:  # an older marker: what the loader found is the reason
+                problem = damaged_file(converted) or f"it fails to load: {exc}"
             mark = _read_mark(converted) or {}
-            converted = _converted_copy(directory, gguf, damaged=(mark.get("id"), f"{problem}; {exc}"))
+            converted = _converted_copy(directory, gguf, damaged=(mark.get("id"), problem))
         if converted is not None:
             return load_model(converted, dtype=dtype, device=device, label=_TARGET_LABEL)
     return load_model(directory, gguf_file=gguf, dtype=dtype, device=device, label=_TARGET_LABEL)
@@ -126,6 +128,7 @@ _CACHE_MARK = "specot_converted.json"  # written last: a directory without it is
 _CACHE_LOCK = ".lock"  # flock'ed around check-convert-rename and the removal of stale temporaries
 _TMP_PREFIX = ".converting-"  # a conversion in progress (or left by a killed process)
 _LOCK_WAIT_S = 600.0  # how long to wait for another process's conversion before loading the GGUF file
+_NO_CHECKSUMS = "it fails to load and its marker records no checksums"  # an older marker's damage
 #: What a failed conversion or write raises: a full disk or a read-only directory (``OSError``;
 #: safetensors' ``SafetensorError`` is not one), a conversion transformers refuses.
 _WRITE_ERRORS: tuple[type[BaseException], ...] = (OSError, RuntimeError, ValueError, SafetensorError)
@@ -186,7 +189,7 @@ def _checksum_problem(dest: Path) -> str | None:
         return problem
     files = (_read_mark(dest) or {}).get("files")
     if not files:
-        return "it fails to load and its marker records no checksums"
+        return _NO_CHECKSUMS
     for name, rec in files.items():
         try:
             if _file_sha256(dest / name) != rec.get("sha256"):
@@ -279,7 +282,7 @@ def _converted_copy(directory: Path, gguf: str, *, damaged: tuple[Any, str] | No
     if problem is None:
         _sweep(root)
         return dest
-    why = None if problem == "missing" else f"the cached {_TARGET_LABEL} in {dest} is damaged ({problem})"
+    why = None if problem == "missing" else f"the cached {_TARGET_LABEL} in {dest} cannot be used ({problem})"
     try:
         root.mkdir(parents=True, exist_ok=True)
         with _cache_lock(root):
