@@ -26,7 +26,7 @@ class SuffixKind(DraftKind):
 
     def tree_support(self, spec: DraftSpec) -> TreeSupport:
         # deterministic distinct children = the GREEDY law with q over the children
-        width = getattr(spec.obj, "children", getattr(spec.obj, "max_children", SUFFIX_CHILDREN))
+        width = spec.obj.children if spec.obj is not None else SUFFIX_CHILDREN
         return TreeSupport(laws=frozenset({DraftLaw.GREEDY}), own_shape=True, default_children=width, chains=False)
 
     def load(self, spec: DraftSpec, target: Any, *, dtype: Any, device: str) -> SuffixDrafter:
