@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from conftest import tiny_lm
 from torch.nn.attention import SDPBackend
 
-import specot.drafting.eagle as eagle_mod
+import specot.drafting.eagle.head as eagle_mod  # the head attends inside the context
 import specot.models.hf as hf_mod
 from specot.models.device import CUDA_SDPA_BACKENDS, sdpa_without_cudnn
 
