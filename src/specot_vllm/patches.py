@@ -44,12 +44,26 @@ def _logger() -> logging.Logger:
     try:
         from vllm.logger import init_logger
 
-        return init_logger("specot_vllm")
+        return init_logger("vllm.specot")  # under vLLM's namespace: its handlers print it
     except ImportError:  # pragma: no cover
         return logging.getLogger("specot_vllm")
 
 
 log = _logger()
+_TRACED: set[str] = set()
+
+
+def _trace(event: str, **fields: Any) -> None:
+    """Append ``{"event", "pid", **fields}`` as one JSON line to the file named by the environment
+    variable ``SPECOT_VLLM_TRACE`` (each distinct line once per process; nothing when it is unset): how tests
+    see, from outside vLLM's engine processes, that a patch ran there."""
+    path = os.environ.get("SPECOT_VLLM_TRACE")
+    line = json.dumps({"event": event, "pid": os.getpid(), **fields})
+    if not path or line in _TRACED:
+        return
+    _TRACED.add(line)
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(line + "\n")
 
 _ACTIVE: dict[str, Any] = {"config": None, "verifier": None}
 #: vLLM's own functions the patches replaced, by name (the harness runs the stock sampler with them).
@@ -123,6 +137,7 @@ def _patch_rejection_sample() -> None:
                             use_fp64_gumbel=use_fp64_gumbel)
         from .sampler import verify_chains
 
+        _trace("verify", verifier=_ACTIVE["config"].label(), draft_probs=draft_probs is not None)
         temp = None if sampling_metadata.all_greedy else sampling_metadata.temperature
         return verify_chains(verifier, draft_token_ids, num_draft_tokens, max_spec_len, draft_probs,
                              target_logits, bonus_token_ids, temp, sampling_metadata.generators)
@@ -177,6 +192,7 @@ def _patch_eagle_q() -> None:
     def sample_from_logits(self, logits, sampling_metadata):
         if getattr(self, "_enable_probabilistic_draft_probs", False) and not sampling_metadata.all_greedy:
             r = _head_ratio(self)
+            _trace("eagle_q", ratio=r)
             if r != 1.0:
                 logits = logits / r  # q = softmax(z / (r·T)): vLLM divides by T next
         return original(self, logits, sampling_metadata)

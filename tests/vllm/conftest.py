@@ -6,6 +6,9 @@ in float32 (no speculation), computed once per session and its engine stopped at
 
 from __future__ import annotations
 
+import json
+import os
+
 import pytest
 
 PROMPTS = [
@@ -20,7 +23,7 @@ MAX_TOKENS = 24
 
 
 @pytest.fixture(scope="session")
-def reference():
+def reference(tmp_path_factory):
     """vLLM without speculation: greedy token ids per prompt and the exact T = 1 law of the first
     two generated tokens of each law prompt."""
     pytest.importorskip("vllm.config")  # (this folder is a namespace "vllm" where vLLM is absent)
@@ -32,6 +35,8 @@ def reference():
         pytest.skip(str(e))
     from vllm import SamplingParams
 
+    # the engine processes started from here on report which patches ran in them (SPECOT_VLLM_TRACE)
+    os.environ["SPECOT_VLLM_TRACE"] = str(tmp_path_factory.mktemp("trace") / "trace.jsonl")
     llm = engines.make_llm()
     try:
         tok = llm.get_tokenizer()
@@ -43,3 +48,13 @@ def reference():
     finally:
         engines.shutdown(llm)
     return {"greedy": greedy, "texts": texts, "laws": laws, "law_ids": ids}
+
+
+def traced(event: str) -> list[dict]:
+    """The ``event`` lines the engine processes wrote to ``SPECOT_VLLM_TRACE`` (see
+    :func:`specot_vllm.patches._trace`)."""
+    path = os.environ.get("SPECOT_VLLM_TRACE")
+    if not path or not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as fh:
+        return [d for d in map(json.loads, fh) if d["event"] == event]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from _engine_checks import ALPHA, greedy_ids, law_samples, spec_stats
+from conftest import traced
 
 pytestmark = pytest.mark.slow
 
@@ -30,3 +31,7 @@ def test_law_at_temperature_1_matches_autoregressive_sampling(engine, reference)
 
     ok, p = law_check(law_samples(engine, reference["law_ids"]["open"]), reference["laws"]["open"], ALPHA)
     assert ok, f"chi-square p-value {p:.2e} < {ALPHA}"
+    # the head drafted from its calibrated law (r = 0.75 from its config.json), and specot's
+    # verifier read that law
+    assert any(d["ratio"] == 0.75 for d in traced("eagle_q"))
+    assert any(d["verifier"] == "speculative() lossless" and d["draft_probs"] for d in traced("verify"))

@@ -31,7 +31,8 @@ def _exact(result):
 def test_vllm_cpu_stock_sampler_is_not_exact_at_temperature_above_0(case, draft):
     with harness.stock_vllm():
         result = harness.check(case, harness.run_step(case, N, T, draft), T, draft)
-    assert not _exact(result) and result["accepted_first"] < 0.05, result
+    # the expanded temperatures are whatever memory held, so how wrong the law is varies run to run
+    assert not _exact(result), result
 
 
 @pytest.mark.parametrize("draft", ["sampled", "fixed"])

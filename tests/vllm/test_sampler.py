@@ -135,3 +135,20 @@ def test_the_shipped_heads_q_calibration_is_found_where_vllm_keeps_the_draft_con
     wrapped = SimpleNamespace(model=SimpleNamespace(specot_q_temperature_ratio=0.5))  # vLLM's EAGLEConfig
     assert _checkpoint_ratio(SimpleNamespace(model="", hf_config=wrapped)) == 0.5
     assert _checkpoint_ratio(SimpleNamespace(model="/nonexistent", hf_config=None)) is None
+
+
+def test_the_engine_law_check_passes_the_law_and_fails_a_shifted_one():
+    """``engines.law_check`` (the engine tests' T = 1 check) on samples drawn from the law itself
+    and from a law with 10 % of its mass moved to the second branch."""
+    from specot_vllm.engines import law_check
+
+    law = {(1, 1): 0.4, (1, 2): 0.2, (2, 1): 0.15, (3, 3): 0.05}  # 0.2 left to "other"
+    keys = list(law) + [(9, 9)]
+    g = torch.Generator().manual_seed(3)
+
+    def draw(probs):
+        idx = torch.multinomial(torch.tensor(probs), 400, replacement=True, generator=g)
+        return [list(keys[i]) for i in idx.tolist()]
+
+    assert law_check(draw([0.4, 0.2, 0.15, 0.05, 0.2]), law)[0]
+    assert not law_check(draw([0.3, 0.3, 0.15, 0.05, 0.2]), law)[0]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from _engine_checks import ALPHA, greedy_ids, law_samples, spec_stats
-from conftest import PROMPTS
+from conftest import PROMPTS, traced
 
 pytestmark = pytest.mark.slow
 
@@ -40,3 +40,6 @@ def test_law_at_temperature_1_matches_autoregressive_sampling(engine, reference)
 
     ok, p = law_check(law_samples(engine, reference["law_ids"]["repeat"]), reference["laws"]["repeat"], ALPHA)
     assert ok, f"chi-square p-value {p:.2e} < {ALPHA}"
+    # specot's verifier ran in the engine's worker, on deterministic drafts (no draft law)
+    assert {"verifier": "speculative() lossless", "draft_probs": False} in [
+        {k: d[k] for k in ("verifier", "draft_probs")} for d in traced("verify")]
