@@ -85,3 +85,26 @@ def test_prompt_sets_are_one_folder_named_by_content():
         assert len(load_prompts(s.prompts, s.n_prompts)) == s.n_prompts, s.name
     with pytest.raises(FileNotFoundError, match="named sets: mixed"):
         load_prompts("no_such_set")
+
+
+def test_an_interrupted_set_leaves_its_cells_as_its_result(tiny_model_dir, tmp_path, monkeypatch):
+    """Ctrl-C inside a set: that set's JSON holds its finished cells (complete: false), so the
+    report-only documents never mix an older result with the new runs."""
+    real = suite.run_speedup_bench
+    out = tmp_path / "suite"
+    out.mkdir()
+    (out / "chat.json").write_text(json.dumps({"benchmark": "speedup", "stale": True}))
+
+    def stopped(**kw):
+        if kw["prompt_set"] == "chat":
+            real(**kw)  # measures every cell, then the "Ctrl-C" arrives
+            raise KeyboardInterrupt
+        return real(**kw)
+
+    monkeypatch.setattr(suite, "run_speedup_bench", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        suite.run_suite(suite.QUICK, out=out, target=str(tiny_model_dir), dtype="float32", threads=1, quick=True,
+                        progress=False)
+    chat = json.loads((out / "chat.json").read_text())
+    assert "stale" not in chat and chat["suite_set"] == "chat" and chat["cells_done"] == chat["cells_total"]
+    assert [r["suite_set"] for r in suite.load_suite(out, suite.QUICK)] == ["code", "chat"]

@@ -110,18 +110,30 @@ def run_suite(sets: Sequence[SuiteSet], *, out: str | Path, target: Any = None, 
     results = []
     for i, s in enumerate(sets, 1):
         print(f"[bench suite] {i}/{len(sets)}: {s.name} ({s.n_prompts} prompts of {s.prompts!r})", file=log)
-        res = run_speedup_bench(target=tgt, prompts=load_prompts(s.prompts, s.n_prompts), prompt_set=s.prompts,
-                                dtype=dtype, progress=progress, log=log, journal=out / f"{s.name}.jsonl", fresh=fresh,
-                                **opts)
-        res.update(suite_set=s.name, suite_role=s.role, quick=quick, suite_command=command,
-                   command=_speedup_command(s, opts, dtype, threads, out / s.name))
-        (out / f"{s.name}.json").write_text(json.dumps(res, indent=2), encoding="utf-8")
-        results.append(res)
+        journal = out / f"{s.name}.jsonl"
+        fields = dict(suite_set=s.name, suite_role=s.role, quick=quick, suite_command=command,
+                      command=_speedup_command(s, opts, dtype, threads, out / s.name))
+        try:
+            res = run_speedup_bench(target=tgt, prompts=load_prompts(s.prompts, s.n_prompts), prompt_set=s.prompts,
+                                    dtype=dtype, progress=progress, log=log, journal=journal, fresh=fresh, **opts)
+        except KeyboardInterrupt:  # the set's finished cells as its result (complete: false), then stop
+            try:
+                _write(out / f"{s.name}.json", {**load_speedup_result(journal), **fields})
+            except (OSError, ValueError):
+                pass  # no cell of this set yet: its previous result, if any, stays
+            raise
+        results.append(_write(out / f"{s.name}.json", {**res, **fields}))
     return results
 
 
+def _write(path: Path, res: dict[str, Any]) -> dict[str, Any]:
+    path.write_text(json.dumps(res, indent=2), encoding="utf-8")
+    return res
+
+
 def load_suite(out: str | Path, sets: Sequence[SuiteSet]) -> list[dict[str, Any]]:
-    """The results of ``sets`` in ``out`` (``<set>.json``, or the journal of an interrupted run).
+    """The results of ``sets`` in ``out``: ``<set>.json`` (written after each set, and with the finished
+    cells when a set is interrupted), else the set's journal.
 
     Raises:
         FileNotFoundError: a set has neither file.
