@@ -27,7 +27,8 @@ from specot.theory.speedup import block_efficiency, expected_tokens
 
 from .cost import CostCurve
 
-__all__ = ["chain_speedup", "tree_speedup", "break_even_alpha", "run_speedup", "best_chain", "ChainChoice"]
+__all__ = ["chain_speedup", "tree_speedup", "break_even_alpha", "run_speedup", "best_chain", "ChainChoice",
+           "QUIET_CURVE", "AUTO_PLAN", "auto_drafter"]
 
 
 def chain_speedup(alpha: float, gamma: int, curve: CostCurve, c: float = 0.0, way: str = "all") -> float:
@@ -98,3 +99,47 @@ def best_chain(alpha: float, curve: CostCurve, c: float = 0.0, max_gamma: int = 
     vals = [chain_speedup(alpha, g, curve, c) for g in range(max_gamma + 1)]
     g = int(np.argmax(vals))
     return ChainChoice(float(alpha), g, round(float(vals[g]), 4))
+
+
+#: The cost curve t(B)/t(1) of the embedded SmolLM2 Q4_1 GGUF on llama.cpp, logits on all rows, measured
+#: on a quiet 2-vCPU Zen 4 (avx512_bf16) with llama-cpp-python 0.3.36 and n_threads = 2: 10.1 / 19.0 /
+#: 31.9 / 54.2 ms at B = 1 / 2 / 5 / 11 (the measurement that opened this backend's work). Refresh it
+#: with ``python -m specot_llamacpp.bench cost`` on a quiet machine.
+QUIET_CURVE = CostCurve(widths=(1, 2, 5, 11), t_all_ms=(10.1, 19.0, 31.9, 54.2), t_last_ms=(10.1, 13.6, 21.5, 47.4),
+                        t_tree_ms=(10.1, 19.0, 31.9, 54.2), context_len=0, repeats=0, n_threads=2)
+
+#: What ``auto`` should decode with on the llama.cpp backend, per temperature: suffix-decoding trees
+#: (:class:`specot.drafting.SuffixDrafter`, the GREEDY law, depth 4) whose adaptive budget prices a
+#: pass of 1 + N tokens at ``1 + cost_fixed + cost_per_token·N`` one-token passes — the linear fit of
+#: :data:`QUIET_CURVE` (``bench.fit_linear_cost``) instead of the drafter's defaults (0.05, 0.03, fitted
+#: to the transformers backend, whose 7-token pass costs 1.25 one-token passes). With these prices
+#: the drafter drafts only where the text repeats (an expected accepted length that pays for the
+#: wider pass) and takes plain steps elsewhere. n-gram chains, fixed trees and the distilled draft
+#: model do not pay on this cost curve at any temperature (docs/llamacpp.md); EAGLE is not available
+#: (no hidden states).
+AUTO_PLAN = {
+    0.0: {"draft": "suffix", "tree_law": "greedy", "depth": 4, "cost_fixed": 0.55, "cost_per_token": 0.38},
+    1.0: {"draft": "suffix", "tree_law": "greedy", "depth": 4, "cost_fixed": 0.55, "cost_per_token": 0.38},
+}
+
+
+def auto_drafter(target, temperature: float = 0.0, curve: CostCurve | None = None):
+    """The drafter and draft-tree shape :data:`AUTO_PLAN` names for ``temperature`` (the entry of the
+    nearest temperature listed): a suffix drafter (pydoc corpus, as ``load_drafter("suffix")``) priced
+    by ``curve``'s linear fit when given (e.g. measured on this machine by
+    :func:`specot_llamacpp.cost.measure_cost_curve`), else by the plan's constants.
+
+    Returns:
+        ``(drafter, TreeSpec)`` for :func:`specot.engine.tree_generate`.
+    """
+    from specot.api import load_drafter
+    from specot.drafting import TreeSpec
+
+    from .bench import fit_linear_cost
+
+    key = min(AUTO_PLAN, key=lambda t: abs(t - float(temperature)))
+    entry = AUTO_PLAN[key]
+    drafter = load_drafter(entry["draft"], target)
+    f, c = fit_linear_cost(curve) if curve is not None else (entry["cost_fixed"], entry["cost_per_token"])
+    drafter.cost_fixed, drafter.cost_per_token = float(f), float(c)
+    return drafter, TreeSpec.sequences(1, entry["depth"], entry["tree_law"])
