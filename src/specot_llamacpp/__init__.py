@@ -4,13 +4,27 @@
 (:class:`specot.models.protocol.TargetModel`): the one decoding loop, every verifier and the
 model-free drafters (n-gram, suffix) run on it unchanged, with draft chains and draft trees scored
 in one ``llama_decode`` batch and the KV cache rolled back by sequence operations. The embedded
-SmolLM2 GGUF is loaded as is (Q4_1, memory-mapped). :class:`LlamaCppDrafter` drafts with a small
-GGUF model (the distilled draft, converted by :func:`draft_gguf`). See docs/llamacpp.md.
+SmolLM2 GGUF is loaded as is (Q4_1, memory-mapped). :mod:`specot_llamacpp.draft` converts the
+distilled draft to GGUF and drafts with it; :mod:`specot_llamacpp.plan` prices drafts with the
+measured cost curve. See docs/llamacpp.md.
 
-Needs ``llama-cpp-python`` (``make setup-llamacpp`` builds and caches its wheel).
+Needs ``llama-cpp-python`` (``make setup-llamacpp`` builds and caches its wheel). The names below
+load on first use, so the ``specot.backends`` entry point (:mod:`specot_llamacpp.backend`) imports
+without it and says how to install it when a target is asked for.
 """
 
-from .loading import EMBEDDED_NAME, gguf_tokenizer, load_target
-from .target import LlamaCppTarget, default_threads
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __all__ = ["load_target", "LlamaCppTarget", "gguf_tokenizer", "default_threads", "EMBEDDED_NAME"]
+
+_WHERE = {"load_target": "loading", "gguf_tokenizer": "loading", "EMBEDDED_NAME": "loading",
+          "LlamaCppTarget": "target", "default_threads": "target"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        return getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,19 +10,22 @@ import torch
 
 from specot.plan.backends import Backend
 
-from .loading import load_target
-from .target import LlamaCppTarget
-
 __all__ = ["BACKEND", "load_for_plan"]
 
 
-def load_for_plan(target: Any, *, dtype: str | torch.dtype = "auto", device: str = "cpu") -> LlamaCppTarget:
+def load_for_plan(target: Any, *, dtype: str | torch.dtype = "auto", device: str = "cpu") -> Any:
     """``Backend.load``: ``target`` ``None`` / ``"smollm2"`` (the embedded GGUF) or a ``.gguf`` path.
+
+    Returns:
+        a :class:`~specot_llamacpp.LlamaCppTarget`.
 
     Raises:
         ValueError: a device other than the CPU, or a dtype other than ``"auto"`` (llama.cpp runs
             the GGUF's own quantization; there is nothing to cast), or a target that is not a GGUF.
+        ImportError: llama-cpp-python is not installed (the message says how to install it).
     """
+    from .loading import load_target  # llama-cpp-python is imported only when a target is asked for
+
     if str(device) != "cpu":
         raise ValueError(f"the llama.cpp backend runs on the CPU; got device {device!r} (use --device cpu, or "
                          "--backend transformers on CUDA)")

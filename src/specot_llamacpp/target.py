@@ -42,12 +42,17 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-import llama_cpp as lc
 import numpy as np
 import torch
 from torch import Tensor
 
 from specot.models.chat import decode_tokens, encode_prompt
+
+try:
+    import llama_cpp as lc
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError("the llama.cpp backend needs llama-cpp-python 0.3.36: run `make setup-llamacpp` "
+                      "(builds and caches its wheel) or pip install llama-cpp-python==0.3.36") from exc
 
 __all__ = ["LlamaCppTarget", "default_threads"]
 

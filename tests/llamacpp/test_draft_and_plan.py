@@ -3,6 +3,9 @@ speedup model with a cost curve."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -69,3 +72,22 @@ def test_speedup_model_with_a_cost_curve():
     assert run_speedup([2, 0], [3, 1], LINEAR) == pytest.approx(4 / 4)
     with pytest.raises(ValueError):
         LINEAR.ratio(0)
+
+
+def test_the_backend_entry_imports_without_llama_cpp_and_says_how_to_install_it():
+    code = ("import sys; sys.modules['llama_cpp'] = None\n"
+            "from specot_llamacpp.backend import BACKEND\n"
+            "assert BACKEND.name == 'llamacpp' and not BACKEND.hidden_states\n"
+            "try:\n    BACKEND.load(None)\nexcept ImportError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "make setup-llamacpp" in out.stdout
+
+
+def test_the_backend_refuses_a_dtype_or_a_device():
+    from specot_llamacpp.backend import BACKEND
+
+    with pytest.raises(ValueError, match="CPU"):
+        BACKEND.load(None, device="cuda")
+    with pytest.raises(ValueError, match="dtype"):
+        BACKEND.load(None, dtype="bfloat16")
