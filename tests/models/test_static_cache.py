@@ -13,7 +13,8 @@ import pytest
 import torch
 
 import specot
-from specot.api import _use_cuda_graphs
+import specot.plan.run as plan_run
+from specot.plan.run import wants_cuda_graphs
 
 from specot.drafting import ModelDrafter, TreeSpec
 from specot.engine import GenerationConfig, autoregressive_generate, speculative_generate, tree_generate
@@ -181,10 +182,10 @@ def test_graphs_by_default_only_on_cuda_and_for_architectures_with_static_caches
     def lm(device, can):
         return SimpleNamespace(device=torch.device(device), model=SimpleNamespace(_can_compile_fullgraph=can))
 
-    assert _use_cuda_graphs(None, lm("cuda", True))
-    assert not _use_cuda_graphs(None, lm("cuda", False))  # e.g. a model with its own cache type
-    assert not _use_cuda_graphs(None, lm("cpu", True))
-    assert _use_cuda_graphs(True, lm("cpu", False)) and not _use_cuda_graphs(False, lm("cuda", True))
+    assert wants_cuda_graphs("auto", lm("cuda", True))
+    assert not wants_cuda_graphs("auto", lm("cuda", False))  # e.g. a model with its own cache type
+    assert not wants_cuda_graphs("auto", lm("cpu", True))
+    assert wants_cuda_graphs("cuda_graphs", lm("cpu", False)) and not wants_cuda_graphs("dynamic", lm("cuda", True))
 
 
 def test_baseline_runs_capture_the_graphs_before_timing_without_changing_the_output(monkeypatch):
@@ -193,13 +194,13 @@ def test_baseline_runs_capture_the_graphs_before_timing_without_changing_the_out
     sampled output is the one a call without the baseline gives."""
     target = CausalLM(tiny_llama(0, dtype=torch.float32), name="t")
     calls = []
-    real = specot.api.speculative_generate
+    real = plan_run.speculative_generate
 
     def spy(*a, **kw):
         calls.append(kw.get("on_tokens"))
         return real(*a, **kw)
 
-    monkeypatch.setattr(specot.api, "speculative_generate", spy)
+    monkeypatch.setattr(plan_run, "speculative_generate", spy)
     kw = dict(target=target, draft="ngram", ngram_corpus=None, temperature=1.0, max_new_tokens=24, gamma=3, seed=5,
               cuda_graphs=True)
     alone = specot.generate(PROMPT * 3, **kw)

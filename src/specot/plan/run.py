@@ -16,15 +16,16 @@ from ..models.hf import GRAPH_WIDTHS
 from ..verifiers.base import AnyVerifier
 from .plan import DecodingPlan
 
-__all__ = ["run_plan", "prepare_cache", "warm_up"]
+__all__ = ["run_plan", "prepare_cache", "warm_up", "wants_cuda_graphs"]
 
 
-def _wants_graphs(plan: DecodingPlan, model: Any) -> bool:
-    """Whether ``model``'s passes replay as CUDA graphs: as the plan's cache asks, or by default
-    (``"auto"``) when the model is on CUDA and transformers marks its architecture as supporting
-    static caches (``_can_compile_fullgraph``; an architecture without them keeps its own cache)."""
-    if plan.cache != "auto":
-        return plan.cache == "cuda_graphs"
+def wants_cuda_graphs(cache: str, model: Any) -> bool:
+    """Whether ``model``'s passes replay as CUDA graphs under a plan's ``cache``: as it asks, or by
+    default (``"auto"``) when the model is on CUDA and transformers marks its architecture as
+    supporting static caches (``_can_compile_fullgraph``; an architecture without them keeps its own
+    cache). ``"cuda_graphs"`` off CUDA runs the same padded passes eagerly (how the tests check them)."""
+    if cache != "auto":
+        return cache == "cuda_graphs"
     inner = getattr(model, "model", None)
     return model.device.type == "cuda" and bool(getattr(inner, "_can_compile_fullgraph", False))
 
@@ -35,13 +36,13 @@ def prepare_cache(plan: DecodingPlan, target: Any, drafter: Drafter | None, prom
     whose passes replay as CUDA graphs (:meth:`specot.models.CausalLM.use_static_cache`), sized for
     the prompt, the output, one draft tree and a pass's padding. Returns whether graphs are on.
     A loaded target keeps its static cache and graphs for later calls."""
-    if not hasattr(target, "use_static_cache") or not _wants_graphs(plan, target):
+    if not hasattr(target, "use_static_cache") or not wants_cuda_graphs(plan.cache, target):
         return False
     room = plan.shape.num_slots if plan.tree is not None else 2 * plan.gamma  # a chain may grow to 2γ
     span = prompt_len + max_new_tokens + room + 8 + GRAPH_WIDTHS[-1]
     draft_model = getattr(drafter, "model", None)
     for m in (target, draft_model):
-        if m is None or not hasattr(m, "use_static_cache") or not _wants_graphs(plan, m):
+        if m is None or not hasattr(m, "use_static_cache") or not wants_cuda_graphs(plan.cache, m):
             continue
         if m.static_cache_len is None or m.static_cache_len < min(span, m.max_context):
             m.use_static_cache(min(span, m.max_context), cuda_graphs=True)
