@@ -7,7 +7,7 @@
 #      equals autoregressive decoding with graphs in float32 and up to near-ties in bf16, for an
 #      n-gram chain, an EAGLE tree, the CPU's auto plans (2x3; 3x6, T = 0's) and an early-exit model
 #      draft (its own graphs). EAGLE's T = 0 trees are built on the device over a static cache and
-#      replayed as graphs too (drafting/eagle_static.py): each check also records the draft's
+#      replayed as graphs too (drafting/eagle/static_tree.py): each check also records the draft's
 #      milliseconds per iteration.
 #   2. Speed on code prompts at T = 0 and 1 with `bench speedup --cuda-graphs`: every specot row,
 #      autoregressive decoding included, replays the target's passes as CUDA graphs; the HF rows

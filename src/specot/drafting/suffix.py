@@ -38,7 +38,7 @@ shrinks when less — the budget shrinks, down to no draft (at T = 1 on prose mo
 little). Defaults f = 0.05 and c = 0.03: SmolLM2-135M in bf16 on a 2-core CPU with native bf16,
 ``specot bench speedup`` cost curve t(5)/t(1) = 1.12, t(7)/t(1) = 1.25, and the time outside the
 forward passes of a drafted step about 4 points above an autoregressive step's
-(``docs/bench/speedup_code``); ``adaptive=False`` (or f = c = 0) keeps every node
+(``docs/bench/suite/code.json``); ``adaptive=False`` (or f = c = 0) keeps every node
 scored ≥ ``min_score`` up to ``max_nodes`` — the largest block efficiency, at a larger pass.
 
 **Corpus** (optional :class:`NGramCounts` — the top continuations of every corpus m-gram, m ≤ 3,

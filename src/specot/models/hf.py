@@ -147,7 +147,7 @@ class CausalLM:
         Why: a pass of a small target is bound by kernel launches on a GPU. On an H200 the 135 M
         embedded target's 1-token pass took 19.4 ms eagerly and 4.0 ms replayed, an 8-token pass
         19.9 and 4.2 ms, the replayed logits bit-identical to the eager pass's
-        (``scripts/graph_step.py``, docs/engine.md).
+        (``benchmarks/gpu/graph_step.py``, docs/engine.md).
 
         Off CUDA the same padded passes run eagerly (that is how the CPU tests check them). If a
         capture fails the wrapper warns once and runs plain eager passes from then on. Off by

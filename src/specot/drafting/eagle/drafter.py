@@ -117,7 +117,7 @@ class EagleDrafter(Drafter):
             the ``total_tokens`` nodes of highest cumulative draft probability kept — a deterministic
             tree (:mod:`~specot.drafting.eagle.reranked`; measured at T = 0 against spending the
             budget during expansion: block efficiency 1.68 → 1.89 on code, 1.49 → 1.65 on prose,
-            docs/results.md). ``False`` spends the budget during expansion with the last child of
+            2-core Intel Xeon, 2026-11-25). ``False`` spends the budget during expansion with the last child of
             every node sampled — the construction every temperature > 0 uses (a sampled draft is
             accepted with probability Σ min(p, q), which beats the top-k's p(top-k) when p is
             spread: deterministic trees at T = 1 lost 0.1–0.2 block efficiency).
@@ -127,7 +127,7 @@ class EagleDrafter(Drafter):
             under-confident, and a single draft is accepted with probability Σ min(p, q), which a
             sharper q raises where the head's top token is right: for the shipped head r = 0.75
             raised the exact first-position acceptance at T = 1 by 0.03–0.06 on six prompt sets
-            (``docs/results.md``). Any r keeps verification lossless: q is exactly the law the
+            (docs/distillation.md, "Head variants"). Any r keeps verification lossless: q is exactly the law the
             drafts are drawn from. :meth:`from_pretrained` reads ``specot_q_temperature_ratio``
             from the checkpoint's ``config.json`` (absent in published heads: r = 1).
         int8: store the head's linear layers as int8 weights with a scale per output row
@@ -136,7 +136,7 @@ class EagleDrafter(Drafter):
             linear layers prepacked for oneDNN (:class:`~specot.models.device.PrepackedLinear`).
             In bf16 the two were level end to end (int8 3 % ahead on eight cells, within noise);
             in float32 PyTorch's int8 kernel is 8-40x slower than the prepacked layers
-            (docs/results.md, the int8 and prepacked CPU runs). :meth:`from_pretrained` reads
+            (docs/results.md, "Component costs"). :meth:`from_pretrained` reads
             ``specot_int8_weights`` from ``config.json`` (absent: off) and applies it on a CPU,
             except to a float32 head that oneDNN can prepack.
         name: the label in statistics.
@@ -192,7 +192,7 @@ class EagleDrafter(Drafter):
         kw.setdefault("q_temperature_ratio", float(obj.get("specot_q_temperature_ratio", 1.0)))
         # a CPU setting for bf16 heads: there int8 weights halve the bytes a pass reads. A float32 head
         # runs prepacked instead wherever oneDNN can: PyTorch's int8 kernel is 8-40x slower with
-        # float32 activations (docs/results.md, the int8 and prepacked CPU runs)
+        # float32 activations (docs/results.md, "Component costs")
         kw.setdefault("int8", bool(obj.get("specot_int8_weights", False)) and torch.device(target.device).type == "cpu"
                       and not (target.dtype == torch.float32 and prepacking_available(torch.float32)))
         return cls(head, target, name=kw.pop("name", d.name or "eagle3"), **kw)
