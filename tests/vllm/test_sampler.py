@@ -9,10 +9,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specot_vllm.config import SpecotVllmConfig, parse_config
-from specot_vllm.patches import expand_batch_to_tokens
-from specot_vllm.sampler import verify_chains
-from specot.verifiers import VerifyOutput, get_verifier
+pytest.importorskip("specot_vllm")  # the integration's package (installed beside specot)
+
+from specot_vllm.config import SpecotVllmConfig, parse_config  # noqa: E402
+from specot_vllm.patches import expand_batch_to_tokens  # noqa: E402
+from specot_vllm.sampler import verify_chains  # noqa: E402
+from specot.verifiers import VerifyOutput, get_verifier  # noqa: E402
 
 V, N, ALPHA, T = 5, 20000, 1e-3, 0.7
 
