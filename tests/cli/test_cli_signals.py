@@ -229,3 +229,25 @@ def test_head_reading_a_few_bytes(tiny_model_dir):
     p = subprocess.run(["bash", "-c", f"set -o pipefail; {cmd} | head -c 10"], capture_output=True, text=True,
                        env=_env(), timeout=300)
     assert len(p.stdout) == 10 and p.stderr == "" and p.returncode in (0, EXIT_BROKEN_PIPE), (p.returncode, p.stderr)
+
+
+@pytest.mark.parametrize("library_does", ["converts", "swallows"])
+def test_an_interrupt_a_library_turned_into_another_error_is_still_an_interrupt(capsys, monkeypatch, library_does):
+    """An import interrupted half-way once ended in numpy's RecursionError, which transformers
+    re-raised as ModuleNotFoundError: a Ctrl-C that came is reported as one, whatever it became."""
+    import specot.cli.main as cli
+
+    def import_interrupted(*a, **k):
+        try:
+            signal.raise_signal(signal.SIGINT)  # a real Ctrl-C, through main's handler
+        except KeyboardInterrupt as exc:
+            if library_does == "converts":
+                raise ModuleNotFoundError("Could not import module 'LlamaConfig'") from exc
+        return cli.argparse.ArgumentParser()
+
+    monkeypatch.setattr(cli, "build_parser", import_interrupted)
+    assert cli_main(["generate", "--prompt", "x", "--json"]) == EXIT_INTERRUPTED
+    cap = capsys.readouterr()
+    assert _one_json_object(cap.out)["phase"] == "start-up"
+    assert [ln for ln in cap.err.splitlines() if ln.strip()] == ["specot: interrupted"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored

@@ -25,7 +25,6 @@ import signal
 import sys
 import threading
 import warnings
-from importlib.metadata import entry_points
 from typing import Any
 
 __all__ = ["main", "build_parser", "COMMAND_GROUP", "KNOWN_ERRORS", "EXIT_INTERRUPTED", "EXIT_BROKEN_PIPE",
@@ -46,6 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     Imports the sub-command modules (torch, transformers): :func:`main` calls it inside its
     Ctrl-C handling."""
+    from importlib.metadata import entry_points  # 70 ms of imports: after the Ctrl-C handling too
+
     from . import generate, theory  # here, not at the top: see the module docstring
 
     parser = argparse.ArgumentParser(
@@ -94,6 +95,15 @@ class _Run:
     def __init__(self, argv: list[str]) -> None:
         self.json = "--json" in argv[: argv.index("--")] if "--" in argv else "--json" in argv
         self.command: str | None = None  # set once the command runs
+        self.sigint = False  # a Ctrl-C arrived (whatever a library made of its KeyboardInterrupt)
+
+    def on_sigint(self, signum: int, frame: Any) -> None:
+        """The SIGINT handler while :func:`main` runs: Python's own (raise ``KeyboardInterrupt``),
+        remembering that it came. A library may turn the interrupt into another error: an
+        import interrupted half-way has ended in numpy's ``RecursionError``, re-raised by
+        transformers as ``ModuleNotFoundError``; :func:`main` reports those as the interrupt."""
+        self.sigint = True
+        raise KeyboardInterrupt
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,9 +116,9 @@ def main(argv: list[str] | None = None) -> int:
 
     Set ``SPECOT_TRACEBACK=1`` to get the full traceback of a reported error."""
     main_thread = threading.current_thread() is threading.main_thread()
-    handler = signal.getsignal(signal.SIGINT) if main_thread else None
     args = list(sys.argv[1:] if argv is None else argv)
     run = _Run(args)
+    handler = signal.signal(signal.SIGINT, run.on_sigint) if main_thread else None
     try:
         with warnings.catch_warnings():
             warnings.showwarning = _one_line_warning
@@ -117,18 +127,22 @@ def main(argv: list[str] | None = None) -> int:
         return _interrupted(run)
     except BrokenPipeError:
         return _broken_pipe()
-    except KNOWN_ERRORS as exc:
-        if os.environ.get("SPECOT_TRACEBACK"):
+    except Exception as exc:
+        if run.sigint:  # an interrupt that a library turned into another error
+            return _interrupted(run)
+        if not isinstance(exc, KNOWN_ERRORS) or os.environ.get("SPECOT_TRACEBACK"):
             raise
         print(f"specot: error: {error_message(exc)}", file=sys.stderr)
         return 1
     finally:
-        if main_thread and handler is not None and signal.getsignal(signal.SIGINT) is not handler:
-            signal.signal(signal.SIGINT, handler)
+        if main_thread:
+            signal.signal(signal.SIGINT, handler if handler is not None else signal.default_int_handler)
 
 
 def _run(argv: list[str], run: _Run) -> int:
     parser = build_parser()
+    if run.sigint:  # the import swallowed it
+        raise KeyboardInterrupt
     args = parser.parse_args(argv)
     run.command = args.command
     return int(args.func(args) or 0)
