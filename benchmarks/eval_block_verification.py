@@ -45,7 +45,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from specot.api import decoding_plan, load_drafter, load_target
+from specot.api import load_drafter, load_target
+from specot.plan import make_plan
 from specot.drafting import ModelDrafter
 from specot.engine import GenerationConfig, speculative_generate, tree_generate
 from specot_lab.bench.runinfo import run_info
@@ -261,7 +262,7 @@ def run_job(tgt: Any, job: dict[str, Any], prompts: list[str], seeds: list[int],
                                        sampling=SamplingConfig(job["temperature"]))
                 if tree:
                     K, L = (int(x) for x in tree.lower().split("x"))
-                    spec, _ = decoding_plan(drafter, inner, verifier=vname, drafts=K, gamma=L)
+                    spec = make_plan(drafter, verifier=vname, drafts=K, gamma=L).tree
                     ver: Any = RecordingSequenceVerifier(inner, rec) if vname == new else inner
                     res = tree_generate(tgt, drafter, ids, spec, cfg, verifier=ver)
                 else:

@@ -12,11 +12,11 @@ import sys
 import torch
 from tqdm import tqdm
 
-from specot.api import decoding_plan, load_drafter, load_target
+from specot.api import load_drafter, load_target
+from specot.plan import make_plan
 from specot.engine import GenerationConfig, speculative_generate, tree_generate
 from specot.envinfo import environment_info
 from specot.sampling import SamplingConfig
-from specot.verifiers import get_verifier
 from specot_lab.bench.script_io import add_run_options, write_record
 from specot_lab.corpus import load_prompts
 
@@ -41,10 +41,10 @@ def main(argv: list[str] | None = None) -> int:
         drafter = load_drafter(dname, tgt)
         if tree:
             K, L = (int(x) for x in tree.lower().split("x"))
-            spec, ver = decoding_plan(drafter, get_verifier("greedy"), verifier="greedy", drafts=K, gamma=L,
-                                      tree="greedy")
+            plan = make_plan(drafter, verifier="greedy", drafts=K, gamma=L, tree="greedy")
         else:
-            spec, ver = decoding_plan(drafter, get_verifier("speculative"), gamma=args.gamma)
+            plan = make_plan(drafter, gamma=args.gamma)
+        spec, ver = plan.tree, plan.verifier.build()
         tot = {"tokens": 0, "calls": 0, "drafted": 0, "accepted": 0, "tried0": 0, "acc0": 0}
         for i, p in enumerate(prompts):
             ids = tgt.encode_prompt(p)

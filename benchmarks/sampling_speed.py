@@ -17,7 +17,8 @@ import time
 import torch
 
 from specot import make_generator
-from specot.api import load_target, pydoc_texts
+from specot.api import load_target
+from specot.plan.corpus import pydoc_texts
 from specot.envinfo import environment_info, load_average
 from specot_lab.bench.script_io import device_sync, write_record
 from specot_lab.distill.data import SampleConfig, sample_batch

@@ -194,36 +194,3 @@ def generate(
                                  stream=stream)
     return report
 
-
-# ---- transitional names for the lab while it moves to specot.plan (removed once it is ported)
-from dataclasses import dataclass as _dataclass  # noqa: E402
-
-from .plan.auto import AUTO_MIN_CONFIDENCE_GREEDY, AUTO_TREE, AUTO_TREE_GREEDY  # noqa: E402,F401
-from .plan.corpus import pydoc_texts  # noqa: E402,F401
-from .plan.plan import DEFAULT_GAMMA, resolve_tree_spec  # noqa: E402,F401
-from .plan.verify import build_verifier  # noqa: E402,F401
-from .report import EXACTNESS  # noqa: E402,F401
-
-
-@_dataclass(frozen=True)
-class AutoPlan:
-    draft: str
-    drafts: int | None
-    gamma: int | None
-    min_confidence: float | None = None
-
-
-def auto_plan(target: Any, device: str = "cpu", *, dtype: Any = "auto", temperature: float = 1.0,
-              drafts: int | None = None, gamma: int | None = None, tree: Any = None, verifier: str = "speculative",
-              verifier_params: dict[str, Any] | None = None) -> AutoPlan:
-    c = auto_choice(target, device, dtype=dtype, temperature=temperature, drafts=drafts, gamma=gamma, tree=tree,
-                    default_verifier=verifier == "speculative" and not verifier_params, verifier=verifier)
-    return AutoPlan(c.draft, c.drafts, c.gamma, c.min_confidence)
-
-
-def decoding_plan(draft: Any, ver: Any, *, verifier: str = "speculative", verifier_params: dict[str, Any] | None = None,
-                  gamma: int | None = None, drafts: int | None = None, tree: Any = None,
-                  tree_law: str | None = None) -> tuple[Any, Any]:
-    p = make_plan(draft, verifier=verifier, verifier_params=verifier_params, gamma=gamma, drafts=drafts, tree=tree,
-                  tree_law=tree_law)
-    return p.tree, p.verifier.build()

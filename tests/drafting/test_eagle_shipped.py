@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file
 
 import specot
-from specot.api import AUTO_MIN_CONFIDENCE_GREEDY, AutoPlan, auto_plan
+from specot.plan.auto import AUTO_MIN_CONFIDENCE_GREEDY, AutoChoice, auto_choice
 from specot.drafting import EagleDrafter, HybridDrafter, NGramDrafter
 from specot.drafting.eagle import EAGLE3_KEYS
 from specot.engine import GenerationConfig, autoregressive_generate, speculative_generate
@@ -39,19 +39,19 @@ def test_head_files_layout_and_size():
 def test_auto_is_ngram_and_eagle_refuses_another_target():
     target = tiny_lm(0)
     assert isinstance(specot.load_drafter("auto", target), NGramDrafter)
-    assert auto_plan(target) == AutoPlan("ngram", None, None)
+    assert auto_choice(target) == AutoChoice("ngram", None, None)
     with pytest.raises(ValueError, match="eagle:PATH"):
         specot.load_drafter("eagle", target)
 
 
-def test_auto_plan_for_the_embedded_target():
+def test_auto_choice_for_the_embedded_target():
     """suffix+eagle trees in bf16 on a CPU: 3 x 6 gated by the head's confidence at temperature 0,
     2 x 3 ungated above; chains with another verifier; GREEDY-law tree options stay with the hybrid
     (as given, no gate), others go to the EAGLE head; the same in float32 where oneDNN prepacks the
     head (measured, docs/results.md), and ngram on CUDA (not measured there)."""
     def plan(target=None, device="cpu", **kw):
-        got = auto_plan(target, device, dtype=kw.pop("dtype", "bfloat16"), **kw)
-        assert isinstance(got, AutoPlan)
+        got = auto_choice(target, device, dtype=kw.pop("dtype", "bfloat16"), **kw)
+        assert isinstance(got, AutoChoice)
         return (got.draft, got.drafts, got.gamma, got.min_confidence)
 
     tau = AUTO_MIN_CONFIDENCE_GREEDY
@@ -101,7 +101,7 @@ def test_auto_decodes_suffix_eagle_trees_in_bf16_and_the_plan_is_exact_in_float3
     auto = specot.load_drafter("auto", bf16)
     assert isinstance(auto, HybridDrafter)
     assert isinstance(specot.load_drafter("eagle", bf16).head.lm_head, Int8Linear)  # the shipped head on a CPU in bf16
-    assert auto_plan(bf16) == AutoPlan("suffix+eagle", 2, 3)
+    assert auto_choice(bf16) == AutoChoice("suffix+eagle", 2, 3)
     prompt = "Write a Python function that returns the squares of a list of numbers."
     rep = specot.generate(prompt, target=bf16, temperature=0.0, max_new_tokens=16)
     assert rep.draft == f"suffix+eagle, tree 3x6, min_confidence {AUTO_MIN_CONFIDENCE_GREEDY:g}"

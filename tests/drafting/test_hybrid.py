@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specot.api import decoding_plan, load_drafter
+from specot.api import load_drafter
+from specot.plan import make_plan
 from specot.drafting import DraftOutcome, DraftTree, EagleDrafter, HybridDrafter, SuffixDrafter, TreeSpec
 from specot.engine import GenerationConfig, autoregressive_generate, make_generator, speculative_generate, tree_generate
 from specot.laws import DraftLaw
 from specot.sampling import SamplingConfig
-from specot.verifiers import get_verifier
 
 from conftest import tiny_lm
 from engine_helpers import chi_square_pvalue, exact_joint
@@ -42,7 +42,8 @@ def test_greedy_identical_to_autoregressive_and_both_drafters_draft(drafts, gamm
     if drafts is None:
         res = speculative_generate(target, hy, PROMPT, cfg)
     else:
-        spec, ver = decoding_plan(hy, get_verifier("speculative"), gamma=gamma, drafts=drafts)
+        plan = make_plan(hy, gamma=gamma, drafts=drafts)
+        spec, ver = plan.tree, plan.verifier.build()
         assert spec.law == DraftLaw.GREEDY and ver.name == "greedy"
         res = tree_generate(target, hy, PROMPT, spec, cfg, verifier=ver)
     assert res.tokens == ar.tokens
@@ -62,7 +63,8 @@ def test_sampling_is_lossless_chi_square(drafts):
     cfg = GenerationConfig(max_new_tokens=L, gamma=2, sampling=SamplingConfig(1.0), stop_at_eos=False)
     gen = make_generator(4321)
     hy = _hybrid(target, draft_vocab=[0, 1, 3, 4], seed=2, draft_cost=0.0)
-    spec, ver = decoding_plan(hy, get_verifier("speculative"), gamma=2, drafts=drafts)
+    plan = make_plan(hy, gamma=2, drafts=drafts)
+    spec, ver = plan.tree, plan.verifier.build()
     samples = []
     for _ in range(2000):
         if spec is None:
@@ -155,8 +157,9 @@ def test_hybrid_errors():
         load_drafter("suffix+eagle", target)
     hy = HybridDrafter(SuffixDrafter(vocab_size=16), eagle)
     with pytest.raises(ValueError, match="cannot be verified by .kseq."):
-        decoding_plan(hy, get_verifier("kseq"), verifier="kseq", drafts=2, gamma=3)
+        make_plan(hy, verifier="kseq", drafts=2, gamma=3)
     with pytest.raises(ValueError, match="GREEDY-law trees"):
-        decoding_plan(hy, get_verifier("speculative"), drafts=2, gamma=3, tree="wor")
-    spec, ver = decoding_plan(hy, get_verifier("speculative"), gamma=3)
+        make_plan(hy, drafts=2, gamma=3, tree="wor")
+    plan = make_plan(hy, gamma=3)
+    spec, ver = plan.tree, plan.verifier.build()
     assert spec is None and ver.name == "speculative"  # chains: any single-draft verifier

@@ -9,14 +9,14 @@ import json
 import pytest
 import torch
 
-from specot.api import decoding_plan, generate
+from specot.api import generate
+from specot.plan import make_plan
 from specot.cli.main import main as cli_main
 from specot.drafting import ModelDrafter
 from specot.drafting.tree import EAGLE_DEFAULT_TREE, TreeSpec
 from specot.engine import GenerationConfig, autoregressive_generate, speculative_generate, tree_generate
 from specot.models import CausalLM
 from specot.sampling import SamplingConfig
-from specot.verifiers import get_verifier
 
 from conftest import tiny_lm
 
@@ -174,9 +174,10 @@ def test_a_tree_without_a_named_verifier_gets_its_laws_verifier(tree, law, expec
     """The default verifier (``speculative``) takes one draft; a tree with n = 2 gets the verifier of
     its law instead, while a named verifier that cannot verify the tree is still refused."""
     drafter = ModelDrafter(tiny_lm(1))
-    spec, ver = decoding_plan(drafter, get_verifier("speculative"), drafts=2, gamma=3, tree=tree)
+    plan = make_plan(drafter, drafts=2, gamma=3, tree=tree)
+    spec, ver = plan.tree, plan.verifier.build()
     assert spec.law.value == law and ver.name == expected
     spec.check_verifier(ver)
     if expected != "kseq":
         with pytest.raises(ValueError, match="cannot be verified by 'kseq'"):
-            decoding_plan(drafter, get_verifier("kseq"), verifier="kseq", drafts=2, gamma=3, tree=tree)
+            make_plan(drafter, verifier="kseq", drafts=2, gamma=3, tree=tree)

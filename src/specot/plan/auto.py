@@ -21,7 +21,7 @@ The rule, one place (:func:`auto_choice`; :func:`specot.plan.make_plan` turns it
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 import torch
 
@@ -57,16 +57,17 @@ def _names_greedy_tree(tree: Any) -> bool:
 
 
 def auto_choice(target: Any, device: str = "cpu", *, dtype: str | torch.dtype = "auto", temperature: float = 1.0,
-                drafts: int | None = None, gamma: int | None = None, tree: Any = None,
-                default_verifier: bool = True, verifier: str = "speculative") -> AutoChoice:
+                drafts: int | None = None, gamma: int | None = None, tree: Any = None, verifier: str = "speculative",
+                verifier_params: Mapping[str, Any] | None = None) -> AutoChoice:
     """The draft and shape of ``draft="auto"`` (module docstring) for ``target`` (a name or a loaded
     target), ``device`` and ``dtype`` (the loaded target's own when loaded) and ``temperature``.
 
     With the caller's tree options (``drafts`` / ``tree``): GREEDY-law trees of ``suffix+eagle`` as
     given; for any other tree law or verifier ``eagle``, whose trees take every draft law. With a
-    verifier of the caller's (``default_verifier=False``) and no tree options: chains of
-    ``suffix+eagle``.
+    verifier of the caller's (not ``speculative`` without parameters) and no tree options: chains
+    of ``suffix+eagle``.
     """
+    default_verifier = verifier == "speculative" and not verifier_params
     loaded = isinstance(target, TargetModel)
     on_cpu = str(target.device if loaded else device).startswith("cpu")
     dt = target.dtype if loaded else resolve_dtype(dtype, device)

@@ -81,12 +81,19 @@ class DecodingPlan:
         """``cache`` as :func:`specot.generate`'s ``cuda_graphs`` (``None``: on CUDA by default)."""
         return None if self.cache == "auto" else self.cache == "cuda_graphs"
 
+    @property
+    def min_confidence(self) -> float | None:
+        """τ of the draft's EAGLE confidence gate (its own, or its draft model's), or ``None``."""
+        if self.draft is None:
+            return None
+        return dict(self.draft.inner.options if self.draft.inner else self.draft.options).get("min_confidence")
+
     def describe(self) -> str:
         """One line: the draft and its shape, e.g. ``"suffix+eagle, tree 3x6, min_confidence 0.1"``."""
         if self.draft is None:
             return "none (autoregressive)"
         shape = "chain" if self.tree is None else f"tree {self.tree.max_drafts_per_node()}x{self.tree.depth}"
-        gate = dict(self.draft.inner.options if self.draft.inner else self.draft.options).get("min_confidence")
+        gate = self.min_confidence
         return f"{self.draft.name}, {shape}" + (f", min_confidence {gate:g}" if gate is not None else "")
 
     def to_dict(self) -> dict[str, Any]:
@@ -224,7 +231,7 @@ def make_plan(draft: Any = "auto", *, target: Any = None, backend: str = "transf
     _check_loaded_target(target, dtype, device)
     if isinstance(draft, str) and draft == "auto":
         choice = auto_choice(target, device, dtype=dtype, temperature=temperature, drafts=drafts, gamma=gamma,
-                             tree=tree, default_verifier=ver.is_default, verifier=ver.name)
+                             tree=tree, verifier=ver.name, verifier_params=dict(ver.params))
         draft, drafts, gamma = choice.draft, choice.drafts, choice.gamma
         if choice.min_confidence is not None and draft_options.get("min_confidence") is None:
             draft_options = {**draft_options, "min_confidence": choice.min_confidence}

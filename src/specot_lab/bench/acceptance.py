@@ -78,7 +78,8 @@ import torch
 
 from specot.laws import sample_drafts
 from collections import Counter, defaultdict
-from specot.api import load_drafter, load_target, pydoc_texts
+from specot.api import load_drafter, load_target
+from specot.plan.corpus import pydoc_texts
 import copy
 from specot.models.hf import CausalLM
 from specot.drafting import ModelDrafter, NGramDrafter

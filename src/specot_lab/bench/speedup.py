@@ -90,7 +90,8 @@ from specot.sampling import SamplingConfig
 from specot.verifiers import get_verifier
 from specot.theory import block_efficiency, expected_tokens
 from tqdm import tqdm
-from specot.api import auto_plan, decoding_plan, load_drafter, load_target
+from specot.api import load_drafter, load_target
+from specot.plan import make_plan, run_plan
 from specot.envinfo import load_average
 from specot.models.device import sdpa_without_cudnn
 from specot.models.hf import GRAPH_WIDTHS
@@ -227,13 +228,14 @@ def _build_methods(tgt: Any, ngram: Any, draft: BenchDraft | None, gammas: Seque
             ms.append(Method(f"hf-prompt-lookup γ={L}", "hf-prompt-lookup",
                              lambda ids, t, s, L=L: hf_generate(tgt.model, ids, t, max_new_tokens, s, eos=eos, prompt_lookup=L),
                              1, L))
-    if "auto" in extra_drafts:  # the default of specot generate: api.auto_plan's drafter and shape
-        ms.append(Method("auto", "auto", _auto_runner(tgt, cfg, wrap, load)))
+    if "auto" in extra_drafts:  # the default of specot generate: make_plan("auto")'s drafter and shape
+        ms.append(Method("auto", "auto", _auto_runner(tgt, cfg, wrap, static_len)))
     for name in (n for n in extra_drafts if n != "auto"):  # drafters named as specot.api names them: suffix, eagle:PATH
         ed = load(name)
         label = "eagle" if isinstance(ed, EagleDrafter) else name
         for L in gammas:
-            spec, ver = decoding_plan(ed, get_verifier("speculative"), gamma=L)
+            plan = make_plan(ed, gamma=L)
+            spec, ver = plan.tree, plan.verifier.build()
             if spec is None:  # a chain
                 ms.append(Method(f"{label} γ={L}", label,
                                  lambda ids, t, s, L=L, ed=ed: wrap(speculative_generate(tgt, ed, ids, cfg(t, s, L))),
@@ -244,7 +246,8 @@ def _build_methods(tgt: Any, ngram: Any, draft: BenchDraft | None, gammas: Seque
                                      tree_generate(tgt, ed, ids, spec, cfg(t, s, L), verifier=v)), spec.max_drafts_per_node(), L, ver.name))
         if isinstance(ed, (EagleDrafter, HybridDrafter)):  # draft trees: EAGLE's top-k, GREEDY law
             for K, L in trees:
-                spec, ver = decoding_plan(ed, get_verifier("greedy"), verifier="greedy", drafts=K, gamma=L, tree="greedy")
+                plan = make_plan(ed, verifier="greedy", drafts=K, gamma=L, tree="greedy")
+                spec, ver = plan.tree, plan.verifier.build()
                 ms.append(Method(f"{label} tree n={K} γ={L} greedy", label,
                                  lambda ids, t, s, L=L, ed=ed, spec=spec, v=ver: wrap(
                                      tree_generate(tgt, ed, ids, spec, cfg(t, s, L), verifier=v)), K, L, "greedy"))
@@ -274,22 +277,18 @@ def _build_methods(tgt: Any, ngram: Any, draft: BenchDraft | None, gammas: Seque
 
 
 def _auto_runner(tgt: Any, cfg: Callable[..., Any], wrap: Callable[[Any], _Run],
-                 load: Callable[..., Any]) -> Callable[[list[int], float, int], _Run]:
-    """A run of ``draft="auto"`` exactly as :func:`specot.generate` plans it: :func:`auto_plan`'s
-    drafter (loaded once) and its chain or tree at each temperature, through :func:`decoding_plan`."""
-    drafters: dict[tuple[str, float | None], Any] = {}
+                 static_len: int | None) -> Callable[[list[int], float, int], _Run]:
+    """A run of ``draft="auto"`` exactly as :func:`specot.generate` plans it: the plan of
+    :func:`specot.plan.make_plan` at each temperature, its drafter loaded once per draft."""
+    plans: dict[float, Any] = {}
+    drafters: dict[Any, Any] = {}
 
     def run(ids: list[int], t: float, s: int) -> _Run:
-        plan = auto_plan(tgt, temperature=t)
-        key = (plan.draft, plan.min_confidence)
-        if key not in drafters:
-            drafters[key] = load(plan.draft, min_confidence=plan.min_confidence)
-        ed = drafters[key]
-        spec, ver = decoding_plan(ed, get_verifier("speculative"), drafts=plan.drafts, gamma=plan.gamma)
-        L = plan.gamma or GenerationConfig.gamma
-        if spec is None:
-            return wrap(speculative_generate(tgt, ed, ids, cfg(t, s, L), verifier=ver))
-        return wrap(tree_generate(tgt, ed, ids, spec, cfg(t, s, L), verifier=ver))
+        plan = plans.setdefault(t, make_plan("auto", target=tgt, temperature=t))
+        if plan.draft not in drafters:
+            d = plan.draft.load(tgt)
+            drafters[plan.draft] = d.use_static_cache(static_len, cuda_graphs=True) if static_len is not None else d
+        return wrap(run_plan(plan, tgt, drafters[plan.draft], ids, cfg(t, s), plan.verifier.build()))
 
     return run
 
@@ -370,8 +369,12 @@ def _setup(tgt: Any, bd: BenchDraft | None, methods: list[Method], prompt_set: s
 
 
 def _plan_record(plan: Any) -> dict[str, Any]:
-    """The draft name, children per node, draft length and confidence gate of an :func:`auto_plan`."""
-    return {k: getattr(plan, k, None) for k in ("draft", "drafts", "gamma", "min_confidence")}
+    """What ``auto`` decodes with: the draft, children per node (``None``: a chain), the draft length,
+    the confidence gate, and the plan in words (:meth:`specot.plan.DecodingPlan.describe`)."""
+    tree = plan.tree
+    return {"draft": plan.draft.name, "drafts": tree.max_drafts_per_node() if tree else None,
+            "gamma": tree.depth if tree else plan.gamma, "min_confidence": plan.min_confidence,
+            "plan": plan.describe()}
 
 
 def _resume_setup(jr: Journal | None, setup: dict[str, Any], measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
@@ -446,7 +449,7 @@ def run_speedup_bench(*, target: Any = None, draft: str | BenchDraft | None = "d
 
     setup = _setup(tgt, bd, methods, prompt_set, len(encoded), cuda_graphs)
     if "auto" in extra_drafts:  # what the auto row decodes with at each temperature
-        setup["auto_plans"] = {f"{float(t):g}": _plan_record(auto_plan(tgt, temperature=float(t))) for t in temperatures}
+        setup["auto_plans"] = {f"{float(t):g}": _plan_record(make_plan("auto", target=tgt, temperature=float(t))) for t in temperatures}
     dm = bd.obj if bd is not None and bd.available else None
     sizes = [L + 1 for L in gammas] + [K * L + 1 for K, L in trees]
     widths = sorted({1} | {K for K, _ in trees})
