@@ -110,6 +110,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     bad = [m for m in args.methods if m not in METHODS]
     if bad or not args.methods:
         ap.error(f"unknown method(s) {bad}; choose from {','.join(METHODS)}")
+    if "vllm-suffix" in args.methods:
+        from importlib.util import find_spec
+
+        if find_spec("arctic_inference") is None:
+            ap.error("vllm-suffix needs arctic-inference==0.1.1 (pip install -e 'src/specot_vllm[bench]')")
     if any(b < 1 for b in args.batches) or any(t < 0 for t in args.temperatures) or args.max_tokens < 1 or args.gamma < 1:
         ap.error("batch sizes, --max-tokens and --gamma must be >= 1, temperatures >= 0")
     return args
