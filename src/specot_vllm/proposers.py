@@ -49,7 +49,7 @@ class SuffixProposer:
         self._kwargs = dict(cfg.suffix) if cfg is not None else {}
         SuffixDrafter(None, **self._kwargs)  # validate now: one clear error at start-up
         self._rows: dict[int, Any] = {}
-        self._last: dict[int, tuple[int, int]] = {}  # row -> (context length, drafted tokens)
+        self._last: dict[int, tuple[int, Any]] = {}  # row -> (context length, the tree proposed there)
         eos = getattr(getattr(vllm_config.model_config, "hf_config", None), "eos_token_id", None)
         self._stop = frozenset([eos] if isinstance(eos, int) else (eos or []))
 
@@ -74,9 +74,9 @@ class SuffixProposer:
         from specot.drafting import DraftOutcome
 
         last = self._last.pop(row, None)
-        tree = getattr(d, "_last_tree", None)
-        if last is None or tree is None or last[0] + len(sampled) != len(context):
+        if last is None or last[0] + len(sampled) != len(context):
             return
+        tree = last[1]
         acc = max(0, min(len(sampled) - 1, tree.size))
         d.update(DraftOutcome(tree=tree, path=tuple(range(1, acc + 1)), tokens=tuple(int(t) for t in sampled),
                               context_len=last[0]))
@@ -98,8 +98,9 @@ class SuffixProposer:
             self._learn(d, i, sampled, context)
             depth = min(self.k, self.max_model_len - n - 1)
             tree = d.propose(context, depth, greedy) if depth > 0 else None
-            drafts = [] if tree is None else tree.path_tokens(len(tree.tokens) - 1) if tree.size else []
-            self._last[i] = (n, len(drafts))
+            drafts = tree.path_tokens(len(tree.tokens) - 1) if tree is not None and tree.size else []
+            if tree is not None:
+                self._last[i] = (n, tree)
             out.append(drafts[: self.k])
         for row in [r for r in self._rows if r >= len(sampled_token_ids)]:
             self._rows.pop(row, None)
