@@ -38,6 +38,7 @@ import torch
 
 from ._validation import check_count, check_generator
 from .drafting.base import Drafter
+from .engine.loop import generation_locks
 from .engine.types import GenerationConfig
 from .measure import measure_speedup
 from .models.protocol import TargetModel
@@ -178,9 +179,9 @@ def generate(
     ids = tgt.encode_prompt(text_or_ids, chat=chat) if isinstance(text_or_ids, str) else text_or_ids
     if not ids:
         raise ValueError("the prompt is empty after tokenization: pass some text (or use the chat template)")
-    graphs = prepare_cache(plan, tgt, drafter, len(ids), max_new_tokens)
-    if graphs and baseline:
-        warm_up(plan, tgt, drafter, ids, cfg, ver)
+    with generation_locks(tgt, drafter):  # the caches are the target's state too (threads: api docstring)
+        if prepare_cache(plan, tgt, drafter, len(ids), max_new_tokens) and baseline:
+            warm_up(plan, tgt, drafter, ids, cfg, ver)
     stream, t0 = TokenStream(tgt.decode, on_text), time.perf_counter()
     try:
         result = run_plan(plan, tgt, drafter, ids, cfg, ver, generator=generator, on_tokens=stream)

@@ -57,7 +57,8 @@ from ..sampling import sample_categorical, standardize
 from ..verifiers.base import AnyVerifier, SequenceVerifier
 from .types import GenerationConfig, GenerationResult, GenerationStats
 
-__all__ = ["decode", "verify_draft_tree", "TreeStep", "make_generator", "check_prompt_fits", "generation_lock"]
+__all__ = ["decode", "verify_draft_tree", "TreeStep", "make_generator", "check_prompt_fits", "generation_lock",
+           "generation_locks"]
 
 TokenCallback = Callable[[list[int]], None]
 
@@ -123,6 +124,17 @@ def _locks_for(target: Any, drafter: Any) -> list[Any]:
     objs = [target] + (list(_held_state(drafter)) if drafter is not None else [])
     locks = {id(lock): lock for lock in map(generation_lock, objs)}
     return [locks[k] for k in sorted(locks)]
+
+
+@contextlib.contextmanager
+def generation_locks(target: Any, drafter: Any) -> Iterator[None]:
+    """Hold the generation locks of ``target``, ``drafter`` and everything the drafter holds, in the
+    one global order (:func:`decode` does for a whole generation; a caller that prepares a target's
+    caches outside :func:`decode` does too)."""
+    with contextlib.ExitStack() as held:
+        for lock in _locks_for(target, drafter):
+            held.enter_context(lock)
+        yield
 
 
 def check_prompt_fits(target: CausalLM, prompt_ids: Sequence[int], max_new_tokens: int) -> None:
@@ -425,9 +437,7 @@ def decode(
     ``on_tokens`` runs holding the locks: it must not wait for another thread's generation on the
     same target or drafter.
     """
-    with contextlib.ExitStack() as held:
-        for lock in _locks_for(target, drafter):
-            held.enter_context(lock)
+    with generation_locks(target, drafter):
         return _decode(target, drafter, prompt_ids, config, shape=shape, verifier=verifier, generator=generator,
                        on_tokens=on_tokens, method=method)
 

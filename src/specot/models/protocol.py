@@ -47,6 +47,8 @@ class TargetModel(Protocol):
         last_hidden: hidden states ``[T, F]`` of the last pass's positions when ``hidden_layers``
             was asked for, else ``None``. A backend without hidden states leaves it ``None`` and
             drafters that need them (EAGLE) refuse it at load time.
+        generation_lock: (optional) a re-entrant lock that :func:`specot.engine.decode` holds for a
+            whole generation; one is attached on first use when a backend has none.
     """
 
     name: str
