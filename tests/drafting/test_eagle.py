@@ -19,7 +19,7 @@ from specot.laws import top_tokens
 from specot.models.device import PrepackedLinear, prepacking_available
 from specot.sampling import SamplingConfig
 
-from conftest import tiny_lm
+from model_helpers import tiny_lm
 from engine_helpers import chi_square_pvalue, exact_joint
 
 PROMPT = [1, 5, 3, 7]

@@ -20,7 +20,7 @@ from specot.models.embedded import embedded_eagle_dir
 from specot.models.int8 import Int8Linear
 from specot.sampling import SamplingConfig
 
-from conftest import tiny_lm
+from model_helpers import tiny_lm
 
 
 def test_head_files_layout_and_size():

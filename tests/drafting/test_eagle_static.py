@@ -12,7 +12,7 @@ from specot.drafting.eagle.static_tree import StaticTreeDraft
 from specot.engine import GenerationConfig, autoregressive_generate, tree_generate
 from specot.sampling import SamplingConfig
 
-from conftest import tiny_lm
+from model_helpers import tiny_lm
 
 PROMPT = [1, 5, 3, 7]
 GREEDY = SamplingConfig(temperature=0.0)

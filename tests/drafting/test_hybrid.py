@@ -13,7 +13,7 @@ from specot.engine import GenerationConfig, autoregressive_generate, make_genera
 from specot.laws import DraftLaw
 from specot.sampling import SamplingConfig
 
-from conftest import tiny_lm
+from model_helpers import tiny_lm
 from engine_helpers import chi_square_pvalue, exact_joint
 
 GREEDY = SamplingConfig(temperature=0.0)

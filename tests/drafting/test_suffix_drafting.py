@@ -18,7 +18,7 @@ from specot.laws import DraftLaw, enumerate_draft_law, sample_drafts, top_tokens
 from specot.sampling import SamplingConfig
 from specot.verifiers import GreedyVerifier, get_verifier
 
-from conftest import tiny_lm
+from model_helpers import tiny_lm
 from engine_helpers import chi_square_pvalue, exact_joint
 
 ALPHA = 1e-4  # significance level of the chi-square tests (seeds fixed: deterministic)

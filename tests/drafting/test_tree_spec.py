@@ -12,7 +12,7 @@ from specot.engine import make_generator
 from specot.sampling import SamplingConfig
 from specot.verifiers import DraftLaw, available_verifiers, get_verifier
 
-from conftest import tiny_lm
+from model_helpers import tiny_lm
 
 
 def test_constructions_shapes():

@@ -17,7 +17,7 @@ import pytest
 import scipy.stats
 import torch
 
-from conftest import tiny_lm
+from model_helpers import tiny_lm
 from specot.drafting import ModelDrafter
 from specot.drafting.ngram import NGramDrafter
 from specot.engine import GenerationConfig, speculative_generate

@@ -12,7 +12,7 @@ from specot.models import CausalLM
 from specot.sampling import SamplingConfig
 from specot.verifiers import LenientVerifier, get_verifier
 
-from conftest import tiny_lm, tiny_llama
+from model_helpers import tiny_lm, tiny_llama
 from engine_helpers import chi_square_pvalue, exact_joint
 
 PROMPT = [1, 5, 3, 7]

@@ -16,7 +16,7 @@ from specot.engine import loop
 from specot.sampling import SamplingConfig, standardize
 from specot.verifiers import get_verifier
 
-from conftest import tiny_lm
+from model_helpers import tiny_lm
 from engine_helpers import chi_square_pvalue
 
 PROMPT = [1, 5, 3, 7, 1, 5]

@@ -18,7 +18,7 @@ from specot.engine import GenerationConfig, autoregressive_generate, speculative
 from specot.models import CausalLM
 from specot.sampling import SamplingConfig
 
-from conftest import tiny_lm
+from model_helpers import tiny_lm
 
 PROMPT = [1, 5, 3, 7]
 GREEDY = SamplingConfig(temperature=0.0)

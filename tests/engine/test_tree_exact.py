@@ -21,7 +21,7 @@ from specot.engine import GenerationConfig, make_generator, tree_generate
 from specot.sampling import SamplingConfig
 from specot.verifiers import available_verifiers, get_verifier
 
-from conftest import tiny_llama
+from model_helpers import tiny_llama
 from engine_helpers import chi_square_pvalue, exact_joint
 
 ALPHA = 1e-4

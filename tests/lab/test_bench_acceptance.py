@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import tiny_lm
+from model_helpers import tiny_lm
 from specot_lab.bench.acceptance import BenchDraft, NGramLM, mean_ci, reduce_vocab, run_acceptance_bench
 from specot_lab.bench.report import acceptance_plots, acceptance_table
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import tiny_lm
+from model_helpers import tiny_lm
 from specot_lab.bench.acceptance import (LAW_VERIFIERS, MC_VERIFIERS, BenchDraft, _verifier_acceptance,
                                          reduce_vocab, run_acceptance_bench)
 from specot_lab.bench.report import acceptance_table

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import tiny_lm
+from model_helpers import tiny_lm
 from specot.cli.main import main
 from specot_lab.bench.journal import Journal, read_journal
 from specot_lab.bench.speedup import load_speedup_result, run_speedup_bench

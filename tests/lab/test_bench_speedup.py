@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from conftest import tiny_lm
+from model_helpers import tiny_lm
 from specot_lab.bench.acceptance import BenchDraft
 from specot_lab.bench.report import results_markdown, speedup_plots, speedup_table, update_readme, START, END
 from specot_lab.bench.speedup import run_speedup_bench

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import load_script
+from model_helpers import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "benchmarks"

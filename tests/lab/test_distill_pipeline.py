@@ -14,7 +14,7 @@ from specot_lab.distill import train as T
 from specot_lab.distill.evaluate import cost_coefficient, held_out_alpha
 from specot.models import CausalLM, load_model
 
-from conftest import tiny_llama
+from model_helpers import tiny_llama
 
 
 # ----------------------------------------------------------------------------- prompt sets

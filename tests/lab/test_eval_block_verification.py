@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import load_script, tiny_lm
+from model_helpers import load_script, tiny_lm
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import load_script
+from model_helpers import load_script
 
 law = load_script("eval_q_law")
 

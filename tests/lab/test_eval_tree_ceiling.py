@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from conftest import load_script, tiny_lm
+from model_helpers import load_script, tiny_lm
 from specot.sampling import SamplingConfig, standardize
 
 

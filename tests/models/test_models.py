@@ -15,7 +15,7 @@ from specot.models.device import (GQA_SDPA, SmallBatchHead, gqa_sdpa_attention, 
                                   install_small_batch_head, small_batch_linear)
 from specot.sampling import SamplingConfig
 
-from conftest import tiny_lm
+from model_helpers import tiny_lm
 
 
 def test_logits_after_matches_full_forward_and_rolls_back():

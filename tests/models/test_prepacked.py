@@ -18,7 +18,7 @@ from specot.models.device import PrepackedLinear, install_prepacked_linears, rem
 from specot.sampling import SamplingConfig
 from specot.verifiers import get_verifier
 
-from conftest import tiny_llama
+from model_helpers import tiny_llama
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch build has no oneDNN")
 

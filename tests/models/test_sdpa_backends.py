@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import tiny_lm
+from model_helpers import tiny_lm
 from torch.nn.attention import SDPBackend
 
 import specot.drafting.eagle.head as eagle_mod  # the head attends inside the context

@@ -24,7 +24,7 @@ from specot.models import CausalLM
 from specot.models.hf import GRAPH_WIDTHS, _PaddedPass
 from specot.sampling import SamplingConfig
 
-from conftest import tiny_llama
+from model_helpers import tiny_llama
 
 PROMPT = [1, 5, 3, 7, 2]
 

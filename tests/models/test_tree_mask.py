@@ -8,7 +8,7 @@ import torch
 
 from specot.models import CausalLM
 
-from conftest import tiny_llama, tiny_lm
+from model_helpers import tiny_llama, tiny_lm
 
 CTX = [1, 5, 3, 7, 2]
 # a tree of 12 nodes, depth 5 (parents: -1 = root, else an earlier node index)

@@ -12,7 +12,7 @@ from specot.laws import DraftLaw
 from specot.plan.auto import AUTO_MIN_CONFIDENCE_GREEDY, auto_choice
 from specot.plan.draft import _REGISTRY, DraftKind, DraftSpec, TreeSupport, register_kind
 
-from conftest import tiny_lm
+from model_helpers import tiny_lm
 
 
 # --------------------------------------------------------------------------- parsing

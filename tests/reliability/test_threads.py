@@ -20,7 +20,7 @@ from specot.engine import GenerationConfig, loop, speculative_generate
 from specot.models import load_model
 from specot.sampling import SamplingConfig
 
-from conftest import tiny_lm
+from model_helpers import tiny_lm
 
 PROMPTS = ["the cat sat on the mat", "a big dog ran to the park", "the red cat and the blue dog",
            "small cat sat on a big mat"]
