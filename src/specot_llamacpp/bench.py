@@ -12,8 +12,9 @@ break-even acceptance of every chain length (:mod:`specot_llamacpp.plan`); JSON 
 * ``specot-ar``: specot's loop on :class:`~specot_llamacpp.LlamaCppTarget` without a draft;
 * ``specot-ngram``: n-gram chains of γ (``--gamma``; prompt lookup + the pydoc n-gram table);
 * ``specot-suffix``: suffix-decoding trees with the drafter's default cost model;
-* ``specot-suffix-llamacpp``: suffix trees whose adaptive budget uses THIS target's measured cost
-  curve (a pass of 1 + N tokens costs ``1 + f + c·N``, f and c fitted to the curve);
+* ``specot-suffix-llamacpp``: the plan for ``auto`` on this backend (:data:`specot_llamacpp.plan.AUTO_PLAN`):
+  suffix trees whose adaptive budget prices a pass of 1 + N tokens at ``1 + f + c·N`` (the quiet
+  curve's fit; with ``--price-by-run`` the fit of the curve this run measures), after matches of 4+;
 * ``specot-draft``: chains of the distilled draft converted to GGUF (:mod:`specot_llamacpp.draft`);
 * ``specot-hf-auto`` (only with ``--with-transformers``): specot's ``auto`` on the transformers backend.
 
@@ -43,7 +44,7 @@ from specot.envinfo import environment_info
 
 from .cost import DEFAULT_WIDTHS, CostCurve, measure_cost_curve
 from .loading import load_target
-from .plan import break_even_alpha, best_chain, run_speedup
+from .plan import auto_drafter, best_chain, break_even_alpha, run_speedup
 from .target import LlamaCppTarget, default_threads
 
 __all__ = ["main", "METHODS", "fit_linear_cost"]
@@ -136,11 +137,11 @@ def _specot_runner(target: LlamaCppTarget, method: str, args: argparse.Namespace
     drafter, spec = None, None
     if method == "specot-ngram":
         drafter = load_drafter("ngram", target)
-    elif method.startswith("specot-suffix"):
+    elif method == "specot-suffix":
         drafter = load_drafter("suffix", target)
         spec = TreeSpec.sequences(1, args.suffix_depth, "greedy")
-        if method == "specot-suffix-llamacpp":
-            drafter.cost_fixed, drafter.cost_per_token = fit_linear_cost(curve)
+    elif method == "specot-suffix-llamacpp":
+        drafter, spec = auto_drafter(target, 0.0, curve=curve if args.price_by_run else None)
     elif method == "specot-draft":
         drafter = load_draft(target, n_threads=target.n_threads)
 
@@ -269,6 +270,8 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--gamma", type=int, default=2, help="draft length of the chains (n-gram, draft model)")
     r.add_argument("--suffix-depth", type=int, default=4)
     r.add_argument("--cost-repeats", type=int, default=15)
+    r.add_argument("--price-by-run", action="store_true",
+                   help="price specot-suffix-llamacpp's budget by this run's cost curve, not the plan's constants")
     r.add_argument("--with-transformers", action="store_true", help="also specot auto on the transformers backend")
     r.add_argument("--no-progress", action="store_true")
     for q in (c, r):

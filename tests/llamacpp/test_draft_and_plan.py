@@ -91,3 +91,21 @@ def test_the_backend_refuses_a_dtype_or_a_device():
         BACKEND.load(None, device="cuda")
     with pytest.raises(ValueError, match="dtype"):
         BACKEND.load(None, dtype="bfloat16")
+
+
+@pytest.mark.real_model
+def test_the_auto_plan_drafts_where_the_answer_copies_and_stays_exact(target):
+    from specot.drafting import SuffixDrafter
+    from specot.engine import tree_generate
+    from specot_llamacpp.plan import AUTO_PLAN, auto_drafter
+
+    drafter, spec = auto_drafter(target, 0.0)
+    assert isinstance(drafter, SuffixDrafter) and spec.depth == AUTO_PLAN[0.0]["depth"]
+    assert (drafter.kappa, drafter.min_n, drafter.cost_per_token) == (0.05, 4, 0.38)
+    text = ("The Industrial Revolution began in Great Britain in the late eighteenth century. It moved production "
+            "from homes and small workshops to large factories powered by water and steam.")
+    ids = target.encode_prompt("Copy the following text exactly, word for word:\n\n" + text)
+    cfg = GenerationConfig(max_new_tokens=32, sampling=SamplingConfig(temperature=0.0), stop_at_eos=False)
+    res = tree_generate(target, drafter, ids, spec, cfg)
+    assert res.stats.accepted >= 10  # the copied text is drafted and accepted
+    check_greedy(target, ids, res.tokens, greedy_reference(target, ids, 32))
