@@ -135,7 +135,7 @@ def generate(
     dtype: str | torch.dtype = "auto", device: str = "cpu", on_text: Callable[[str], None] | None = None,
     drafts: int | None = None, tree: Any = None, tree_law: str | None = None, ngram_n: int | None = None,
     ngram_corpus: str | None = "pydoc", repeats: int = 1, generator: torch.Generator | None = None,
-    cuda_graphs: bool | None = None, backend: str = "transformers", plan: DecodingPlan | None = None,
+    cuda_graphs: bool | None = None, backend: str = "auto", plan: DecodingPlan | None = None,
 ) -> GenerateReport:
     """Speculative decoding of ``prompt`` (text, chat-templated for instruct models unless
     ``chat=False``, or token ids) — the keywords of ``specot generate`` (its ``--help`` and the
@@ -146,7 +146,9 @@ def generate(
     plan measured, :mod:`specot.plan.auto`), ``"none"``, a draft name, a draft model or a
     :class:`Drafter`. ``baseline`` / ``repeats``: also decode autoregressively for as many tokens,
     ``repeats`` pairs, the median speedup in ``report.speedup`` (:func:`specot.measure.measure_speedup`).
-    ``cuda_graphs``: static KV caches replayed as CUDA graphs (default: on CUDA).
+    ``cuda_graphs``: static KV caches replayed as CUDA graphs (default: on CUDA). ``backend``:
+    ``"auto"`` (for an automatic plan of the embedded target on a CPU the fastest installed backend,
+    llama.cpp where ``specot[llamacpp]`` is installed; else ``"transformers"``), or a backend name.
 
     Exactness: with a lossless verifier the output is lossless in distribution given the target's
     logits; greedy equals autoregressive decoding token for token in float32, and in bf16/fp16 up

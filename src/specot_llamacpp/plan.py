@@ -23,12 +23,14 @@ from typing import Sequence
 
 import numpy as np
 
+from specot.plan import make_plan
 from specot.theory.speedup import block_efficiency, expected_tokens
 
+from .auto import AUTO_PLAN, PASS_COST, auto_choice
 from .cost import CostCurve
 
 __all__ = ["chain_speedup", "tree_speedup", "break_even_alpha", "run_speedup", "best_chain", "ChainChoice",
-           "QUIET_CURVE", "AUTO_PLAN", "auto_drafter"]
+           "QUIET_CURVE", "AUTO_PLAN", "PASS_COST", "auto_choice", "auto_drafter"]
 
 
 def chain_speedup(alpha: float, gamma: int, curve: CostCurve, c: float = 0.0, way: str = "all") -> float:
@@ -108,45 +110,19 @@ def best_chain(alpha: float, curve: CostCurve, c: float = 0.0, max_gamma: int = 
 QUIET_CURVE = CostCurve(widths=(1, 2, 5, 11), t_all_ms=(10.1, 19.0, 31.9, 54.2), t_last_ms=(10.1, 13.6, 21.5, 47.4),
                         t_tree_ms=(10.1, 19.0, 31.9, 54.2), context_len=0, repeats=0, n_threads=2)
 
-#: What ``auto`` should decode with on the llama.cpp backend, per temperature: suffix-decoding trees
-#: (:class:`specot.drafting.SuffixDrafter`, the GREEDY law, depth 4) whose adaptive budget prices a
-#: pass of 1 + N tokens at ``1 + cost_fixed + cost_per_token·N`` one-token passes — the linear fit of
-#: :data:`QUIET_CURVE` (``bench.fit_linear_cost``) instead of the drafter's defaults (0.05, 0.03, fitted
-#: to the transformers backend, whose 7-token pass costs 1.25 one-token passes) — drafting only after
-#: a match of at least ``min_n = 4`` tokens, with the count discount ``kappa = 0.05`` (a continuation
-#: seen once scores 0.95, not 0.67: with the default 0.5 a priced budget never drafts even when the
-#: answer copies the prompt). Chosen by the speedup the quiet curve predicts for each run's passes
-#: (``plan.run_speedup``; timing-free) on 8 prompts (2 chat, 2 code edits, a summary, raw prose, raw
-#: code, a copy), 64 tokens: mean 1.14 at T = 0 (chat 1.00–1.03, edits 1.25 / 1.43, copy 1.46) and
-#: 1.04 at T = 1, against 1.04 / 0.99 with the default kappa and min_n and 0.68 / 0.47 for n-gram chains
-#: of 4 (docs/llamacpp.md). n-gram chains, fixed trees and the distilled draft model do not pay on
-#: this cost curve at any temperature; EAGLE is not available (no hidden states).
-AUTO_PLAN = {
-    0.0: {"draft": "suffix", "tree_law": "greedy", "depth": 4, "cost_fixed": 0.55, "cost_per_token": 0.38,
-          "kappa": 0.05, "min_n": 4},
-    1.0: {"draft": "suffix", "tree_law": "greedy", "depth": 4, "cost_fixed": 0.55, "cost_per_token": 0.38,
-          "kappa": 0.05, "min_n": 4},
-}
-
-
 def auto_drafter(target, temperature: float = 0.0, curve: CostCurve | None = None):
-    """The drafter and draft-tree shape :data:`AUTO_PLAN` names for ``temperature`` (the entry of the
-    nearest temperature listed): a suffix drafter (pydoc corpus, as ``load_drafter("suffix")``) with the
-    plan's ``kappa`` and ``min_n``, priced by ``curve``'s linear fit when given (e.g. measured on this machine by
-    :func:`specot_llamacpp.cost.measure_cost_curve`), else by the plan's constants.
+    """The drafter and draft-tree shape of ``draft="auto"`` on ``target`` at ``temperature`` (the plan
+    :func:`specot.plan.make_plan` makes from :func:`auto_choice`), priced by ``curve``'s linear fit
+    when given (e.g. measured on this machine by :func:`specot_llamacpp.cost.measure_cost_curve`),
+    else by the target's ``pass_cost``.
 
     Returns:
         ``(drafter, TreeSpec)`` for :func:`specot.engine.tree_generate`.
     """
-    from specot.api import load_drafter
-    from specot.drafting import TreeSpec
-
     from .bench import fit_linear_cost
 
-    key = min(AUTO_PLAN, key=lambda t: abs(t - float(temperature)))
-    entry = AUTO_PLAN[key]
-    drafter = load_drafter(entry["draft"], target)
-    f, c = fit_linear_cost(curve) if curve is not None else (entry["cost_fixed"], entry["cost_per_token"])
-    drafter.cost_fixed, drafter.cost_per_token = float(f), float(c)
-    drafter.kappa, drafter.min_n = float(entry["kappa"]), int(entry["min_n"])
-    return drafter, TreeSpec.sequences(1, entry["depth"], entry["tree_law"])
+    plan = make_plan("auto", target=target, temperature=temperature)
+    drafter = plan.draft.load(target)
+    if curve is not None:
+        drafter.cost_fixed, drafter.cost_per_token = (float(x) for x in fit_linear_cost(curve))
+    return drafter, plan.shape

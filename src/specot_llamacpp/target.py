@@ -47,6 +47,7 @@ import torch
 from torch import Tensor
 
 from specot.models.chat import decode_tokens, encode_prompt
+from .auto import PASS_COST
 
 try:
     import llama_cpp as lc
@@ -101,7 +102,9 @@ class LlamaCppTarget:
         flash_attn: llama.cpp's flash-attention kernels (off by default, as in llama-cpp-python's
             ``Llama``, so plain llama.cpp and this target run the same kernels).
 
-    Attributes (the protocol's): ``name``, ``vocab_size`` (``V``), ``max_context``, ``tokenizer``,
+    Attributes (the protocol's): ``backend`` (``"llamacpp"``), ``pass_cost`` (the linear cost model
+    of a wide pass, :data:`specot_llamacpp.auto.PASS_COST`, which the suffix drafter prices its
+    budget with), ``name``, ``vocab_size`` (``V``), ``max_context``, ``tokenizer``,
     ``forward_calls`` (``llama_decode`` calls since :meth:`reset_stats`), ``last_start``,
     ``last_hidden`` (always ``None``: llama.cpp exposes only the last layer's output, see
     docs/llamacpp.md). ``main_seq``: the sequence id of the committed sequence.
@@ -111,6 +114,9 @@ class LlamaCppTarget:
         ValueError: a count out of range.
         RuntimeError: llama.cpp could not load the model or make the context.
     """
+
+    backend = "llamacpp"
+    pass_cost = PASS_COST
 
     def __init__(self, model_path: str | os.PathLike[str], *, tokenizer: Any = None, name: str | None = None,
                  n_threads: int | None = None, n_ctx: int | None = None, n_batch: int = 512, max_leaves: int = 63,

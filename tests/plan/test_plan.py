@@ -227,3 +227,67 @@ def test_unknown_names_list_the_syntax_of_every_kind(monkeypatch):
 def test_tree_spec_objects_pass_through():
     spec = TreeSpec.sequences(2, 3, DraftLaw.WOR)
     assert P.make_plan("distilled", tree=spec).tree is spec
+
+
+# --------------------------------------------------------------------------- backends
+def _with_backend(monkeypatch, backend):
+    """Install ``backend`` as if an extra had registered it under ``specot.backends``."""
+    from types import SimpleNamespace
+
+    import specot.plan.backends as B
+
+    monkeypatch.setattr(B, "_entry_point_backends", lambda: {backend.name: SimpleNamespace(load=lambda: backend)})
+
+
+def test_auto_picks_a_marked_backend_only_for_an_automatic_embedded_plan(monkeypatch):
+    import specot.plan.backends as B
+    from specot.plan import Backend
+    from specot.plan.auto import AutoChoice
+
+    fast = Backend("fast", lambda *a, **k: None, auto=lambda t: AutoChoice("suffix", 1, 3, options=(("suffix_kappa", 0.1),)),
+                   auto_default=True)
+    _with_backend(monkeypatch, fast)
+    plan = P.make_plan("auto", temperature=0)
+    assert plan.backend == "fast" and plan.describe() == "suffix, tree 1x3"  # the backend's own auto rule
+    assert dict(plan.draft.options)["suffix_kappa"] == 0.1
+    # anything less than a fully automatic plan of the embedded target on a CPU stays on transformers
+    for kw in (dict(dtype="float32"), dict(draft="ngram"), dict(drafts=2), dict(verifier="block")):
+        assert P.make_plan(**{"draft": "auto", **kw}).backend == "transformers", kw
+    assert B.choose_backend("auto", None, device="cuda", dtype="auto", automatic=True) == "transformers"
+    assert B.choose_backend("auto", "some/model", device="cpu", dtype="auto", automatic=True) == "transformers"
+    assert P.make_plan("ngram", backend="fast").backend == "fast"  # named: used as named
+    unavailable = Backend("fast", fast.load, auto=fast.auto, auto_default=True, available=lambda: False)
+    _with_backend(monkeypatch, unavailable)
+    assert P.make_plan("auto").backend == "transformers"  # not installed here: the reference backend
+
+
+def test_a_backend_without_hidden_states_refuses_eagle_before_loading(monkeypatch):
+    from specot.plan import Backend
+
+    _with_backend(monkeypatch, Backend("plain", lambda *a, **k: None))
+    for draft in ("eagle", "suffix+eagle"):
+        with pytest.raises(ValueError, match="reads the target's hidden states, which the plain backend"):
+            P.make_plan(draft, backend="plain")
+    assert P.make_plan("suffix", backend="plain").backend == "plain"
+    with pytest.raises(ValueError, match="unknown backend 'nope'; installed: plain, transformers"):
+        P.make_plan("ngram", backend="nope")
+
+
+def test_a_loaded_target_runs_on_its_own_backend():
+    target = tiny_lm(0)
+    assert P.make_plan("ngram", target=target).backend == "transformers"
+    with pytest.raises(ValueError, match="loaded on the transformers backend but backend 'llamacpp'"):
+        P.make_plan("ngram", target=target, backend="llamacpp")
+
+
+def test_the_suffix_drafter_prices_its_budget_with_the_targets_pass_cost():
+    target = tiny_lm(0)
+    plain = P.parse_draft("suffix", ngram_corpus="none").load(target)
+    target.pass_cost = (0.55, 0.38)  # a backend whose wide passes cost much (llama.cpp on a CPU)
+    priced = P.parse_draft("suffix", ngram_corpus="none", suffix_min_match=4, suffix_kappa=0.05).load(target)
+    assert (plain.cost_fixed, plain.cost_per_token) == (0.05, 0.03)
+    assert (priced.cost_fixed, priced.cost_per_token, priced.min_n, priced.kappa) == (0.55, 0.38, 4, 0.05)
+    with pytest.raises(ValueError, match="suffix_min_match"):
+        P.parse_draft("suffix", suffix_min_match=0)
+    with pytest.raises(ValueError, match="suffix_kappa.*draft 'ngram'"):
+        P.parse_draft("ngram", suffix_kappa=0.1)

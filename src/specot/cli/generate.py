@@ -71,6 +71,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                         "greedy output equals autoregressive decoding token for token in float32 (bf16/fp16: up to "
                         "near-ties)")
     p.add_argument("--device", default="cpu", help="torch device: cpu (default), cuda, cuda:N")
+    p.add_argument("--backend", default="auto",
+                   help="target backend: auto (default: llama.cpp for the embedded target on a CPU when the plan is "
+                        "automatic and specot[llamacpp] is installed, else transformers), transformers, llamacpp "
+                        "(the embedded GGUF as it ships; n-gram and suffix drafts; docs/llamacpp.md)")
     p.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=None,
                    help="static KV caches with the model passes replayed as CUDA graphs, one per padded width "
                         "(default: on with --device cuda; on an H200 a target pass went from 19 to 4 ms; docs/engine.md)")
@@ -175,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
         target=args.target, draft=args.draft, gamma=args.gamma, gamma_schedule=args.gamma_schedule,
         temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
         seed=args.seed, verifier=args.verifier, verifier_params=params, baseline=args.baseline,
-        chat=False if args.raw else None, dtype=args.dtype, device=args.device, cuda_graphs=args.cuda_graphs, on_text=stream, drafts=args.drafts,
+        chat=False if args.raw else None, dtype=args.dtype, device=args.device, backend=args.backend, cuda_graphs=args.cuda_graphs, on_text=stream, drafts=args.drafts,
         tree=args.tree, tree_law=args.tree_law, ngram_n=args.ngram_n, ngram_corpus=corpus,
         repeats=args.repeats,
     )
@@ -205,6 +209,7 @@ def _print_report(report: object, *, baseline: bool = True) -> None:
     st = result.stats.to_dict()
     print(_fmt_stats(result.method if result.method == "tree" else "speculative", st)
           + f" | draft {report.draft}{', CUDA graphs' if report.cuda_graphs else ''} | "  # type: ignore[attr-defined]
+          + f"backend {report.backend} | "  # type: ignore[attr-defined]
           + _verifier_text(report))
     if result.method == "tree":
         print(f"[tree] mean tree size {st['mean_tree_size']:.1f} nodes | mean accepted length "

@@ -218,7 +218,7 @@ def verify_draft_tree(tree: DraftTree, logits: Tensor, sampling, verifier: AnyVe
     visited nodes only, one node at a time (:func:`_verify_visited`); on other devices every
     expanded node is verified in one batched call per number of drafts, with one host read.
     """
-    if sampling.greedy and tree.size and getattr(verifier, "argmax_at_temperature_0", False) and verifier.lossless:
+    if sampling.greedy and getattr(verifier, "argmax_at_temperature_0", False) and verifier.lossless:
         step = _verify_argmax(tree, logits)
         if step is not None:
             return step

@@ -50,6 +50,7 @@ class AutoChoice:
     drafts: int | None  # children per node of the draft tree; None: a chain, or the caller's tree options
     gamma: int | None  # draft length γ (the depth of a tree); None: the default
     min_confidence: float | None = None  # τ of the EAGLE head's confidence gate; None: off
+    options: tuple[tuple[str, Any], ...] = ()  # other drafter options (a backend's tuned suffix drafter)
 
 
 def _names_greedy_tree(tree: Any) -> bool:

@@ -7,7 +7,7 @@ package registers under the entry-point group ``specot.backends`` (e.g. ``llamac
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Callable
@@ -20,7 +20,7 @@ from ..models.loading import check_model_source, load_model
 from ..models.protocol import TargetModel
 
 __all__ = ["BACKEND_ENTRY_POINTS", "Backend", "available_backends", "get_backend", "check_target_source",
-           "peek_vocab_and_context", "is_embedded"]
+           "peek_vocab_and_context", "is_embedded", "choose_backend", "backend_of"]
 
 #: Entry-point group through which another package adds a target backend (a :class:`Backend`).
 BACKEND_ENTRY_POINTS = "specot.backends"
@@ -36,12 +36,21 @@ class Backend:
             ``"smollm2"`` for the embedded model, or a path / hub id.
         hidden_states: whether its targets expose hidden states (EAGLE heads need them).
         devices: the device types it runs on.
+        available: whether it can load a target here (its library is installed).
+        auto: the backend's own ``draft="auto"`` rule, ``auto(temperature) -> AutoChoice`` (what
+            measured fastest on it), or ``None`` for the core's (:mod:`specot.plan.auto`).
+        auto_default: ``backend="auto"`` picks it for the embedded target on a CPU when the whole
+            plan is automatic (``draft="auto"``, ``dtype="auto"``, no tree or verifier options), as
+            measured fastest there.
     """
 
     name: str
     load: Callable[..., TargetModel]
     hidden_states: bool = False
     devices: tuple[str, ...] = ("cpu",)
+    available: Callable[[], bool] = field(default=lambda: True, compare=False)
+    auto: Callable[[float], Any] | None = field(default=None, compare=False)
+    auto_default: bool = False
 
 
 def _load_transformers(target: Any, *, dtype: str | torch.dtype = "auto", device: str = "cpu") -> CausalLM:
@@ -125,3 +134,36 @@ def is_embedded(target: Any) -> bool:
     if target is None or (isinstance(target, str) and target == EMBEDDED_TARGET):
         return True
     return isinstance(target, TargetModel) and is_embedded_target(target)
+
+
+def backend_of(target: TargetModel) -> str:
+    """The backend name of a loaded target (``target.backend``; transformers' :class:`CausalLM` has none)."""
+    return str(getattr(target, "backend", TRANSFORMERS.name))
+
+
+def choose_backend(asked: str, target: Any, *, device: str, dtype: Any, automatic: bool) -> str:
+    """The backend a plan runs on: a loaded target's own; ``asked`` when it names one; for
+    ``"auto"``, an installed backend marked ``auto_default`` when the plan is ``automatic`` (the
+    embedded target on a CPU, ``draft="auto"``, ``dtype="auto"``, no tree or verifier options),
+    else ``transformers``, the reference backend.
+
+    Raises:
+        ValueError: an unknown backend name, or one that cannot run the loaded target.
+    """
+    if isinstance(target, TargetModel):
+        have = backend_of(target)
+        if asked not in ("auto", have):
+            raise ValueError(f"the target is loaded on the {have} backend but backend {asked!r} was asked for; "
+                             f"load it there (specot.load_target(..., backend={asked!r})) or leave backend 'auto'")
+        return have
+    if asked != "auto":
+        if asked not in available_backends():
+            raise ValueError(f"unknown backend {asked!r}; installed: {', '.join(available_backends())}")
+        return asked
+    if automatic and is_embedded(target) and str(device) == "cpu" and isinstance(dtype, str) and dtype == "auto":
+        for name in available_backends():
+            if name != TRANSFORMERS.name:
+                backend = get_backend(name)
+                if backend.auto_default and backend.available():
+                    return name
+    return TRANSFORMERS.name

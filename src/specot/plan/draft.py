@@ -108,6 +108,11 @@ class DraftSpec:
         return _kinds()[self.kind]
 
     @property
+    def needs_hidden_states(self) -> bool:
+        """Whether the drafter (or a composite's draft model) reads the target's hidden states."""
+        return self.kind_obj.hidden_states or (self.inner is not None and self.inner.kind_obj.hidden_states)
+
+    @property
     def trees(self) -> TreeSupport:
         """The draft trees this draft can draft (its kind's :meth:`DraftKind.tree_support`)."""
         return self.kind_obj.tree_support(self)
@@ -133,6 +138,8 @@ class DraftKind(ABC):
         classes: the :class:`Drafter` classes whose ready instances are this kind.
         order: kinds are tried in increasing order (a model directory or hub id matches any name,
             and every drafter is a :class:`Drafter`: those kinds come last).
+        hidden_states: the drafter reads the target's hidden states (a backend without them cannot
+            run it).
     """
 
     name: str = ""
@@ -140,6 +147,7 @@ class DraftKind(ABC):
     options: Mapping[str, Option] = {}
     classes: tuple[type, ...] = ()
     order: int = 0
+    hidden_states: bool = False
 
     @abstractmethod
     def parse(self, text: str, options: Mapping[str, Any]) -> DraftSpec | None:

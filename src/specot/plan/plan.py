@@ -25,7 +25,7 @@ from ..sampling import SamplingConfig
 from ..verifiers.base import LAW_VERIFIERS, default_verifier
 from .auto import auto_choice
 from ..models.protocol import TargetModel
-from .backends import available_backends, check_target_source, peek_vocab_and_context
+from .backends import check_target_source, choose_backend, get_backend, peek_vocab_and_context
 from .draft import DraftSpec, parse_draft
 from .verify import VerifierSpec, build_verifier, check_otm_size
 
@@ -184,7 +184,7 @@ def _check_loaded_target(target: Any, dtype: str | torch.dtype, device: str) -> 
                          f"there (specot.load_target(..., device={device!r})) or leave device 'cpu'")
 
 
-def make_plan(draft: Any = "auto", *, target: Any = None, backend: str = "transformers", device: str = "cpu",
+def make_plan(draft: Any = "auto", *, target: Any = None, backend: str = "auto", device: str = "cpu",
               dtype: str | torch.dtype = "auto", temperature: float = 1.0, gamma: int | None = None,
               gamma_schedule: str = "constant", drafts: int | None = None, tree: str | TreeSpec | None = None,
               tree_law: str | None = None, verifier: str = "speculative",
@@ -199,7 +199,10 @@ def make_plan(draft: Any = "auto", *, target: Any = None, backend: str = "transf
             :class:`~specot.plan.DraftSpec` (:func:`specot.plan.parse_draft`).
         target: the target as given to :func:`specot.generate` (a name or a loaded target; ``auto``
             and the size checks read it).
-        backend, device, dtype: where the target runs (:mod:`specot.plan.backends`).
+        backend, device, dtype: where the target runs (:mod:`specot.plan.backends`): ``"auto"``
+            (:func:`~specot.plan.backends.choose_backend`: a loaded target's own; for an automatic
+            plan of the embedded target on a CPU the fastest installed backend; else transformers),
+            ``"transformers"``, or an installed backend such as ``"llamacpp"``.
         temperature: the sampling temperature (``auto`` plans per temperature).
         gamma, gamma_schedule: draft length γ (default 4) and its schedule.
         drafts, tree, tree_law: the draft tree (number of drafts n; the construction, see
@@ -222,25 +225,31 @@ def make_plan(draft: Any = "auto", *, target: Any = None, backend: str = "transf
         check_count(gamma, "gamma", "--gamma")
     if cache not in CACHES:
         raise ValueError(f"cache must be one of {', '.join(CACHES)}, got {cache!r}")
-    if backend not in available_backends():
-        raise ValueError(f"unknown backend {backend!r}; installed: {', '.join(available_backends())}")
     resolve_dtype(dtype, device)
     check_device(device)
     ver = VerifierSpec.of(verifier, verifier_params)
     check_target_source(target)
     _check_loaded_target(target, dtype, device)
-    if isinstance(draft, str) and draft == "auto":
-        choice = auto_choice(target, device, dtype=dtype, temperature=temperature, drafts=drafts, gamma=gamma,
-                             tree=tree, verifier=ver.name, verifier_params=dict(ver.params))
+    is_auto = isinstance(draft, str) and draft == "auto"
+    backend = choose_backend(backend, target, device=device, dtype=dtype, automatic=is_auto and drafts is None
+                             and tree is None and ver.is_default and cache == "auto")
+    if is_auto:
+        backend_rule = get_backend(backend).auto
+        choice = backend_rule(temperature) if backend_rule is not None else auto_choice(
+            target, device, dtype=dtype, temperature=temperature, drafts=drafts, gamma=gamma, tree=tree,
+            verifier=ver.name, verifier_params=dict(ver.params))
         draft, drafts, gamma = choice.draft, choice.drafts, choice.gamma
-        if choice.min_confidence is not None and draft_options.get("min_confidence") is None:
-            draft_options = {**draft_options, "min_confidence": choice.min_confidence}
+        chosen = dict(choice.options, **({"min_confidence": choice.min_confidence} if choice.min_confidence else {}))
+        draft_options = {**chosen, **{k: v for k, v in draft_options.items() if v is not None}}
     common = dict(verifier=ver, gamma=DEFAULT_GAMMA if gamma is None else gamma, gamma_schedule=gamma_schedule,
                   cache=cache, backend=backend, dtype=dtype, device=device)
     if draft is None or (isinstance(draft, str) and draft == "none"):
         return DecodingPlan(None, None, **common)
     spec = parse_draft(draft, **draft_options)
     spec.check()
+    if spec.needs_hidden_states and not get_backend(backend).hidden_states:
+        raise ValueError(f"draft {spec.name!r} reads the target's hidden states, which the {backend} backend does not "
+                         "expose; use backend 'transformers', or draft 'ngram' / 'suffix'")
     tree_spec, ver = _shape(spec, ver, gamma=gamma, drafts=drafts, tree=tree, tree_law=tree_law)
     _check_size(tree_spec, common["gamma"], gamma_schedule)
     vocab, _ = peek_vocab_and_context(target)

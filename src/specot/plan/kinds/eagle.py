@@ -25,6 +25,7 @@ class EagleKind(DraftKind):
     name = "eagle"
     syntax = "eagle | eagle:PATH"
     classes = (EagleDrafter,)
+    hidden_states = True
     #: τ of the head's confidence gate: a node is expanded only while its path's cumulative draft
     #: probability is at least τ (None: off).
     options = {"min_confidence": Option(None, _check_min_confidence)}

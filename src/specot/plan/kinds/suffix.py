@@ -5,20 +5,39 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from ..._validation import check_count, check_positive_number
 from ...drafting.suffix import SuffixDrafter
 from ...laws import DraftLaw
 from ..corpus import ngram_counts
-from ..draft import DraftKind, DraftSpec, TreeSupport, register_kind
+from ..draft import DraftKind, DraftSpec, Option, TreeSupport, register_kind
 from .ngram import NGRAM_OPTIONS
 
 #: Children per node of a suffix tree when none is given.
 SUFFIX_CHILDREN = 4
 
 
+#: The suffix drafter's own options, beside the corpus': the shortest suffix match that drafts
+#: (``SuffixDrafter(min_n=)``) and the count discount κ of its scores. A backend whose wide passes
+#: cost much (llama.cpp on a CPU) asks for long matches and a small κ in its ``auto``.
+SUFFIX_OPTIONS = {
+    **NGRAM_OPTIONS,
+    "suffix_min_match": Option(1, lambda v: check_count(v, "suffix_min_match")),
+    "suffix_kappa": Option(0.5, lambda v: check_positive_number(v, "suffix_kappa", allow_zero=True)),
+}
+
+
+def pass_cost(target: Any) -> dict[str, float]:
+    """The suffix drafter's cost model for ``target``: a pass over 1 + N tokens costs
+    ``1 + cost_fixed + cost_per_token·N`` one-token passes. ``target.pass_cost`` where the backend
+    measured its own (a ``(cost_fixed, cost_per_token)`` pair), else the drafter's defaults."""
+    cost = getattr(target, "pass_cost", None)
+    return {} if cost is None else {"cost_fixed": float(cost[0]), "cost_per_token": float(cost[1])}
+
+
 class SuffixKind(DraftKind):
     name = "suffix"
     syntax = "suffix"
-    options = NGRAM_OPTIONS
+    options = SUFFIX_OPTIONS
     classes = (SuffixDrafter,)
 
     def parse(self, text: str, options: Mapping[str, Any]) -> DraftSpec | None:
@@ -31,7 +50,9 @@ class SuffixKind(DraftKind):
 
     def load(self, spec: DraftSpec, target: Any, *, dtype: Any, device: str) -> SuffixDrafter:
         corpus = ngram_counts(spec.option("ngram_corpus"), target.tokenizer, spec.option("ngram_n"))
-        return SuffixDrafter(vocab_size=target.vocab_size, corpus=corpus)
+        opts = dict(spec.options)
+        return SuffixDrafter(vocab_size=target.vocab_size, corpus=corpus, min_n=opts.get("suffix_min_match", 1),
+                             kappa=float(opts.get("suffix_kappa", 0.5)), **pass_cost(target))
 
 
 KIND = register_kind(SuffixKind())
