@@ -11,7 +11,6 @@ saved by the same transformers load). Nothing of the model itself is converted o
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -25,7 +24,7 @@ import transformers
 from transformers import AutoTokenizer
 
 from specot.models._quiet import quiet_loading
-from specot.models.embedded import EMBEDDED_TARGET, embedded_gguf, model_cache_dir
+from specot.models.embedded import EMBEDDED_TARGET, embedded_gguf, file_sha256, model_cache_dir
 
 from .target import LlamaCppTarget
 
@@ -35,14 +34,6 @@ __all__ = ["load_target", "gguf_tokenizer", "EMBEDDED_NAME"]
 #: ``SmolLM2-135M-Instruct``; a different label keeps drafters meant for that one, EAGLE, off this one).
 EMBEDDED_NAME = "SmolLM2-135M-Instruct-Q4_1 (llama.cpp)"
 _MARK = "specot_tokenizer.json"
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def gguf_tokenizer(gguf: str | os.PathLike[str]) -> Any:
@@ -59,7 +50,7 @@ def gguf_tokenizer(gguf: str | os.PathLike[str]) -> Any:
     root = model_cache_dir()
     if root is None:
         return _read_tokenizer(path)
-    digest = _sha256(path)[:16]
+    digest = file_sha256(path)[:16]
     version = transformers.__version__
     converted = root / f"{path.stem}-{digest}-transformers-{version}"  # the transformers backend's copy
     if (converted / "specot_converted.json").is_file() and (converted / "tokenizer.json").is_file():

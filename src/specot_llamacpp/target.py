@@ -47,6 +47,7 @@ import torch
 from torch import Tensor
 
 from specot.models.chat import decode_tokens, encode_prompt
+from specot.models.protocol import check_scoring_fits
 from .auto import PASS_COST
 
 try:
@@ -378,11 +379,7 @@ class LlamaCppTarget:
                 asked for (llama.cpp gives no per-layer hidden states here).
         """
         _check_no_hidden(hidden_layers, self.name)
-        if len(context) == 0:
-            raise ValueError("context must hold at least one token")
-        total = len(context) + len(extra)
-        if total > self.max_context:
-            raise ValueError(f"{self.name}: {total} positions exceed the model's context of {self.max_context}")
+        check_scoring_fits(self.name, self.max_context, context, len(extra))
         common = self._reuse_prefix(context)
         new = [int(t) for t in context[common:]] + [int(t) for t in extra]
         return self._run_chain(new, common, 1 + len(extra))

@@ -159,7 +159,7 @@ def test_the_marker_records_sizes_and_checksums(fake_gguf):
     assert set(files) == {p.name for p in dest.iterdir()} - {embedded._CACHE_MARK}
     rec = files["model.safetensors"]
     assert rec["size"] == (dest / "model.safetensors").stat().st_size
-    assert rec["sha256"] == embedded._file_sha256(dest / "model.safetensors")
+    assert rec["sha256"] == embedded.file_sha256(dest / "model.safetensors")
 
 
 def test_a_truncated_cached_copy_is_made_again_with_one_warning(fake_embedded, tmp_path):

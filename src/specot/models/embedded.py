@@ -61,7 +61,7 @@ from .hf import CausalLM
 from .loading import LOAD_ERRORS, damaged_file, load_error, load_model
 
 __all__ = ["EMBEDDED_TARGET", "EMBEDDED_DRAFT", "EMBEDDED_EAGLE", "embedded_eagle_dir", "embedded_gguf", "load_embedded_target", "embedded_draft_dir",
-           "load_embedded_draft", "is_embedded_target", "model_cache_dir"]
+           "load_embedded_draft", "is_embedded_target", "model_cache_dir", "file_sha256"]
 
 EMBEDDED_TARGET = "smollm2"
 EMBEDDED_DRAFT = "distilled"
@@ -144,7 +144,8 @@ def model_cache_dir() -> Path | None:
     return Path(root).expanduser()
 
 
-def _file_sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """The SHA-256 hex digest of the file at ``path`` (read in 4 MiB blocks)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 22), b""):
@@ -192,7 +193,7 @@ def _checksum_problem(dest: Path) -> str | None:
         return _NO_CHECKSUMS
     for name, rec in files.items():
         try:
-            if _file_sha256(dest / name) != rec.get("sha256"):
+            if file_sha256(dest / name) != rec.get("sha256"):
                 return f"{name} does not match its checksum"
         except OSError as exc:
             return f"{name} is unreadable ({exc.strerror or exc})"
@@ -207,7 +208,7 @@ def _fingerprint(directory: Path) -> dict[str, dict[str, Any]]:
         if f.is_file():
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())
-            files[f.name] = {"size": f.stat().st_size, "sha256": _file_sha256(f)}
+            files[f.name] = {"size": f.stat().st_size, "sha256": file_sha256(f)}
     return files
 
 
@@ -276,7 +277,7 @@ def _converted_copy(directory: Path, gguf: str, *, damaged: tuple[Any, str] | No
     root = model_cache_dir()
     if root is None:
         return None
-    digest = _file_sha256(directory / gguf)
+    digest = file_sha256(directory / gguf)
     dest = root / f"{Path(gguf).stem}-{digest[:16]}-transformers-{transformers.__version__}"
     problem = damaged[1] if damaged is not None else _size_problem(dest)
     if problem is None:
@@ -355,7 +356,7 @@ def embedded_draft_dir() -> Path:
 
 def embedded_eagle_dir() -> Path:
     """Directory of the shipped EAGLE-3 head for the embedded target (``specot/data/eagle``: the
-    published layout, bfloat16, 19.7 MB; attempt 4 in docs/distillation.md). Load it with
+    published layout, bfloat16, 19.7 MB; docs/distillation.md, "Training an EAGLE head"). Load it with
     ``load_drafter("eagle", target)``."""
     return Path(__file__).resolve().parent.parent / "data" / "eagle"
 

@@ -23,6 +23,7 @@ from transformers import DynamicCache, StaticCache
 
 from .cache import crop_cache, is_static, keep_cache_positions
 from .chat import decode_tokens, encode_prompt
+from .protocol import check_scoring_fits
 from .device import (capture_cuda_graph, install_gqa_sdpa, install_prepacked_linears, install_small_batch_head,
                      sdpa_without_cudnn)
 
@@ -447,11 +448,7 @@ class CausalLM:
         Raises:
             ValueError: empty context, or context + extra longer than ``max_context``.
         """
-        if len(context) == 0:
-            raise ValueError("context must hold at least one token")
-        total = len(context) + len(extra)
-        if total > self.max_context:
-            raise ValueError(f"{self.name}: {total} positions exceed the model's context of {self.max_context}")
+        check_scoring_fits(self.name, self.max_context, context, len(extra))
         common = self._reuse_prefix(context)
         new = list(context[common:]) + list(extra)
         return self.forward(new, last=1 + len(extra), hidden_layers=hidden_layers)  # [1 + len(extra), V]

@@ -29,7 +29,20 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 import torch
 from torch import Tensor
 
-__all__ = ["TargetModel"]
+__all__ = ["TargetModel", "check_scoring_fits"]
+
+
+def check_scoring_fits(name: str, max_context: int, context: Sequence[int], n_new: int) -> None:
+    """The checks every backend makes before scoring ``n_new`` draft tokens after ``context``.
+
+    Raises:
+        ValueError: an empty context, or more positions than the target's context holds.
+    """
+    if len(context) == 0:
+        raise ValueError("context must hold at least one token")
+    total = len(context) + n_new
+    if total > max_context:
+        raise ValueError(f"{name}: {total} positions exceed the model's context of {max_context}")
 
 
 @runtime_checkable
