@@ -58,6 +58,15 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     dsub = p.add_subparsers(dest="distill_command", metavar="STEP")
     dsub.required = True
 
+    _add_prompts(dsub)
+    _add_data(dsub)
+    _add_train(dsub)
+    _add_export(dsub)
+    _add_eagle(dsub)
+    _add_eval(dsub)
+
+
+def _add_prompts(dsub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     pp = dsub.add_parser("prompts", help="write the train or held-out prompt set as JSONL")
     pp.add_argument("--split", choices=("train", "heldout"), default="train")
     pp.add_argument("--n", type=int, default=None, help="number of prompts (default: all train / 20 held-out)")
@@ -65,6 +74,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     pp.add_argument("--out", type=Path, required=True)
     pp.set_defaults(func=_run_prompts)
 
+
+def _add_data(dsub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     pd = dsub.add_parser("data", help="sample the target into soft-label shards (resumable)")
     pd.add_argument("--out", type=Path, required=True, help="shard directory")
     pd.add_argument("--target", default="smollm2", help="target model directory / hub id (default: the embedded one)")
@@ -87,6 +98,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                     help="text split: add the docstrings of specot_lab.corpus.TEXT_MODULES (~3.4 M characters)")
     pd.set_defaults(func=_run_data)
 
+
+def _add_train(dsub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     pt = dsub.add_parser("train", help="train the draft on the shards (resumable)")
     pt.add_argument("--data", type=Path, nargs="+", required=True, help="shard directories")
     pt.add_argument("--val", type=Path, nargs="*", default=[], help="held-out shard directories (validation α)")
@@ -111,12 +124,16 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     pt.add_argument("--threads", type=int, default=0)
     pt.set_defaults(func=_run_train)
 
+
+def _add_export(dsub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     pe = dsub.add_parser("export", help="export a run's checkpoint as a Hugging Face model directory")
     pe.add_argument("--run", type=Path, required=True)
     pe.add_argument("--out", type=Path, required=True)
     pe.add_argument("--dtype", default="bfloat16", help="stored weight dtype (default bfloat16)")
     pe.set_defaults(func=_run_export)
 
+
+def _add_eagle(dsub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     pg = dsub.add_parser("eagle", help="train an EAGLE-3 head on the target's features (resumable; a GPU is advised)")
     pg.add_argument("--out", type=Path, required=True, help="run directory (ckpt.pt, log.jsonl, head/)")
     pg.add_argument("--target", default="smollm2", help="target model directory / hub id (default: the embedded one)")
@@ -154,6 +171,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     pg.add_argument("--threads", type=int, default=0)
     pg.set_defaults(func=_run_eagle)
 
+
+def _add_eval(dsub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     pv = dsub.add_parser("eval", help="held-out α, c, predicted and measured speedup")
     pv.add_argument("--draft", default="distilled", help="draft directory, or 'distilled' (the shipped one)")
     pv.add_argument("--n-prompts", type=int, default=20)

@@ -368,25 +368,13 @@ def _lr(step: int, cfg: EagleTrainConfig, total: int) -> float:
     return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * prog)))
 
 
-def train_eagle(target: Any, token_seqs: Sequence[Sequence[int]], out_dir: str | os.PathLike[str],
-                cfg: EagleTrainConfig, *, progress: bool = True, max_steps: int | None = None) -> EagleDrafter:
-    """Train (or resume training) an EAGLE-3 head for ``target`` (a
-    :class:`~specot.models.CausalLM`) on ``token_seqs``; writes ``out_dir/{ckpt.pt, log.jsonl,
-    train_config.json}`` and the head in the published layout to ``out_dir/head``. Returns the drafter.
-
-    Raises:
-        ValueError: no sequence of 3 tokens or more, fewer layers than the initial head's, feature
-            layers outside the target, or a draft vocabulary size out of range (``cfg`` itself,
-            an :class:`EagleTrainConfig`, refuses bad values when it is built).
-    """
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    chunks = chunk_token_ids(token_seqs, cfg.max_len)
-    if not chunks:
-        raise ValueError("no training text: every sequence is shorter than 3 tokens")
+def _make_head(target: Any, chunks: list[list[int]], cfg: EagleTrainConfig,
+               resume: dict[str, Any] | None) -> tuple[Eagle3Head, list[int], tuple[int, ...], int]:
+    """The head to train, on ``target``'s device in float32: resumed (its vocabulary, layers and depth
+    from the checkpoint; the weights are loaded by the caller), continued from ``cfg.init_head`` (its
+    weights, a grown vocabulary, added identity layers), or new (the most frequent tokens of ``chunks``,
+    output rows from the target's). Returns ``(head, draft vocabulary, feature layers, layers)``."""
     tm = target.model
-    ckpt_path = out / "ckpt.pt"
-    resume = torch.load(ckpt_path, map_location="cpu", weights_only=False) if ckpt_path.exists() else None
     # int8=False: training needs the float weights even where the head's config asks for int8 on a CPU
     init = EagleDrafter.from_pretrained(cfg.init_head, target, int8=False) if resume is None and cfg.init_head else None
     n_layers = cfg.num_layers or (init.head.num_layers if init is not None else 1)
@@ -411,8 +399,6 @@ def train_eagle(target: Any, token_seqs: Sequence[Sequence[int]], out_dir: str |
     head.set_draft_vocab(vocab)
     head.attach_embedding(tm.get_input_embeddings())
     head.to(target.device, torch.float32)
-    params = [p for p in head.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
     if resume is None and cfg.init_from_target:
         with torch.no_grad():
             head.lm_head.weight.copy_(tm.get_output_embeddings().weight.index_select(0, head.target_ids()).float())
@@ -430,6 +416,30 @@ def train_eagle(target: Any, token_seqs: Sequence[Sequence[int]], out_dir: str |
             for layer in list(head.layers.values())[init.head.num_layers - 1:]:
                 layer.self_attn.o_proj.weight.zero_()
                 layer.mlp.down_proj.weight.zero_()
+    return head, vocab, layers, n_layers
+
+
+def train_eagle(target: Any, token_seqs: Sequence[Sequence[int]], out_dir: str | os.PathLike[str],
+                cfg: EagleTrainConfig, *, progress: bool = True, max_steps: int | None = None) -> EagleDrafter:
+    """Train (or resume training) an EAGLE-3 head for ``target`` (a
+    :class:`~specot.models.CausalLM`) on ``token_seqs``; writes ``out_dir/{ckpt.pt, log.jsonl,
+    train_config.json}`` and the head in the published layout to ``out_dir/head``. Returns the drafter.
+
+    Raises:
+        ValueError: no sequence of 3 tokens or more, fewer layers than the initial head's, feature
+            layers outside the target, or a draft vocabulary size out of range (``cfg`` itself,
+            an :class:`EagleTrainConfig`, refuses bad values when it is built).
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    chunks = chunk_token_ids(token_seqs, cfg.max_len)
+    if not chunks:
+        raise ValueError("no training text: every sequence is shorter than 3 tokens")
+    ckpt_path = out / "ckpt.pt"
+    resume = torch.load(ckpt_path, map_location="cpu", weights_only=False) if ckpt_path.exists() else None
+    head, vocab, layers, n_layers = _make_head(target, chunks, cfg, resume)
+    params = [p for p in head.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
     step = 0
     if resume is not None:
         head.load_state_dict(resume["head"], strict=False)
@@ -461,7 +471,7 @@ def train_eagle(target: Any, token_seqs: Sequence[Sequence[int]], out_dir: str |
                 epoch_of.clear()
                 epoch_of[epoch] = epoch_batches(lengths, cfg.batch_size, cfg.seed, epoch)
             batch = [chunks[i] for i in epoch_of[epoch][step % n_batches]]
-            data = target_features_batch(tm, batch, layers, head.target_ids())
+            data = target_features_batch(target.model, batch, layers, head.target_ids())
             for g in opt.param_groups:
                 g["lr"] = _lr(step, cfg, total)
             with torch.autocast(device_type=torch.device(target.device).type, dtype=torch.bfloat16,
@@ -476,8 +486,8 @@ def train_eagle(target: Any, token_seqs: Sequence[Sequence[int]], out_dir: str |
             if cfg.time_budget_s is not None and step == start_step + 10:
                 t_warm = time.perf_counter()  # start-up (compilation, allocation, caches) is over
             if cfg.time_budget_s is not None and step >= start_step + 40 and (step - start_step) % 40 == 0:
-                # re-estimated every 40 steps from the mean rate since step 10: on the H100 in session
-                # 15, steps 10-40 ran at half the later rate and one estimate ended a 9-minute slot at 4
+                # re-estimated every 40 steps from the mean rate since step 10: on an H100 (2026-11),
+                # steps 10-40 ran at half the later rate and one estimate ended a 9-minute slot at 4
                 now = time.perf_counter()
                 total = _budget_total(step, cfg.steps, cfg.time_budget_s - (now - t_start),
                                       (now - t_warm) / (step - start_step - 10))
