@@ -11,9 +11,10 @@ break-even acceptance of every chain length (:mod:`specot_llamacpp.plan`); JSON 
   10, its default);
 * ``specot-ar``: specot's loop on :class:`~specot_llamacpp.LlamaCppTarget` without a draft;
 * ``specot-ngram``: n-gram chains of γ (``--gamma``; prompt lookup + the pydoc n-gram table);
-* ``specot-suffix``: suffix-decoding trees with the drafter's default cost model;
-* ``specot-suffix-llamacpp``: the plan for ``auto`` on this backend (:data:`specot_llamacpp.plan.AUTO_PLAN`):
-  suffix trees whose adaptive budget prices a pass of 1 + N tokens at ``1 + f + c·N`` (the quiet
+* ``specot-suffix``: suffix-decoding trees, ``make_plan("suffix")`` (4 children per node, depth
+  ``--suffix-depth``), priced by the target's ``pass_cost``;
+* ``specot-suffix-llamacpp``: ``draft="auto"`` on this backend (:data:`specot_llamacpp.auto.AUTO_PLAN`):
+  suffix chains whose adaptive budget prices a pass of 1 + N tokens at ``1 + f + c·N`` (the quiet
   curve's fit; with ``--price-by-run`` the fit of the curve this run measures), after matches of 4+;
 * ``specot-draft``: chains of the distilled draft converted to GGUF (:mod:`specot_llamacpp.draft`);
 * ``specot-hf-auto`` (only with ``--with-transformers``): specot's ``auto`` on the transformers backend.
@@ -127,8 +128,8 @@ def _llama_runner(target: LlamaCppTarget, lookup: bool) -> Callable[[list[int], 
 
 def _specot_runner(target: LlamaCppTarget, method: str, args: argparse.Namespace, curve: CostCurve):
     from specot.api import load_drafter
-    from specot.drafting import TreeSpec
     from specot.engine import speculative_generate, tree_generate
+    from specot.plan import make_plan
     from specot.engine.types import GenerationConfig
     from specot.sampling import SamplingConfig
 
@@ -137,9 +138,9 @@ def _specot_runner(target: LlamaCppTarget, method: str, args: argparse.Namespace
     drafter, spec = None, None
     if method == "specot-ngram":
         drafter = load_drafter("ngram", target)
-    elif method == "specot-suffix":
-        drafter = load_drafter("suffix", target)
-        spec = TreeSpec.sequences(1, args.suffix_depth, "greedy")
+    elif method == "specot-suffix":  # specot's default suffix trees (4 children per node), priced by the target
+        plan = make_plan("suffix", target=target, gamma=args.suffix_depth)
+        drafter, spec = plan.draft.load(target), plan.shape
     elif method == "specot-suffix-llamacpp":
         drafter, spec = auto_drafter(target, 0.0, curve=curve if args.price_by_run else None)
     elif method == "specot-draft":
