@@ -71,7 +71,7 @@ def test_k1_reproduces_the_single_draft_engine_draw_for_draw():
 
 def test_eos_inside_a_tree():
     V = 8
-    target = CausalLM(__import__("conftest").tiny_llama(0, vocab=V, eos=2), name="t")
+    target = CausalLM(__import__("model_helpers").tiny_llama(0, vocab=V, eos=2), name="t")
     draft = tiny_lm(1, vocab=V)
     spec = TreeSpec.sequences(4, 4)
     hits = 0
