@@ -34,14 +34,12 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import math
 import shlex
 import sys
 import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-import numpy as np
 import torch
 from torch import Tensor
 
@@ -49,6 +47,7 @@ from specot.api import load_drafter, load_target
 from specot.plan import make_plan
 from specot.drafting import ModelDrafter
 from specot.engine import GenerationConfig, speculative_generate, tree_generate
+from specot_lab.bench.acceptance import mean_ci as lab_mean_ci
 from specot_lab.bench.runinfo import run_info
 from specot.sampling import SamplingConfig
 from specot.verifiers import get_verifier
@@ -172,16 +171,7 @@ class RecordingSequenceVerifier(SequenceVerifier):
 # ----------------------------------------------------------------------------- statistics
 def mean_ci(x: Sequence[float]) -> tuple[float, float, float]:
     """``(mean, lo, hi)``: the mean and its 95% Student-t confidence interval."""
-    from scipy.stats import t as student_t
-
-    a = np.asarray(x, dtype=np.float64)
-    if a.size == 0:
-        return float("nan"), float("nan"), float("nan")
-    m = float(a.mean())
-    if a.size < 2:
-        return m, m, m
-    h = float(student_t.ppf(0.975, a.size - 1)) * float(a.std(ddof=1)) / math.sqrt(a.size)
-    return m, m - h, m + h
+    return lab_mean_ci(x, student_t=True)
 
 
 def _summary(runs: list[dict[str, Any]], base: str, new: str) -> dict[str, Any]:

@@ -75,6 +75,7 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
+import scipy.stats
 
 from specot.laws import sample_drafts
 from collections import Counter, defaultdict
@@ -131,15 +132,17 @@ def one_and_two_greedy(p: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, 
     return one, two
 
 
-def mean_ci(x: Sequence[float] | np.ndarray) -> tuple[float, float, float]:
-    """``(mean, lo, hi)``: the mean and its 95% normal-approximation confidence interval."""
+def mean_ci(x: Sequence[float] | np.ndarray, *, student_t: bool = False) -> tuple[float, float, float]:
+    """``(mean, lo, hi)``: the mean and its 95% confidence interval, by the normal approximation or,
+    with ``student_t`` (few samples), by Student's t with ``n − 1`` degrees of freedom."""
     a = np.asarray(x, dtype=np.float64)
     if a.size == 0:
         return float("nan"), float("nan"), float("nan")
     m = float(a.mean())
     if a.size < 2:
         return m, m, m
-    h = 1.96 * float(a.std(ddof=1)) / math.sqrt(a.size)
+    z = float(scipy.stats.t.ppf(0.975, a.size - 1)) if student_t else 1.96
+    h = z * float(a.std(ddof=1)) / math.sqrt(a.size)
     return m, m - h, m + h
 
 
