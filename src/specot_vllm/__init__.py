@@ -13,17 +13,21 @@ process. What it turns on:
   verifier (``speculative``, lossy ``lenient`` / ``mentored``, labelled LOSSY in the log and the
   ``specot_verifier_info`` metric) and the EAGLE head's q calibration;
 * ``speculative_config={"method": "custom_class", "model": "specot_vllm.SuffixProposer", ...}``:
-  specot's suffix drafter (:class:`SuffixProposer`).
+  specot's suffix drafter (:class:`SuffixProposer`);
+* ``"model": "specot_vllm.SuffixTreeProposer"``: draft TREES of ``num_speculative_tokens`` nodes
+  scored in one target pass (a tree-masked attention backend) and verified by specot's
+  multi-draft verifiers (:mod:`specot_vllm.tree`).
 """
 
 from __future__ import annotations
 
 import logging
 
-from .config import CHAIN_VERIFIERS, SpecotVllmConfig, parse_config
-from .proposers import SuffixProposer
+from .config import CHAIN_VERIFIERS, TREE_VERIFIERS, SpecotVllmConfig, parse_config
+from .proposers import SuffixProposer, SuffixTreeProposer
 
-__all__ = ["register", "SuffixProposer", "SpecotVllmConfig", "parse_config", "CHAIN_VERIFIERS", "VLLM_VERSION"]
+__all__ = ["register", "SuffixProposer", "SuffixTreeProposer", "SpecotVllmConfig", "parse_config", "CHAIN_VERIFIERS",
+           "TREE_VERIFIERS", "VLLM_VERSION"]
 
 #: The one vLLM release the patches are written against.
 VLLM_VERSION = "0.32.0"

@@ -3,7 +3,9 @@
 ``python -m specot_vllm.bench --out vllm_bench.json`` runs, for every method of
 :data:`specot_vllm.engines.METHODS` (vLLM plain, vLLM ``ngram`` / ``suffix`` / ``eagle3`` with
 specot's head drafting greedily, specot's suffix drafter, specot's head drafting from its calibrated
-q), one engine, and in it every (batch size, temperature) cell: ``batch`` prompts generated
+q, specot's suffix draft TREES scored in one pass and verified by the ``greedy`` verifier or by
+k-Seq on redrawn trees — ``specot-tree``, ``specot-tree-kseq``, ``--tree-nodes`` nodes per tree),
+one engine, and in it every (batch size, temperature) cell: ``batch`` prompts generated
 together, ``--max-tokens`` new tokens each (``ignore_eos``, so every cell decodes the same count),
 timed after one warm-up generation. Per cell:
 
@@ -96,7 +98,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--batches", default="1,8,32")
     ap.add_argument("--temperatures", default="0,1")
     ap.add_argument("--max-tokens", type=int, default=96)
-    ap.add_argument("--gamma", type=int, default=4, help="draft length (num_speculative_tokens)")
+    ap.add_argument("--gamma", type=int, default=4, help="draft length (num_speculative_tokens) of the chain methods")
+    ap.add_argument("--tree-nodes", type=int, default=12,
+                    help="nodes per draft tree (num_speculative_tokens) of the specot-tree methods")
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=None, help="JSON file (default: print only)")
@@ -115,8 +119,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
         if find_spec("arctic_inference") is None:
             ap.error("vllm-suffix needs arctic-inference==0.1.1 (pip install -e 'src/specot_vllm[bench]')")
-    if any(b < 1 for b in args.batches) or any(t < 0 for t in args.temperatures) or args.max_tokens < 1 or args.gamma < 1:
-        ap.error("batch sizes, --max-tokens and --gamma must be >= 1, temperatures >= 0")
+    if any(b < 1 for b in args.batches) or any(t < 0 for t in args.temperatures) or args.max_tokens < 1 or args.gamma < 1 \
+            or args.tree_nodes < 1:
+        ap.error("batch sizes, --max-tokens, --gamma and --tree-nodes must be >= 1, temperatures >= 0")
     return args
 
 
@@ -132,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
                               "settings": {k: v for k, v in vars(args).items() if k != "out"}, "cells": []}
     bar = tqdm(total=len(args.methods) * len(args.batches) * len(args.temperatures), desc="vllm bench", file=sys.stderr)
     for method in args.methods:
-        spec, extra = engines.speculative_config(method, args.gamma)
+        spec, extra = engines.speculative_config(method, args.tree_nodes if method.startswith("specot-tree") else args.gamma)
         t0 = time.perf_counter()
         llm = engines.make_llm(spec, extra, dtype=args.dtype, seed=args.seed, disable_log_stats=False,
                                max_num_seqs=max(args.batches))

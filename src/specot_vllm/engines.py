@@ -27,6 +27,11 @@ METHODS: dict[str, tuple[dict | None, dict | None]] = {
     "specot-suffix": ({"method": "custom_class", "model": "specot_vllm.SuffixProposer"}, {"specot": {}}),
     "specot-eagle3": ({"method": "eagle3", "model": "EAGLE", "draft_sample_method": "probabilistic"},
                       {"specot": {}}),
+    # draft trees: num_speculative_tokens is the node budget N of a tree
+    "specot-tree": ({"method": "custom_class", "model": "specot_vllm.SuffixTreeProposer"},
+                    {"specot": {"verifier": "greedy"}}),
+    "specot-tree-kseq": ({"method": "custom_class", "model": "specot_vllm.SuffixTreeProposer"},
+                         {"specot": {"verifier": "kseq"}}),
 }
 
 
@@ -64,7 +69,8 @@ def eagle_dir() -> str:
 
 
 def speculative_config(method: str, gamma: int) -> tuple[dict | None, dict | None]:
-    """(``speculative_config``, ``additional_config``) of a :data:`METHODS` entry at draft length γ.
+    """(``speculative_config``, ``additional_config``) of a :data:`METHODS` entry at draft length γ
+    (for the tree methods: the node budget N of a tree).
 
     Raises:
         ValueError: an unknown method (the message lists them).
@@ -77,7 +83,7 @@ def speculative_config(method: str, gamma: int) -> tuple[dict | None, dict | Non
     spec = dict(spec, num_speculative_tokens=gamma)
     if spec.get("model") == "EAGLE":
         spec["model"] = eagle_dir()
-    return spec, (dict(extra) if extra else None)
+    return spec, ({k: dict(v) for k, v in extra.items()} if extra else None)
 
 
 def make_llm(speculative: dict | None = None, additional: dict | None = None, *, dtype: str = "float32",

@@ -21,6 +21,10 @@ every worker):
    settings before any engine process starts (one clear error line) and logs the verifier; a lossy
    verifier is logged as LOSSY and exported as the Prometheus gauge
    ``specot_verifier_info{verifier=..., lossless="false"}``.
+5. **Draft trees** (CPU platform; active only with the tree proposer
+   ``specot_vllm.SuffixTreeProposer``): the model runner's proposal, inputs and sampling, and the
+   tree attention backend in place of the CPU one (:mod:`specot_vllm.tree`,
+   :mod:`specot_vllm.tree_attn`).
 """
 
 from __future__ import annotations
@@ -120,9 +124,12 @@ def _patch_rejection_sample() -> None:
 
         vc = get_current_vllm_config_or_none()
         if vc is not None:  # a worker building its sampler: the deployment's settings
-            cfg = parse_config(getattr(vc, "additional_config", None))
-            set_active_config(cfg)
-            if cfg is not None:
+            from .tree import tree_mode
+
+            tree = tree_mode(vc)
+            cfg = parse_config(getattr(vc, "additional_config", None), tree=tree)
+            set_active_config(None if tree else cfg)  # trees: the tree runner verifies, not this sampler
+            if cfg is not None and not tree:
                 log.info("specot verifier in this worker: %s", cfg.label())
 
     @functools.wraps(original)
@@ -158,7 +165,7 @@ def _head_ratio(proposer: Any) -> float:
         from vllm.config import get_current_vllm_config_or_none
 
         vc = get_current_vllm_config_or_none() or getattr(proposer, "vllm_config", None)
-        c2 = parse_config(getattr(vc, "additional_config", None)) if vc is not None else None
+        c2 = parse_config(getattr(vc, "additional_config", None), tree=_tree(vc)) if vc is not None else None
         r = c2.q_temperature_ratio if c2 is not None else None
     if r is None:
         r = _checkpoint_ratio(getattr(getattr(proposer, "speculative_config", None), "draft_model_config", None))
@@ -221,6 +228,12 @@ def _label(cfg: SpecotVllmConfig) -> None:
         pass
 
 
+def _tree(vllm_config: Any) -> bool:
+    from .tree import tree_mode
+
+    return tree_mode(vllm_config)
+
+
 def _patch_engine_args() -> None:
     from vllm.engine.arg_utils import EngineArgs
 
@@ -229,7 +242,7 @@ def _patch_engine_args() -> None:
     @functools.wraps(original)
     def create_engine_config(self, *args, **kwargs):
         config = original(self, *args, **kwargs)
-        cfg = parse_config(config.additional_config)  # raises one clear ValueError
+        cfg = parse_config(config.additional_config, tree=_tree(config))  # raises one clear ValueError
         if cfg is not None:
             if config.speculative_config is None:
                 log.warning("additional_config['specot'] is set but speculative decoding is off: nothing to verify")
@@ -239,10 +252,20 @@ def _patch_engine_args() -> None:
     EngineArgs.create_engine_config = create_engine_config
 
 
+def _patch_tree_runner() -> None:
+    from vllm.platforms import current_platform
+
+    if current_platform.is_cpu():
+        from .tree import apply_tree_patches
+
+        apply_tree_patches()
+
+
 def apply_all() -> None:
     """Apply every patch once per process (module docstring)."""
     for name, fn in (("expand", _patch_expand), ("rejection", _patch_rejection_sample),
-                     ("eagle_q", _patch_eagle_q), ("engine_args", _patch_engine_args)):
+                     ("eagle_q", _patch_eagle_q), ("engine_args", _patch_engine_args),
+                     ("tree_runner", _patch_tree_runner)):
         if name not in _APPLIED:
             fn()
             _APPLIED.add(name)

@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-__all__ = ["SuffixProposer"]
+__all__ = ["SuffixProposer", "SuffixTreeProposer", "redraw_tree"]
 
 
 class SuffixProposer:
@@ -45,7 +45,7 @@ class SuffixProposer:
         spec = vllm_config.speculative_config
         self.k = int(spec.num_speculative_tokens)
         self.max_model_len = int(vllm_config.model_config.max_model_len)
-        cfg = parse_config(getattr(vllm_config, "additional_config", None))
+        cfg = parse_config(getattr(vllm_config, "additional_config", None), tree=getattr(self, "specot_tree", False))
         self._kwargs = dict(cfg.suffix) if cfg is not None else {}
         SuffixDrafter(None, **self._kwargs)  # validate now: one clear error at start-up
         self._rows: dict[int, Any] = {}
@@ -63,23 +63,37 @@ class SuffixProposer:
         n = len(d.index) if d is not None else 0
         same = d is not None and n <= len(context) and d.index.tokens[max(0, n - 8):] == context[max(0, n - 8):n]
         if not same:  # a new request in this row
-            d = SuffixDrafter(None, **self._kwargs)
-            d.start(context, TreeSpec.sequences(1, self.k), stop_tokens=self._stop)
+            d = self._new_drafter(SuffixDrafter, TreeSpec)
+            d.start(context, self._spec, stop_tokens=self._stop)
             self._rows[row] = d
             self._last.pop(row, None)
         return d
 
+    def _new_drafter(self, suffix_drafter: Any, tree_spec: Any) -> Any:
+        """A fresh drafter for a new request (chains: the best chain, ``q = None``)."""
+        self._spec = tree_spec.sequences(1, self.k)
+        return suffix_drafter(None, **self._kwargs)
+
     def _learn(self, d: Any, row: int, sampled: Sequence[int], context: list[int]) -> None:
-        """Tell the drafter how many of its last drafts were accepted (committed − 1)."""
+        """Tell the drafter which of its last drafts were accepted: the committed tokens walked
+        down its tree (the accepted drafts, then the correction or bonus token)."""
         from specot.drafting import DraftOutcome
 
         last = self._last.pop(row, None)
         if last is None or last[0] + len(sampled) != len(context):
             return
-        tree = last[1]
-        acc = max(0, min(len(sampled) - 1, tree.size))
-        d.update(DraftOutcome(tree=tree, path=tuple(range(1, acc + 1)), tokens=tuple(int(t) for t in sampled),
-                              context_len=last[0]))
+        tree, node, path = last[1], 0, []
+        for t in sampled[:-1]:
+            node = tree.child_of.get(node, {}).get(int(t), -1)
+            if node < 0:
+                break
+            path.append(node)
+        d.update(DraftOutcome(tree=tree, path=tuple(path), tokens=tuple(int(t) for t in sampled), context_len=last[0]))
+
+    def _emit(self, row: int, tree: Any, room: int) -> list[int]:
+        """The draft tokens handed to vLLM for ``tree`` (chains: its best chain, at most γ)."""
+        drafts = tree.path_tokens(len(tree.tokens) - 1) if tree.size else []
+        return drafts[: self.k]
 
     def propose(self, sampled_token_ids: list[list[int]], num_tokens_no_spec: np.ndarray, token_ids_cpu: np.ndarray,
                 slot_mappings: Any = None) -> list[list[int]]:
@@ -96,13 +110,126 @@ class SuffixProposer:
             context = token_ids_cpu[i, :n].tolist()
             d = self._drafter(i, context)
             self._learn(d, i, sampled, context)
-            depth = min(self.k, self.max_model_len - n - 1)
+            room = self.max_model_len - n - 1
+            depth = min(self.k, room)
             tree = d.propose(context, depth, greedy) if depth > 0 else None
-            drafts = tree.path_tokens(len(tree.tokens) - 1) if tree is not None and tree.size else []
             if tree is not None:
                 self._last[i] = (n, tree)
-            out.append(drafts[: self.k])
+            out.append(self._emit(i, tree, room) if tree is not None else [])
         for row in [r for r in self._rows if r >= len(sampled_token_ids)]:
             self._rows.pop(row, None)
             self._last.pop(row, None)
         return out
+
+
+def redraw_tree(tree: Any, law: Any, generator: Any) -> Any:
+    """The suffix drafter's deterministic tree with every expanded node's children REDRAWN from
+    its q under ``law`` (:func:`specot.laws.sample_drafts`, as many draws as the node had
+    children), parents first, each node's children contiguous; a drawn child is expanded again
+    from its own q. q is supported on the node's children, so the result is a subtree; its
+    drafts follow ``law`` exactly, as the multi-draft verifiers require (``kseq``, ``rrs``: i.i.d.;
+    ``rrs_wor``: without replacement).
+
+    Args:
+        tree: a :class:`specot.drafting.DraftTree` with q rows (``SuffixDrafter(vocab_size=V)``).
+        law: a :class:`specot.laws.DraftLaw`.
+        generator: the draws' randomness (a CPU ``torch.Generator``) or ``None``.
+    """
+    from specot.drafting import DraftTree
+    from specot.laws import sample_drafts
+
+    out = DraftTree.root(tree.tokens[0])
+    out.law = law
+    rows: list[int] = []
+    frontier = [(0, 0)]  # (node of out, node of tree)
+    while frontier:
+        nxt = []
+        for new, old in frontier:
+            if old not in tree.drafts:
+                continue
+            q = tree.q[tree.q_row[old]].unsqueeze(0)
+            draws = sample_drafts(q, len(tree.drafts[old]), law, generator)[0].tolist()
+            before = len(out.tokens)
+            kids = out.add_children(new, draws)
+            out.q_row[new] = len(rows)
+            rows.append(tree.q_row[old])
+            for tok, kid in zip(draws, kids):
+                if kid >= before and kid not in {k for k, _ in nxt}:
+                    nxt.append((kid, tree.child_of[old][tok]))
+        frontier = nxt
+    out.q = tree.q[rows] if rows else None
+    out.deterministic = False
+    return out
+
+
+class SuffixTreeProposer(SuffixProposer):
+    """vLLM custom-class proposer of draft TREES over :class:`specot.drafting.SuffixDrafter`
+    (suffix decoding's trees, Oliaro et al. 2024): ``speculative_config={"method": "custom_class",
+    "model": "specot_vllm.SuffixTreeProposer", "num_speculative_tokens": N}`` drafts a tree of at
+    most N nodes per request, handed to vLLM as its N node tokens, parents first; the worker's tree
+    runner (:mod:`specot_vllm.tree`) reads the trees back (:attr:`last_trees`, by batch row) and
+    verifies them with the deployment's multi-draft verifier.
+
+    The draft law follows the verifier: ``greedy`` (default) takes the drafter's own trees (its
+    distinct children, the GREEDY law, deterministic); a verifier of i.i.d. or without-replacement
+    drafts gets the children redrawn from the drafter's q (:func:`redraw_tree`).
+
+    Args:
+        vllm_config: vLLM's ``VllmConfig``; ``additional_config["specot"]``: ``verifier``,
+            ``suffix`` (drafter keyword arguments; ``max_nodes`` defaults to N and may not exceed
+            it), ``depth`` (deepest node, default N).
+
+    Raises:
+        ValueError: bad settings (one line naming the value).
+    """
+
+    specot_tree = True
+
+    def __init__(self, vllm_config: Any) -> None:
+        import torch
+
+        from specot.drafting.tree import default_law_for
+
+        from .config import SpecotVllmConfig, parse_config
+
+        super().__init__(vllm_config)
+        cfg = parse_config(getattr(vllm_config, "additional_config", None), tree=True) or SpecotVllmConfig(
+            verifier="greedy", tree=True)
+        self.nodes = self.k
+        self._kwargs.setdefault("max_nodes", self.nodes)
+        if self._kwargs["max_nodes"] > self.nodes:
+            raise ValueError(f"additional_config['specot']['suffix']['max_nodes'] = {self._kwargs['max_nodes']} "
+                             f"exceeds num_speculative_tokens = {self.nodes}; raise num_speculative_tokens")
+        self.k = cfg.depth or self.nodes  # the deepest node
+        self.law = default_law_for(cfg.build_verifier())
+        self.vocab = int(vllm_config.model_config.get_vocab_size())
+        seed = getattr(vllm_config.model_config, "seed", None)
+        self._gen = torch.Generator().manual_seed(0 if seed is None else int(seed))
+        self.last_trees: dict[int, Any] = {}
+
+    def _new_drafter(self, suffix_drafter: Any, tree_spec: Any) -> Any:
+        from specot.laws import DraftLaw
+
+        d = suffix_drafter(self.vocab, **self._kwargs)
+        self._spec = tree_spec.sequences(d.children, self.k, DraftLaw.GREEDY)
+        return d
+
+    def _emit(self, row: int, tree: Any, room: int) -> list[int]:
+        from specot.laws import DraftLaw
+
+        from .tree import cut_tree
+
+        tree = cut_tree(tree, min(room, self.nodes))  # deterministic: the cut is a function of the context
+        if tree.size and self.law != DraftLaw.GREEDY:
+            tree = redraw_tree(tree, self.law, self._gen)
+        if tree.size:
+            self.last_trees[row] = tree
+        else:
+            self.last_trees.pop(row, None)
+        return tree.tokens[1:]
+
+    def propose(self, sampled_token_ids: list[list[int]], num_tokens_no_spec: np.ndarray, token_ids_cpu: np.ndarray,
+                slot_mappings: Any = None) -> list[list[int]]:
+        """Node tokens per request, parents first (``[]``: no draft); the trees in :attr:`last_trees`."""
+        self.last_trees = {}
+        return super().propose(sampled_token_ids, num_tokens_no_spec, token_ids_cpu, slot_mappings)

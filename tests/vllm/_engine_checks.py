@@ -17,12 +17,12 @@ def greedy_ids(llm, prompts=PROMPTS) -> list[list[int]]:
     return [list(o.outputs[0].token_ids) for o in outs]
 
 
-def law_samples(llm, ids: list[int], n: int = N_SAMPLES, seed: int = 1234) -> list[list[int]]:
-    """n seeded T = 1 samples of the first two generated tokens after the prompt ``ids``."""
+def law_samples(llm, ids: list[int], n: int = N_SAMPLES, seed: int = 1234, tokens: int = 2) -> list[list[int]]:
+    """n seeded T = 1 samples of the first ``tokens`` generated tokens after the prompt ``ids``."""
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
-    sp = SamplingParams(n=n, temperature=1.0, max_tokens=2, seed=seed)
+    sp = SamplingParams(n=n, temperature=1.0, max_tokens=tokens, seed=seed)
     out = llm.generate([TokensPrompt(prompt_token_ids=ids)], sp, use_tqdm=False)[0]
     return [list(c.token_ids) for c in out.outputs]
 
