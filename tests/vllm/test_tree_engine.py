@@ -30,7 +30,7 @@ def engine(reference):
     os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
     from specot_vllm import engines
 
-    llm = _tree_engine("greedy")
+    llm = _tree_engine("greedy", adaptive=False)  # every node up to the budget: the most branching
     yield llm
     engines.shutdown(llm)
 
@@ -88,22 +88,25 @@ def test_skipping_the_kv_move_is_caught(engine, reference):
     assert greedy_ids(engine, TREE_PROMPTS) == reference["tree_greedy"][len(PROMPTS):]
 
 
-@pytest.fixture(scope="module")
-def kseq_engine(reference):
+@pytest.fixture(scope="module", params=["kseq", "rrs_wor"])
+def redrawn_engine(request, reference):
     from specot_vllm import engines
 
     # small trees (4 nodes, 2 children per node: two levels): 400 requests at once score every node
-    llm = _tree_engine("kseq", nodes=4, children=2)
-    yield llm
+    llm = _tree_engine(request.param, nodes=4, children=2)
+    yield request.param, llm
     engines.shutdown(llm)
 
 
-def test_law_at_temperature_1_kseq_on_redrawn_trees(kseq_engine, reference):
-    """SpecTr's k-Seq on trees whose children are i.i.d. draws from the drafter's q: the first
-    three tokens (the third drawn at a tree node when the second was an accepted draft) follow
-    vLLM's autoregressive law."""
+def test_law_at_temperature_1_on_redrawn_trees(redrawn_engine, reference):
+    """SpecTr's k-Seq on trees whose children are i.i.d. draws from the drafter's q, and recursive
+    rejection sampling without replacement on trees drawn without replacement: the first three
+    tokens (the third drawn at a tree node when the second was an accepted draft) follow vLLM's
+    autoregressive law."""
     from specot_vllm.engines import law_check
 
-    ok, p = law_check(law_samples(kseq_engine, reference["law_ids"]["repeat"], tokens=3), reference["law3"], ALPHA)
-    assert ok, f"chi-square p-value {p:.2e} < {ALPHA}"
-    assert any(d["verifier"] == "KSeqVerifier" and d["redrawn"] for d in traced("tree_verify"))
+    name, llm = redrawn_engine
+    ok, p = law_check(law_samples(llm, reference["law_ids"]["repeat"], tokens=3), reference["law3"], ALPHA)
+    assert ok, f"{name}: chi-square p-value {p:.2e} < {ALPHA}"
+    cls = {"kseq": "KSeqVerifier", "rrs_wor": "RRSWORVerifier"}[name]
+    assert any(d["verifier"] == cls and d["redrawn"] for d in traced("tree_verify"))
