@@ -248,16 +248,25 @@ def _common(values: Sequence[str]) -> str:
     return values[0] if len(set(values)) == 1 else ", ".join(sorted(set(values)))
 
 
+def _common_commit(values: Sequence[str]) -> str:
+    """One commit for runs of the same commit, some with uncommitted changes (the per-set table has each)."""
+    bare = {v.removesuffix(" (modified)") for v in values}
+    if len(bare) == 1 and len(set(values)) > 1:
+        return f"{bare.pop()} (some runs with uncommitted changes)"
+    return _common(values)
+
+
 def readme_block(results: Sequence[dict[str, Any]]) -> str:
     """The README's results block (between :data:`BEGIN` and :data:`END`)."""
     table = [r for r in results if r.get("suite_role") == "table"]
     temps = table[0]["temperatures"] if table else [0.0, 1.0]
     date, commit, machine = (_common([_provenance(r)[k] for r in results]) for k in range(3))
+    commit = _common_commit([_provenance(r)[1] for r in results])
     r0 = results[0]
     quick = " **Quick smoke run, not a measurement.**" if any(r.get("quick") for r in results) else ""
     lines = [
         f"Speedup over autoregressive decoding (block efficiency in parentheses) of {r0['target']} in "
-        f"{r0['target_dtype']} on a {machine}, measured {date} at commit {commit}: per set, every method decodes the "
+        f"{r0['target_dtype']} on the transformers backend, on a {machine}, measured {date} at commit {commit}: per set, every method decodes the "
         f"same {_common([str(r['prompts']) for r in table]) if table else '?'} prompts × {r0['max_new_tokens']} new "
         f"tokens in one process, at T = 0 (greedy) and T = 1.{quick} `make bench` (`specot bench suite`) "
         f"regenerates this block and [docs/results.md](docs/results.md).",
