@@ -78,7 +78,10 @@ def _cell(llm: Any, batch: int, temperature: float, max_tokens: int, seed: int) 
 
 def _machine() -> dict[str, Any]:
     import torch
+    import transformers
     import vllm
+
+    from specot.envinfo import cpu_flags, load_average
 
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=False,
@@ -87,7 +90,17 @@ def _machine() -> dict[str, Any]:
         commit = ""
     return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "commit": commit,
             "machine": platform.node(), "processor": platform.processor() or platform.machine(),
-            "cpus": os.cpu_count(), "vllm": vllm.__version__, "torch": torch.__version__, "python": sys.version.split()[0]}
+            "cpu_model": _cpu_model(), "cpu_flags": cpu_flags(), "cpus": os.cpu_count(), "load_average": load_average(),
+            "vllm": vllm.__version__, "torch": torch.__version__, "transformers": transformers.__version__,
+            "python": sys.version.split()[0]}
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            return next((line.partition(":")[2].strip() for line in fh if line.startswith("model name")), "")
+    except OSError:
+        return platform.processor()
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -147,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
             for batch in args.batches:
                 for temp in args.temperatures:
                     cell = _cell(llm, batch, temp, args.max_tokens, args.seed)
-                    result["cells"].append({"method": method, "engine_start_s": round(start_s, 1), **cell})
+                    result["cells"].append({"method": method, "engine_start_s": round(start_s, 1), **cell,
+                                            "load_1min": round(os.getloadavg()[0], 2)})
                     bar.set_postfix_str(f"{method} b={batch} T={temp}: {cell['tokens_per_s']} tok/s")
                     bar.update()
         finally:
