@@ -83,3 +83,14 @@ def traced(event: str) -> list[dict]:
         return []
     with open(path, encoding="utf-8") as fh:
         return [d for d in map(json.loads, fh) if d["event"] == event]
+
+
+def token_rows(*seqs: list[int], width: int = 64):
+    """vLLM's input batch as a proposer sees it: a zero-padded ``[B, width]`` token table and the
+    ``[B]`` lengths of ``seqs``."""
+    import numpy as np
+
+    table = np.zeros((len(seqs), width), dtype=np.int64)
+    for i, s in enumerate(seqs):
+        table[i, :len(s)] = s
+    return table, np.array([len(s) for s in seqs])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-import numpy as np
+from conftest import token_rows
 import pytest
 
 pytest.importorskip("specot_vllm")
@@ -18,27 +18,20 @@ def _config(k=4, extra=None):
                            additional_config=extra or {})
 
 
-def _rows(*seqs, width=64):
-    table = np.zeros((len(seqs), width), dtype=np.int64)
-    for i, s in enumerate(seqs):
-        table[i, :len(s)] = s
-    return table, np.array([len(s) for s in seqs])
-
-
 def test_drafts_continue_the_earlier_occurrence_per_row_and_follow_the_row():
     prop = SuffixProposer(_config(extra={"specot": {"suffix": {"adaptive": False}}}))
     a = [5, 6, 7, 8, 9, 5, 6]  # "5 6" occurred before, followed by 7 8 9 5
     b = [10, 11, 12, 13]  # nothing repeats: no draft
-    table, n = _rows(a, b)
+    table, n = token_rows(a, b)
     assert prop.propose([[6], [13]], n, table) == [[7, 8, 9, 5], []]
     # the row continues: 2 of 4 drafts accepted, then the correction 3
     a2 = a + [7, 8, 3]
-    table, n = _rows(a2, b + [14])
+    table, n = token_rows(a2, b + [14])
     out = prop.propose([[7, 8, 3], [14]], n, table)
     assert out[1] == [] and all(isinstance(t, int) for t in out[0])
     # another request takes row 0: a fresh drafter, drafts from its own text only
     c = [20, 21, 22, 20, 21]
-    table, n = _rows(c)
+    table, n = token_rows(c)
     assert prop.propose([[21]], n, table) == [[22, 20, 21]]
     assert prop.propose([[]], n, table) == [[]]  # a request that sampled nothing is not drafted for
 

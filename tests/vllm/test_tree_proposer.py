@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-import numpy as np
+from conftest import token_rows
 import pytest
 
 pytest.importorskip("specot_vllm")
@@ -28,20 +28,13 @@ def _config(nodes=8, extra=None):
                            additional_config=extra or {})
 
 
-def _rows(*seqs, width=64):
-    table = np.zeros((len(seqs), width), dtype=np.int64)
-    for i, s in enumerate(seqs):
-        table[i, :len(s)] = s
-    return table, np.array([len(s) for s in seqs])
-
-
 #: "5 6" was followed by 7 and by 9: the suffix tree after "... 5 6" branches.
 BRANCHY = [5, 6, 7, 8, 5, 6, 9, 10, 5, 6, 7, 8, 5, 6]
 
 
 def test_tree_proposer_drafts_a_tree_per_row_parents_first():
     prop = SuffixTreeProposer(_config(extra={"specot": {"suffix": {"adaptive": False}}}))
-    table, n = _rows(BRANCHY, [10, 11, 12])
+    table, n = token_rows(BRANCHY, [10, 11, 12])
     out = prop.propose([[6], [12]], n, table)
     tree = prop.last_trees[0]
     assert out[0] == tree.tokens[1:] and out[1] == [] and 1 not in prop.last_trees
@@ -51,7 +44,7 @@ def test_tree_proposer_drafts_a_tree_per_row_parents_first():
 
 def test_tree_proposer_redraws_children_for_an_iid_verifier():
     prop = SuffixTreeProposer(_config(extra={"specot": {"verifier": "kseq", "suffix": {"adaptive": False}}}))
-    table, n = _rows(BRANCHY)
+    table, n = token_rows(BRANCHY)
     seen = set()
     for _ in range(20):
         prop._rows.clear()
@@ -66,7 +59,7 @@ def test_tree_proposer_redraws_children_for_an_iid_verifier():
 
 def test_redraw_without_replacement_keeps_every_child():
     base = SuffixTreeProposer(_config(extra={"specot": {"suffix": {"adaptive": False}}}))
-    table, n = _rows(BRANCHY)
+    table, n = token_rows(BRANCHY)
     base.propose([[6]], n, table)
     tree = redraw_tree(base.last_trees[0], DraftLaw.WOR, torch.Generator().manual_seed(0))
     assert sorted(tree.drafts[0]) == [7, 9] and tree.size == base.last_trees[0].size
