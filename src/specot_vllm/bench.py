@@ -81,7 +81,7 @@ def _machine() -> dict[str, Any]:
     import transformers
     import vllm
 
-    from specot.envinfo import cpu_flags, load_average
+    from specot.envinfo import cpu_flags, cpu_model, load_average
 
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=False,
@@ -90,17 +90,9 @@ def _machine() -> dict[str, Any]:
         commit = ""
     return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "commit": commit,
             "machine": platform.node(), "processor": platform.processor() or platform.machine(),
-            "cpu_model": _cpu_model(), "cpu_flags": cpu_flags(), "cpus": os.cpu_count(), "load_average": load_average(),
+            "cpu_model": cpu_model(), "cpu_flags": cpu_flags(), "cpus": os.cpu_count(), "load_average": load_average(),
             "vllm": vllm.__version__, "torch": torch.__version__, "transformers": transformers.__version__,
             "python": sys.version.split()[0]}
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            return next((line.partition(":")[2].strip() for line in fh if line.startswith("model name")), "")
-    except OSError:
-        return platform.processor()
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:

@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from specot.envinfo import environment_info
+from specot.envinfo import cpu_model, environment_info
 
 __all__ = ["run_info", "git_commit", "cpu_model", "machine_label", "REPO_ROOT"]
 
@@ -35,18 +35,6 @@ def git_commit(root: Path = REPO_ROOT) -> tuple[str | None, bool | None]:
     except (OSError, subprocess.SubprocessError):
         return None, None
     return head or None, bool(status.strip())
-
-
-def cpu_model() -> str | None:
-    """The ``model name`` line of ``/proc/cpuinfo`` (``None`` where it is unreadable)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.partition(":")[2].strip() or None
-    except OSError:
-        pass
-    return None
 
 
 def run_info() -> dict[str, Any]:
