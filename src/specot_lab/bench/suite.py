@@ -260,14 +260,14 @@ def readme_block(results: Sequence[dict[str, Any]]) -> str:
     """The README's results block (between :data:`BEGIN` and :data:`END`)."""
     table = [r for r in results if r.get("suite_role") == "table"]
     temps = table[0]["temperatures"] if table else [0.0, 1.0]
-    date, commit, machine = (_common([_provenance(r)[k] for r in results]) for k in range(3))
-    commit = _common_commit([_provenance(r)[1] for r in results])
+    dates, commits, machines = zip(*(_provenance(r) for r in results))
+    date, commit, machine = _common(dates), _common_commit(commits), _common(machines)
     r0 = results[0]
     quick = " **Quick smoke run, not a measurement.**" if any(r.get("quick") for r in results) else ""
     lines = [
         f"Speedup over autoregressive decoding (block efficiency in parentheses) of {r0['target']} in "
-        f"{r0['target_dtype']} on the transformers backend, on a {machine}, measured {date} at commit {commit}: per set, every method decodes the "
-        f"same {_common([str(r['prompts']) for r in table]) if table else '?'} prompts × {r0['max_new_tokens']} new "
+        f"{r0['target_dtype']} on the transformers backend, on a {machine}, measured {date} at commit {commit}: "
+        f"per set, every method decodes the same {_common([str(r['prompts']) for r in table]) if table else '?'} prompts × {r0['max_new_tokens']} new "
         f"tokens in one process, at T = 0 (greedy) and T = 1.{quick} `make bench` (`specot bench suite`) "
         f"regenerates this block and [docs/results.md](docs/results.md).",
         "",
