@@ -7,7 +7,10 @@ q, specot's suffix draft TREES scored in one pass and verified by the ``greedy``
 k-Seq on redrawn trees — ``specot-tree``, ``specot-tree-kseq``, ``--tree-nodes`` nodes per tree),
 one engine, and in it every (batch size, temperature) cell: ``batch`` prompts generated
 together, ``--max-tokens`` new tokens each (``ignore_eos``, so every cell decodes the same count),
-timed after one warm-up generation. Per cell:
+timed after one warm-up generation. The prompts come from ``--prompts`` (JSON-lines files with a
+``"prompt"`` field, taken in turn from each file), else :data:`PROMPTS`; a batch larger than the
+prompts repeats them, which flatters drafters that share what they learn across requests (vLLM's
+``suffix``): each cell records ``distinct_prompts``. Per cell:
 
 * ``tokens_per_s``: generated tokens / wall seconds of the ``generate`` call;
 * ``block_efficiency``: generated tokens per target forward pass of a decoding request, from vLLM's
@@ -30,7 +33,7 @@ import sys
 import time
 from typing import Any
 
-__all__ = ["main", "PROMPTS"]
+__all__ = ["main", "load_prompts", "PROMPTS"]
 
 PROMPTS = [
     "Explain in two sentences what a Python generator is.",
@@ -57,10 +60,30 @@ def _counters(llm: Any) -> dict[str, float]:
     return out
 
 
-def _cell(llm: Any, batch: int, temperature: float, max_tokens: int, seed: int) -> dict[str, float]:
+def load_prompts(paths: list[str]) -> list[str]:
+    """The ``"prompt"`` of every line of the JSON-lines files ``paths``, one from each file in turn.
+
+    Raises:
+        ValueError: a file is unreadable, a line is not a JSON object with a ``"prompt"`` string, or no prompt.
+    """
+    sets = []
+    for path in paths:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                sets.append([json.loads(line)["prompt"] for line in fh if line.strip()])
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"--prompts {path}: not a JSON-lines file of {{\"prompt\": ...}} objects ({e})") from None
+    prompts = [s[i] for i in range(max(map(len, sets), default=0)) for s in sets if i < len(s)]
+    if not prompts or not all(isinstance(p, str) for p in prompts):
+        raise ValueError(f"--prompts {' '.join(paths)}: no prompt strings")
+    return prompts
+
+
+def _cell(llm: Any, prompt_pool: list[str], batch: int, temperature: float, max_tokens: int,
+          seed: int) -> dict[str, float]:
     from vllm import SamplingParams
 
-    prompts = [PROMPTS[i % len(PROMPTS)] for i in range(batch)]
+    prompts = [prompt_pool[i % len(prompt_pool)] for i in range(batch)]
     sp = SamplingParams(temperature=temperature, max_tokens=max_tokens, ignore_eos=True, seed=seed)
     before = _counters(llm)
     t0 = time.perf_counter()
@@ -70,7 +93,8 @@ def _cell(llm: Any, batch: int, temperature: float, max_tokens: int, seed: int) 
     d = {k: after[k] - before[k] for k in _COUNTERS}
     tokens = sum(len(o.outputs[0].token_ids) for o in outs)
     steps = d["num_drafts"]
-    return {"batch": batch, "temperature": temperature, "tokens": tokens, "wall_s": round(wall, 4),
+    return {"batch": batch, "distinct_prompts": len(set(prompts)), "temperature": temperature, "tokens": tokens,
+            "wall_s": round(wall, 4),
             "tokens_per_s": round(tokens / wall, 3),
             "block_efficiency": round(1.0 + d["num_accepted_tokens"] / steps, 4) if steps else 1.0,
             "acceptance_rate": round(d["num_accepted_tokens"] / d["num_draft_tokens"], 4) if d["num_draft_tokens"] else None}
@@ -108,6 +132,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                     help="nodes per draft tree (num_speculative_tokens) of the specot-tree methods")
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--prompts", nargs="+", default=None, metavar="JSONL",
+                    help="JSON-lines prompt files (default: the 8 built-in prompts); give at least as many "
+                         "prompts as the largest batch")
     ap.add_argument("--out", default=None, help="JSON file (default: print only)")
     args = ap.parse_args(argv)
     try:
@@ -127,6 +154,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     if any(b < 1 for b in args.batches) or any(t < 0 for t in args.temperatures) or args.max_tokens < 1 or args.gamma < 1 \
             or args.tree_nodes < 1:
         ap.error("batch sizes, --max-tokens, --gamma and --tree-nodes must be >= 1, temperatures >= 0")
+    try:
+        args.prompt_pool = load_prompts(args.prompts) if args.prompts else list(PROMPTS)
+    except ValueError as e:
+        ap.error(str(e))
     return args
 
 
@@ -139,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
 
     engines.cpu_env()
     result: dict[str, Any] = {"what": "vLLM-CPU speculative decoding with and without specot", "machine": _machine(),
-                              "settings": {k: v for k, v in vars(args).items() if k != "out"}, "cells": []}
+                              "settings": {k: v for k, v in vars(args).items() if k not in ("out", "prompt_pool")},
+                              "prompts": args.prompt_pool, "cells": []}
     bar = tqdm(total=len(args.methods) * len(args.batches) * len(args.temperatures), desc="vllm bench", file=sys.stderr)
     for method in args.methods:
         spec, extra = engines.speculative_config(method, args.tree_nodes if method.startswith("specot-tree") else args.gamma)
@@ -148,10 +180,10 @@ def main(argv: list[str] | None = None) -> int:
                                max_num_seqs=max(args.batches))
         start_s = time.perf_counter() - t0
         try:
-            _cell(llm, 1, 0.0, 8, args.seed)  # warm-up
+            _cell(llm, args.prompt_pool, 1, 0.0, 8, args.seed)  # warm-up
             for batch in args.batches:
                 for temp in args.temperatures:
-                    cell = _cell(llm, batch, temp, args.max_tokens, args.seed)
+                    cell = _cell(llm, args.prompt_pool, batch, temp, args.max_tokens, args.seed)
                     result["cells"].append({"method": method, "engine_start_s": round(start_s, 1), **cell,
                                             "load_1min": round(os.getloadavg()[0], 2)})
                     bar.set_postfix_str(f"{method} b={batch} T={temp}: {cell['tokens_per_s']} tok/s")
