@@ -7,7 +7,8 @@ q, specot's suffix draft TREES scored in one pass and verified by the ``greedy``
 k-Seq on redrawn trees — ``specot-tree``, ``specot-tree-kseq``, ``--tree-nodes`` nodes per tree),
 one engine, and in it every (batch size, temperature) cell: ``batch`` prompts generated
 together, ``--max-tokens`` new tokens each (``ignore_eos``, so every cell decodes the same count),
-timed after one warm-up generation. The prompts come from ``--prompts`` (JSON-lines files with a
+timed after one warm-up generation; a cell runs batches one after another until ``--min-requests``
+requests have run (so a batch of 1 sees several prompts). The prompts come from ``--prompts`` (JSON-lines files with a
 ``"prompt"`` field, taken in turn from each file), else :data:`PROMPTS`; a batch larger than the
 prompts repeats them, which flatters drafters that share what they learn across requests (vLLM's
 ``suffix``): each cell records ``distinct_prompts``. Per cell:
@@ -79,22 +80,28 @@ def load_prompts(paths: list[str]) -> list[str]:
     return prompts
 
 
-def _cell(llm: Any, prompt_pool: list[str], batch: int, temperature: float, max_tokens: int,
-          seed: int) -> dict[str, float]:
+def _cell(llm: Any, prompt_pool: list[str], batch: int, temperature: float, max_tokens: int, seed: int,
+          min_requests: int) -> dict[str, float]:
+    """One (batch, temperature) cell: ``generate`` calls of ``batch`` requests each, one after
+    another, until ``min_requests`` requests have run (prompts from the pool in turn, so that a batch
+    of 1 still sees several prompts); tokens/s over all calls."""
     from vllm import SamplingParams
 
-    prompts = [prompt_pool[i % len(prompt_pool)] for i in range(batch)]
+    calls = -(-max(min_requests, batch) // batch)
+    prompts = [prompt_pool[i % len(prompt_pool)] for i in range(calls * batch)]
     sp = SamplingParams(temperature=temperature, max_tokens=max_tokens, ignore_eos=True, seed=seed)
     before = _counters(llm)
-    t0 = time.perf_counter()
-    outs = llm.generate(prompts, sp, use_tqdm=False)
-    wall = time.perf_counter() - t0
+    wall, tokens = 0.0, 0
+    for c in range(calls):
+        t0 = time.perf_counter()
+        outs = llm.generate(prompts[c * batch:(c + 1) * batch], sp, use_tqdm=False)
+        wall += time.perf_counter() - t0
+        tokens += sum(len(o.outputs[0].token_ids) for o in outs)
     after = _counters(llm)
     d = {k: after[k] - before[k] for k in _COUNTERS}
-    tokens = sum(len(o.outputs[0].token_ids) for o in outs)
     steps = d["num_drafts"]
-    return {"batch": batch, "distinct_prompts": len(set(prompts)), "temperature": temperature, "tokens": tokens,
-            "wall_s": round(wall, 4),
+    return {"batch": batch, "requests": len(prompts), "distinct_prompts": len(set(prompts)),
+            "temperature": temperature, "tokens": tokens, "wall_s": round(wall, 4),
             "tokens_per_s": round(tokens / wall, 3),
             "block_efficiency": round(1.0 + d["num_accepted_tokens"] / steps, 4) if steps else 1.0,
             "acceptance_rate": round(d["num_accepted_tokens"] / d["num_draft_tokens"], 4) if d["num_draft_tokens"] else None}
@@ -132,6 +139,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                     help="nodes per draft tree (num_speculative_tokens) of the specot-tree methods")
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--min-requests", type=int, default=8,
+                    help="requests per cell at least: smaller batches run one after another (default 8)")
     ap.add_argument("--prompts", nargs="+", default=None, metavar="JSONL",
                     help="JSON-lines prompt files (default: the 8 built-in prompts); give at least as many "
                          "prompts as the largest batch")
@@ -152,8 +161,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         if find_spec("arctic_inference") is None:
             ap.error("vllm-suffix needs arctic-inference==0.1.1 (pip install -e 'src/specot_vllm[bench]')")
     if any(b < 1 for b in args.batches) or any(t < 0 for t in args.temperatures) or args.max_tokens < 1 or args.gamma < 1 \
-            or args.tree_nodes < 1:
-        ap.error("batch sizes, --max-tokens, --gamma and --tree-nodes must be >= 1, temperatures >= 0")
+            or args.tree_nodes < 1 or args.min_requests < 1:
+        ap.error("batch sizes, --max-tokens, --gamma, --tree-nodes and --min-requests must be >= 1, temperatures >= 0")
     try:
         args.prompt_pool = load_prompts(args.prompts) if args.prompts else list(PROMPTS)
     except ValueError as e:
@@ -180,10 +189,10 @@ def main(argv: list[str] | None = None) -> int:
                                max_num_seqs=max(args.batches))
         start_s = time.perf_counter() - t0
         try:
-            _cell(llm, args.prompt_pool, 1, 0.0, 8, args.seed)  # warm-up
+            _cell(llm, args.prompt_pool, 1, 0.0, 8, args.seed, 1)  # warm-up
             for batch in args.batches:
                 for temp in args.temperatures:
-                    cell = _cell(llm, args.prompt_pool, batch, temp, args.max_tokens, args.seed)
+                    cell = _cell(llm, args.prompt_pool, batch, temp, args.max_tokens, args.seed, args.min_requests)
                     result["cells"].append({"method": method, "engine_start_s": round(start_s, 1), **cell,
                                             "load_1min": round(os.getloadavg()[0], 2)})
                     bar.set_postfix_str(f"{method} b={batch} T={temp}: {cell['tokens_per_s']} tok/s")
