@@ -35,7 +35,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-__all__ = ["SpecotVllmConfig", "CHAIN_VERIFIERS", "TREE_VERIFIERS", "parse_config"]
+__all__ = ["SpecotVllmConfig", "CHAIN_VERIFIERS", "TREE_VERIFIERS", "parse_config", "tree_config"]
 
 #: Verifiers the integration runs on vLLM's single-chain drafts (one draft per position).
 CHAIN_VERIFIERS = ("speculative", "lenient", "mentored", "vllm")
@@ -139,3 +139,13 @@ def parse_config(additional_config: Mapping[str, Any] | None, *, tree: bool = Fa
         if tree and not v.lossless:  # pragma: no cover - TREE_VERIFIERS are lossless
             raise ValueError(f"verifier {verifier!r} is lossy; trees take lossless verifiers only")
     return cfg
+
+
+def tree_config(additional_config: Mapping[str, Any] | None) -> SpecotVllmConfig:
+    """:func:`parse_config` for a tree deployment: its settings, or the defaults (the ``greedy``
+    verifier) when ``additional_config`` has no ``"specot"`` key.
+
+    Raises:
+        ValueError: as :func:`parse_config`.
+    """
+    return parse_config(additional_config, tree=True) or SpecotVllmConfig(verifier="greedy", tree=True)

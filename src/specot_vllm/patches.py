@@ -124,9 +124,7 @@ def _patch_rejection_sample() -> None:
 
         vc = get_current_vllm_config_or_none()
         if vc is not None:  # a worker building its sampler: the deployment's settings
-            from .tree import tree_mode
-
-            tree = tree_mode(vc)
+            tree = _tree(vc)
             cfg = parse_config(getattr(vc, "additional_config", None), tree=tree)
             set_active_config(None if tree else cfg)  # trees: the tree runner verifies, not this sampler
             if cfg is not None and not tree:

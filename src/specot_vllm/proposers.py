@@ -40,14 +40,13 @@ class SuffixProposer:
     def __init__(self, vllm_config: Any) -> None:
         from specot.drafting import SuffixDrafter
 
-        from .config import parse_config
-
         spec = vllm_config.speculative_config
         self.k = int(spec.num_speculative_tokens)
         self.max_model_len = int(vllm_config.model_config.max_model_len)
-        cfg = parse_config(getattr(vllm_config, "additional_config", None), tree=getattr(self, "specot_tree", False))
-        self._kwargs = dict(cfg.suffix) if cfg is not None else {}
-        SuffixDrafter(None, **self._kwargs)  # validate now: one clear error at start-up
+        self._cfg = self._parse_config(getattr(vllm_config, "additional_config", None))
+        self._kwargs = dict(self._cfg.suffix) if self._cfg is not None else {}
+        # validate now (one clear error at start-up); its cost per scored token as configured
+        self._cost_per_token = SuffixDrafter(None, **self._kwargs).cost_per_token
         self._rows: dict[int, Any] = {}
         self._last: dict[int, tuple[int, Any]] = {}  # row -> (context length, the tree proposed there)
         eos = getattr(getattr(vllm_config.model_config, "hf_config", None), "eos_token_id", None)
@@ -55,6 +54,13 @@ class SuffixProposer:
 
     def load_model(self, *args: Any, **kwargs: Any) -> None:
         """No model to load (vLLM calls this on every drafter)."""
+
+    @staticmethod
+    def _parse_config(additional_config: Any) -> Any:
+        """The deployment's settings (chains: ``None`` when there are none)."""
+        from .config import parse_config
+
+        return parse_config(additional_config)
 
     def _drafter(self, row: int, context: list[int]):
         from specot.drafting import SuffixDrafter, TreeSpec
@@ -199,11 +205,8 @@ class SuffixTreeProposer(SuffixProposer):
 
         from specot.drafting.tree import default_law_for
 
-        from .config import SpecotVllmConfig, parse_config
-
         super().__init__(vllm_config)
-        cfg = parse_config(getattr(vllm_config, "additional_config", None), tree=True) or SpecotVllmConfig(
-            verifier="greedy", tree=True)
+        cfg = self._cfg
         self.nodes = self.k
         self._kwargs.setdefault("max_nodes", self.nodes)
         if self._kwargs["max_nodes"] > self.nodes:
@@ -216,6 +219,12 @@ class SuffixTreeProposer(SuffixProposer):
         self._gen = torch.Generator().manual_seed(0 if seed is None else int(seed))
         self.last_trees: dict[int, Any] = {}
 
+    @staticmethod
+    def _parse_config(additional_config: Any) -> Any:
+        from .config import tree_config
+
+        return tree_config(additional_config)
+
     def _new_drafter(self, suffix_drafter: Any, tree_spec: Any) -> Any:
         from specot.laws import DraftLaw
 
@@ -225,7 +234,7 @@ class SuffixTreeProposer(SuffixProposer):
 
     def _drafter(self, row: int, context: list[int]):
         d = super()._drafter(row, context)
-        c = float(self._kwargs.get("cost_per_token", 0.03))
+        c = self._cost_per_token
         d.cost_per_token = c * self._batch / (1.0 + c * self._batch)  # the batch-aware cost (class docstring)
         return d
 

@@ -297,17 +297,6 @@ def _spread(lp: Any, width: int) -> Any:
 _APPLIED: set[str] = set()
 
 
-def _build_verifier(vllm_config: Any):
-    from .config import parse_config
-
-    cfg = parse_config(getattr(vllm_config, "additional_config", None), tree=True)
-    if cfg is None:
-        from .config import SpecotVllmConfig
-
-        cfg = SpecotVllmConfig(verifier="greedy", tree=True)
-    return cfg.build_verifier(), cfg
-
-
 def apply_tree_patches() -> None:
     """Patch vLLM's model runner once per process (module docstring); a runner becomes a tree
     runner only in a tree deployment."""
@@ -337,8 +326,10 @@ def apply_tree_patches() -> None:
             register_backend(AttentionBackendEnum.CPU_ATTN, BACKEND_PATH)  # what the CPU platform selects
         orig_init(self, vllm_config, device)
         if tree:
-            verifier, cfg = _build_verifier(vllm_config)
-            self._specot_tree = TreeRunner(self, verifier)
+            from .config import tree_config
+
+            cfg = tree_config(getattr(vllm_config, "additional_config", None))
+            self._specot_tree = TreeRunner(self, cfg.build_verifier())
             log.info("specot draft trees in this worker: verifier %s, tree attention backend", cfg.label())
 
     CPUModelRunner.__init__ = init
