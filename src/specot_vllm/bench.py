@@ -25,11 +25,7 @@ the versions; one run per machine, nothing timed in tests.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import os
-import platform
-import subprocess
 import sys
 import time
 from typing import Any
@@ -108,22 +104,13 @@ def _cell(llm: Any, prompt_pool: list[str], batch: int, temperature: float, max_
 
 
 def _machine() -> dict[str, Any]:
-    import torch
-    import transformers
+    """The lab's record of a measurement (:func:`specot_lab.bench.runinfo.run_info`: date, commit,
+    CPU model and flags, library versions, threads, load) plus vLLM's version."""
     import vllm
 
-    from specot.envinfo import cpu_flags, cpu_model, load_average
+    from specot_lab.bench.runinfo import run_info
 
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=False,
-                                cwd=os.path.dirname(__file__)).stdout.strip()
-    except OSError:  # pragma: no cover
-        commit = ""
-    return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "commit": commit,
-            "machine": platform.node(), "processor": platform.processor() or platform.machine(),
-            "cpu_model": cpu_model(), "cpu_flags": cpu_flags(), "cpus": os.cpu_count(), "load_average": load_average(),
-            "vllm": vllm.__version__, "torch": torch.__version__, "transformers": transformers.__version__,
-            "python": sys.version.split()[0]}
+    return {**run_info(), "vllm": vllm.__version__}
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -175,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     from tqdm import tqdm
 
+    from specot.envinfo import load_average
+
     from . import engines
 
     engines.cpu_env()
@@ -194,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
                 for temp in args.temperatures:
                     cell = _cell(llm, args.prompt_pool, batch, temp, args.max_tokens, args.seed, args.min_requests)
                     result["cells"].append({"method": method, "engine_start_s": round(start_s, 1), **cell,
-                                            "load_1min": round(os.getloadavg()[0], 2)})
+                                            "load_average": load_average()})
                     bar.set_postfix_str(f"{method} b={batch} T={temp}: {cell['tokens_per_s']} tok/s")
                     bar.update()
         finally:
