@@ -264,10 +264,11 @@ def readme_block(results: Sequence[dict[str, Any]]) -> str:
     date, commit, machine = _common(dates), _common_commit(commits), _common(machines)
     r0 = results[0]
     quick = " **Quick smoke run, not a measurement.**" if any(r.get("quick") for r in results) else ""
+    n_prompts = _common([str(r["prompts"]) for r in table]) if table else "?"
     lines = [
         f"Speedup over autoregressive decoding (block efficiency in parentheses) of {r0['target']} in "
         f"{r0['target_dtype']} on the transformers backend, on a {machine}, measured {date} at commit {commit}: "
-        f"per set, every method decodes the same {_common([str(r['prompts']) for r in table]) if table else '?'} prompts × {r0['max_new_tokens']} new "
+        f"per set, every method decodes the same {n_prompts} prompts × {r0['max_new_tokens']} new "
         f"tokens in one process, at T = 0 (greedy) and T = 1.{quick} `make bench` (`specot bench suite`) "
         f"regenerates this block and [docs/results.md](docs/results.md).",
         "",
