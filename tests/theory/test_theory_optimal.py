@@ -26,7 +26,7 @@ def _applicable(law: str, n: int, q: np.ndarray) -> bool:
 
 
 def test_subset_selection_equals_lp_on_500_random_cases() -> None:
-    """Issue 4 ground truth: ≥ 500 cases, V ≤ 6, n ≤ 3, degenerate ones included, every law, 1e-9."""
+    """The ground truth: ≥ 500 cases, V ≤ 6, n ≤ 3, degenerate ones included, every law, 1e-9."""
     rng = np.random.default_rng(20260)
     worst = {law: 0.0 for law in LAWS}
     checked = {law: 0 for law in LAWS}
