@@ -21,7 +21,7 @@ drafted, except that every ``probe_every``-th such iteration the model drafts an
 averages follow the text (a model that stops paying for itself on one stretch of text may pay again
 on the next). By default ``probe_every = 1``: the model drafts on every such iteration — with the
 shipped EAGLE head on a CPU the plain steps lost more block efficiency than the skipped draft
-passes saved (an interleaved comparison of ``probe_every`` and ``draft_cost``, 2-core Intel Xeon, 2026-11-25). The
+passes saved (an interleaved comparison of ``probe_every`` and ``draft_cost``, docs/results.md). The
 suffix drafter's own budget already returns the empty tree when no suffix tree beats a plain step. The model drafter does no work on
 iterations it does not draft: an EAGLE head catches up on the target's features of those
 positions in one pass the next time it drafts.
@@ -57,8 +57,8 @@ class HybridDrafter(Drafter):
         model: the draft model's drafter (an :class:`~specot.drafting.EagleDrafter` or a
             :class:`~specot.drafting.ModelDrafter`); its ``hidden_layers`` become this drafter's.
         draft_cost: c_d, the cost of one draft pass of ``model`` in autoregressive target steps
-            (default 0.03: the shipped int8 EAGLE head of SmolLM2-135M on a 2-core CPU in bf16,
-            about 1 ms a pass against a 32 ms target step; the same comparison).
+            (default 0.03: the shipped EAGLE head of SmolLM2-135M against a target step on a CPU in
+            bf16; the same comparison).
         decay: weight of the past in the model drafter's moving averages (default 0.9).
         probe_every: while the model drafter's value is below a plain step's, it still drafts every
             ``probe_every``-th iteration (default 1: every time, so no plain target steps; 1 beat 8

@@ -27,8 +27,7 @@ def cpu_has_native_bf16() -> bool:
     """True if this CPU has bfloat16 matrix instructions (AVX512-BF16 or AMX-BF16).
 
     Without them (e.g. AVX2-only CPUs) PyTorch's bf16 matmuls over several tokens fall back to slow
-    kernels: measured here, a SmolLM2-135M forward over 32 new tokens costs 518 ms in bf16 but
-    158 ms in float32 (1 token: 58 vs 64 ms).
+    kernels, several times slower than float32 (docs/results.md, "float32").
     """
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as fh:
@@ -60,14 +59,14 @@ def resolve_dtype(dtype: str | torch.dtype, device: str | torch.device = "cpu") 
 
 
 #: The row count that :class:`PrepackedLinear` reorders its weight for (oneDNN's ``batch_size`` hint).
-#: Measured on the 2-core AVX-512 machine, SmolLM2-135M's linear layers over 1-19 rows ran equally
-#: fast for hints 4-32 and up to 2x slower for hint 1 at 2-19 rows (2-core Intel Xeon with AVX-512, 2026-10).
+#: SmolLM2-135M's linear layers over 1-19 rows ran equally fast for hints 4-32 and up to 2x slower
+#: for hint 1 at 2-19 rows (docs/results.md, "Component costs").
 PREPACK_ROWS = 8
 #: The smallest weight (out x in elements) that :func:`install_prepacked_linears` prepacks. A oneDNN
 #: call costs about 15 µs of fixed overhead, so smaller layers are faster on ``F.linear``: SmolLM2's
-#: 192 x 576 key/value projections took 9-12 µs there for one row against 19-26 µs prepacked, and
-#: equal time for seven, while its 576 x 576 layers were level at one row and 1.9x faster prepacked
-#: at seven (2-core Intel Xeon with AVX-512, 2026-10).
+#: 192 x 576 key/value projections are slower prepacked for one row and level at seven, while its
+#: 576 x 576 layers are level at one row and about twice as fast prepacked at seven
+#: (docs/results.md, "Component costs").
 PREPACK_MIN_WEIGHTS = 1 << 18
 
 try:  # oneDNN's reorder and linear ops, resolved once (an op lookup per call costs more than the check)
@@ -84,17 +83,8 @@ class PrepackedLinear(torch.nn.Linear):
 
     Why: PyTorch's ``F.linear`` on a CPU takes MKL's GEMM, which for the 1-20 rows of a decoding
     step or a verification pass reads the weight in a layout that wastes most of the memory
-    bandwidth. On this project's 2-core AVX-512 machine, SmolLM2-135M's linear layers (30 decoder
-    layers and the 49152-row output head) took, per pass over 1 / 7 / 13 rows:
-
-    ========================  ======  ======  ======
-    float32 ``F.linear``      18.0 ms 55.3 ms 46.6 ms
-    float32 prepacked         11.6 ms 16.0 ms 23.2 ms
-    bfloat16 ``F.linear``     12.5 ms 15.5 ms 19.4 ms
-    bfloat16 prepacked         7.7 ms 10.2 ms 14.0 ms
-    ========================  ======  ======  ======
-
-    (a micro-benchmark of the layers, 2026-10). The product is the same;
+    bandwidth: SmolLM2-135M's linear layers run 1.5-3.5x faster prepacked over 1-13 rows in float32
+    and about 1.5x in bfloat16 (docs/results.md, "Component costs"). The product is the same;
     the summation order differs (float32 results agree with ``F.linear`` to about 1e-6
     relative), as it already differs between ``F.linear``'s own 1-row and many-row kernels.
 
@@ -212,10 +202,9 @@ class SmallBatchHead(torch.nn.Linear):
     float32 on the CPU.
 
     On x86 CPUs PyTorch's float32 ``F.linear`` over a [49152, 576] head costs 2.5–4x more for 2–9
-    rows than ``W @ xᵀ`` (13–17 vs 3.4–7.5 ms on this project's 2-core AVX-512 machine; 20–23 vs
-    9 ms on an AVX2 one): a speculative verification pass scores γ + 1 rows, exactly this regime.
-    In bfloat16 it is the other way round (``F.linear`` 2.0–4.0 ms, ``W @ xᵀ`` 4.4–5.9 ms for 2–33
-    rows on a CPU with native bf16), so bf16 heads keep ``F.linear``. ``specot bench head-speed``
+    rows than ``W @ xᵀ`` (docs/results.md, "Component costs"): a speculative verification pass scores
+    γ + 1 rows, exactly this regime. In bfloat16 it is the other way round on a CPU with native bf16,
+    so bf16 heads keep ``F.linear``. ``specot bench head-speed``
     measures both (``docs/bench/head_speed*.json``). Same product, another GEMM layout; the logits
     come back contiguous (a transposed view would make every later reduction over V strided and
     3x slower). It shares the original head's weight ``Parameter`` (tied embeddings stay tied).
@@ -276,8 +265,8 @@ def gqa_sdpa_attention(module: Any, query: Tensor, key: Tensor, value: Tensor, a
     copies the whole cached K and V ``H / H_kv`` times per layer (``repeat_kv``), because CUDA's
     masked GQA kernels fall back to slow math. PyTorch's CPU kernel takes ``enable_gqa`` with a mask
     directly, with the same result bit for bit (the same products in the same order): SmolLM2-135M
-    (9 query heads, 3 KV heads) over 300 cached positions, a 2-token pass cost 1.13x a 1-token step
-    with the copies and 1.04x without (2-core Intel Xeon, 2026-10). Every other case
+    (9 query heads, 3 KV heads) over a few hundred cached positions, the copies cost about a tenth of
+    a 1-token step. Every other case
     (one query token, no mask, a CUDA tensor, no head groups, position biases, paged caches,
     attention sinks) is transformers' own function, unchanged.
     """
@@ -325,11 +314,9 @@ def sdpa_without_cudnn(device: torch.device | str) -> ContextManager[Any]:
 
     Why: PyTorch's cuDNN attention, which it prefers on Hopper GPUs, builds an execution graph for
     every (query length, key length) it has not met before, and decoding meets a new one at every
-    pass: each cache length, each draft length, each draft tree. On an H200 (2026-11, a sweep
-    of pass shapes) a pass of the 135 M target over a shape met for the first time took
-    54-62 ms with cuDNN (some over 500 ms), 18-21 ms on the second visit, and 17-20 ms on either visit
-    without it; the EAGLE drafter's steps, whose shapes grow the same way, went from 18-28 ms to
-    4-8 ms per draft. The kernels compute the same attention up to floating-point rounding, so this
+    pass: each cache length, each draft length, each draft tree. A pass over a shape met for the
+    first time costs several times a pass without cuDNN, and so does each EAGLE draft step
+    (docs/results.md, "GPU runs"). The kernels compute the same attention up to floating-point rounding, so this
     changes no exactness guarantee (autoregressive decoding and verification run under the same
     choice)."""
     if torch.device(device).type != "cuda":

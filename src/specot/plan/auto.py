@@ -7,15 +7,12 @@ The rule, one place (:func:`auto_choice`; :func:`specot.plan.make_plan` turns it
   layers: suffix decoding with the shipped EAGLE-3 head (``suffix+eagle``), as GREEDY-law draft
   trees of :data:`AUTO_TREE` (2 children per node, depth 3) at temperature > 0 and
   :data:`AUTO_TREE_GREEDY` (3 × 6) at temperature 0, pruned there by the head's confidence
-  (:data:`AUTO_MIN_CONFIDENCE_GREEDY`). Measured on held-out prompt sets (2-core Intel Xeon with
-  AMX, bf16, 2026-11; docs/results.md): the 3 × 6 tree gained 4 % over 2 × 3 on the mean of
-  eight sets at T = 0 and lost on all sets measured at T = 1; the gate added 4.5 % on the mean of
-  eight sets at T = 0 and lost 2 % at T = 1. In float32 the same plan beat n-gram drafting in every
-  cell of six sets once the head ran prepacked.
+  (:data:`AUTO_MIN_CONFIDENCE_GREEDY`). Why (docs/results.md, "Speedup per prompt set"): on
+  held-out prompt sets the 3 × 6 tree gained over 2 × 3 at T = 0 and lost at T = 1, and so did the
+  gate; in float32 the same plan beat n-gram drafting in every cell once the head ran prepacked.
 * Anything else: ``ngram`` (prompt lookup + an n-gram table). On CUDA, where the target's passes
-  replay as CUDA graphs, n-gram chains won every cell on an H200 (code / chat, T = 0 / 1: 1.54× /
-  1.28× / 1.22× / 0.92× against 1.19× / 0.84× / 0.73× / 0.62× for the 2 × 3 EAGLE tree; a graphed
-  target pass costs 4–5 ms and the eager EAGLE draft 3.5–9 ms).
+  replay as CUDA graphs, n-gram chains won every cell measured against the EAGLE trees, whose eager
+  draft steps cost as much as the graphed target pass they save (docs/results.md, "GPU runs").
 """
 
 from __future__ import annotations
