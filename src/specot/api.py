@@ -37,6 +37,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from ._validation import check_count, check_generator
+from .calibration import pricing_curve
 from .drafting.base import Drafter
 from .engine.loop import generation_locks
 from .engine.types import GenerationConfig
@@ -191,7 +192,8 @@ def generate(
         raise stream.interrupted(time.perf_counter() - t0, "speculative") from None
     report = GenerateReport(result=result, prompt_tokens=len(ids), verifier=verifier_info(ver),
                             dtype=str(tgt.dtype).removeprefix("torch."), draft=plan.describe(),
-                            cuda_graphs=bool(getattr(tgt, "cuda_graphs", False)), backend=plan.backend)
+                            cuda_graphs=bool(getattr(tgt, "cuda_graphs", False)), backend=plan.backend,
+                            pass_cost=pricing_curve(drafter))
     if baseline:
         report = measure_speedup(report, plan, tgt, drafter, ids, cfg, ver, repeats=repeats, generator=generator,
                                  stream=stream)

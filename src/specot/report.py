@@ -35,6 +35,9 @@ class GenerateReport:
             resolved to; :meth:`specot.plan.DecodingPlan.describe`).
         cuda_graphs: whether the target's passes ran padded as CUDA graphs.
         backend: the target backend that ran (``"transformers"``, ``"llamacpp"``, ...).
+        pass_cost: the measured pass-cost curve that priced the drafter's budget
+            (:meth:`specot.calibration.PassCostCurve.to_dict`: widths, t_ms, ratios, the key it was
+            measured under), or ``None`` when none did (a linear model or no budget).
     """
 
     result: GenerationResult
@@ -47,6 +50,7 @@ class GenerateReport:
     draft: str = ""
     cuda_graphs: bool = False
     backend: str = "transformers"
+    pass_cost: dict[str, Any] | None = None
 
     @property
     def lossless(self) -> bool:
@@ -72,6 +76,7 @@ class GenerateReport:
             "speedups": list(self.speedups),
             "draft": self.draft,
             "backend": self.backend,
+            "pass_cost": self.pass_cost,
             "cuda_graphs": self.cuda_graphs,
             "timing": self.timing,
             "verifier": self.verifier.get("name"),

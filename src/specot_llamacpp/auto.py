@@ -9,8 +9,10 @@ __all__ = ["AUTO_PLAN", "PASS_COST", "auto_choice"]
 
 #: What ``auto`` should decode with on the llama.cpp backend, per temperature: suffix-decoding trees
 #: (:class:`specot.drafting.SuffixDrafter`, the GREEDY law, depth 4) whose adaptive budget prices a
-#: pass of 1 + N tokens at ``1 + cost_fixed + cost_per_token·N`` one-token passes — the linear fit of
-#: :data:`specot_llamacpp.plan.QUIET_CURVE` (``specot_llamacpp.bench.fit_linear_cost``) instead of the drafter's defaults (0.05, 0.03, fitted
+#: pass of 1 + N tokens at r(1 + N) one-token passes of the curve measured on this machine
+#: (:meth:`LlamaCppTarget.pass_cost_curve`, calibrated on first use and cached; with
+#: ``SPECOT_CALIBRATE=0`` or a failed calibration, at ``1 + cost_fixed + cost_per_token·N``, the
+#: fallback :data:`PASS_COST`) instead of the drafter's defaults (0.05, 0.03, fitted
 #: to the transformers backend, whose 7-token pass costs 1.25 one-token passes) — drafting only after
 #: a match of at least ``min_n = 4`` tokens, with the count discount ``kappa = 0.05`` (a continuation
 #: seen once scores 0.95, not 0.67: with the default 0.5 a priced budget never drafts even when the
@@ -24,9 +26,12 @@ AUTO_PLAN = {
     0.0: {"draft": "suffix", "children": 1, "depth": 4, "kappa": 0.05, "min_n": 4},
     1.0: {"draft": "suffix", "children": 1, "depth": 4, "kappa": 0.05, "min_n": 4},
 }
-#: ``(cost_fixed, cost_per_token)``: a pass over 1 + N tokens costs ``1 + f + c·N`` one-token passes,
-#: the linear fit of :data:`specot_llamacpp.plan.QUIET_CURVE` (``specot_llamacpp.bench.fit_linear_cost``); :class:`LlamaCppTarget` carries
-#: it as ``pass_cost``, which specot's suffix drafter prices its budget with.
+#: FALLBACK ``(cost_fixed, cost_per_token)``: a pass over 1 + N tokens costs ``1 + f + c·N`` one-token
+#: passes, the linear fit of :data:`specot_llamacpp.plan.QUIET_CURVE` (measured on a Zen 4 with
+#: AVX-512; ``specot_llamacpp.bench.fit_linear_cost``). :class:`LlamaCppTarget` carries it as
+#: ``pass_cost``; specot's suffix drafter prices with it only where no curve was measured on the
+#: machine that runs (``SPECOT_CALIBRATE=0``, or the calibration failed): on an AVX2-only EPYC the
+#: real r(2) is 1.56, not 1.93.
 PASS_COST = (0.55, 0.38)
 
 

@@ -15,6 +15,9 @@ token, then the nodes) and needs logits for all B rows; the curve decides which 
 Each timing is the median of ``repeats`` passes after one warm-up; the context is cut back after
 every pass (``llama_memory_seq_rm``). Timings on a shared machine are noisy: the JSON records the
 load average.
+
+The ``all`` way alone is the target's calibration (:meth:`~specot_llamacpp.LlamaCppTarget.measure_pass_times`,
+:func:`specot.calibration.calibrate`): what the auto plan prices its drafts with on this machine.
 """
 
 from __future__ import annotations
@@ -22,13 +25,19 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import llama_cpp as lc
 
-from .target import LlamaCppTarget
+from specot.calibration import PassCostCurve, interpolate
 
-__all__ = ["CostCurve", "measure_cost_curve", "DEFAULT_WIDTHS"]
+if TYPE_CHECKING:  # the target imports this module for its own measurement
+    from .target import LlamaCppTarget
+
+__all__ = ["CostCurve", "measure_cost_curve", "time_passes", "DEFAULT_WIDTHS", "WAYS"]
+
+#: The ways of running a pass that :func:`time_passes` knows (module docstring).
+WAYS = ("all", "last", "tree")
 
 #: The pass widths B timed by default.
 DEFAULT_WIDTHS = (1, 2, 3, 4, 5, 7, 9, 11)
@@ -71,23 +80,26 @@ class CostCurve:
         Raises:
             ValueError: ``width < 1`` or an unknown ``way``.
         """
-        if width < 1:
-            raise ValueError(f"pass width must be >= 1, got {width}")
-        if way not in ("all", "last", "tree"):
+        if way not in WAYS:
             raise ValueError(f"way must be 'all', 'last' or 'tree', got {way!r}")
-        r = getattr(self, f"ratio_{way}")
-        w = self.widths
-        if width in w:
-            return r[w.index(width)]
-        i = next((k for k in range(1, len(w)) if w[k] > width), len(w) - 1)
-        x0, x1, y0, y1 = w[i - 1], w[i], r[i - 1], r[i]
-        return y0 + (y1 - y0) * (width - x0) / (x1 - x0)
+        return interpolate(self.widths, getattr(self, f"ratio_{way}"), width)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def pass_cost_curve(self, source: str, way: str = "all") -> PassCostCurve:
+        """This curve's ``way`` as the core's :class:`~specot.calibration.PassCostCurve` (what the
+        suffix drafter prices with), labelled ``source`` (where it was measured).
 
-def _timed_pass(target: LlamaCppTarget, context_len: int, tokens: Sequence[int], seqs, want: Sequence[bool]) -> float:
+        Raises:
+            ValueError: an unknown ``way``, or widths that do not start at 1.
+        """
+        if way not in WAYS:
+            raise ValueError(f"way must be 'all', 'last' or 'tree', got {way!r}")
+        return PassCostCurve(self.widths, getattr(self, f"t_{way}_ms"), repeats=self.repeats, source=source)
+
+
+def _timed_pass(target: "LlamaCppTarget", context_len: int, tokens: Sequence[int], seqs, want: Sequence[bool]) -> float:
     """One pass of ``tokens`` after the first ``context_len`` cached positions; seconds. The cache is
     cut back to the context afterwards (every sequence id the pass used)."""
     pos = [context_len + d for d in _positions(seqs, len(tokens))]
@@ -111,7 +123,7 @@ def _positions(seqs, n: int) -> list[int]:
     return [0] + list(range(1, a + 1)) + list(range(1, n - a))
 
 
-def _tree_seqs(target: LlamaCppTarget, n: int) -> list[list[int]]:
+def _tree_seqs(target: "LlamaCppTarget", n: int) -> list[list[int]]:
     """Sequence ids of a pass of ``n`` tokens: the root (both paths), then two branches."""
     main = target.main_seq
     other = 1 if main != 1 else 2
@@ -121,27 +133,30 @@ def _tree_seqs(target: LlamaCppTarget, n: int) -> list[list[int]]:
     return [[main, other]] + [[main]] * a + [[other]] * (n - 1 - a)
 
 
-def measure_cost_curve(target: LlamaCppTarget, context: Sequence[int], widths: Sequence[int] = DEFAULT_WIDTHS,
-                       repeats: int = 15) -> CostCurve:
-    """Time one pass of each width B after ``context`` (module docstring); returns a :class:`CostCurve`.
-
-    The widths are interleaved in every round (each round times every width once, in turn), so slow
-    drifts of a shared machine hit all widths alike.
+def time_passes(target: "LlamaCppTarget", context: Sequence[int], widths: Sequence[int] = DEFAULT_WIDTHS,
+                repeats: int = 15, ways: Sequence[str] = WAYS) -> dict[tuple[str, int], float]:
+    """Median milliseconds of one pass of each width B after ``context``, for each of ``ways``
+    (module docstring): ``{(way, B): ms}``. The widths and ways are interleaved in every round (each
+    round times every one once, in turn), so slow drifts of a shared machine hit all alike; round 0
+    warms up. Leaves the target's cache holding ``context[:-1]``.
 
     Raises:
-        ValueError: an empty context, a width below 1 or above ``n_batch``, ``repeats < 1``.
+        ValueError: an empty context, a width below 1 or above ``n_batch``, ``repeats < 1``, an
+            unknown way.
     """
     if not context:
         raise ValueError("the cost curve needs a context of at least one token")
     if repeats < 1 or any(w < 1 or w > target.n_batch for w in widths):
         raise ValueError(f"widths must lie in [1, {target.n_batch}] and repeats >= 1")
+    if any(k not in WAYS for k in ways):
+        raise ValueError(f"ways must be among {WAYS}, got {list(ways)}")
     target.reset()
     target.logits_after(list(context))  # the context in the cache; its last token is re-fed by every pass
     C = len(context) - 1
     target.rollback(C)
     last = int(context[-1])
     toks = {w: [last] + [int(context[(i * 7) % len(context)]) for i in range(w - 1)] for w in widths}
-    ways = {
+    make = {
         "all": lambda w: (None, [True] * w),
         "last": lambda w: (None, [False] * (w - 1) + [True]),
         "tree": lambda w: (_tree_seqs(target, w), [True] * w),
@@ -149,15 +164,26 @@ def measure_cost_curve(target: LlamaCppTarget, context: Sequence[int], widths: S
     times: dict[tuple[str, int], list[float]] = {(k, w): [] for k in ways for w in widths}
     for rnd in range(repeats + 1):
         for w in widths:
-            for k, make in ways.items():
-                seqs, want = make(w)
+            for k in ways:
+                seqs, want = make[k](w)
                 if seqs is not None:
                     for s in {s for ss in seqs for s in ss} - {target.main_seq}:
                         lc.llama_memory_seq_cp(target._mem, target.main_seq, s, -1, -1)  # noqa: SLF001
                 dt = _timed_pass(target, C, toks[w], seqs, want)
                 if rnd > 0:  # round 0 warms up
                     times[(k, w)].append(dt)
-    med = {key: 1000.0 * statistics.median(v) for key, v in times.items()}
+    return {key: 1000.0 * statistics.median(v) for key, v in times.items()}
+
+
+def measure_cost_curve(target: "LlamaCppTarget", context: Sequence[int], widths: Sequence[int] = DEFAULT_WIDTHS,
+                       repeats: int = 15) -> CostCurve:
+    """Time one pass of each width B after ``context`` in each of the three ways (module docstring,
+    :func:`time_passes`); returns a :class:`CostCurve`.
+
+    Raises:
+        ValueError: an empty context, a width below 1 or above ``n_batch``, ``repeats < 1``.
+    """
+    med = time_passes(target, context, widths, repeats)
     return CostCurve(
         widths=tuple(int(w) for w in widths),
         t_all_ms=tuple(round(med[("all", w)], 3) for w in widths),

@@ -23,6 +23,7 @@ from typing import Sequence
 
 import numpy as np
 
+from specot.calibration import break_even_alpha as _break_even_alpha
 from specot.plan import make_plan
 from specot.theory.speedup import block_efficiency, expected_tokens
 
@@ -61,14 +62,13 @@ def tree_speedup(rates: Sequence[float], n_nodes: int, curve: CostCurve, c: floa
 
 def break_even_alpha(gamma: int, curve: CostCurve, c: float = 0.0) -> float | None:
     """The smallest i.i.d. acceptance α at which a γ-chain pays (speedup 1), by bisection; ``None``
-    when even α = 1 does not (``γ + 1 <= r(1 + γ) + γc``)."""
-    if chain_speedup(1.0, gamma, curve, c) <= 1.0:
-        return None
-    lo, hi = 0.0, 1.0
-    for _ in range(50):
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if chain_speedup(mid, gamma, curve, c) < 1.0 else (lo, mid)
-    return round(hi, 4)
+    when even α = 1 does not (``γ + 1 <= r(1 + γ) + γc``): :func:`specot.calibration.break_even_alpha`
+    with the curve's ``all`` ratios.
+
+    Raises:
+        ValueError: γ < 0 or c < 0.
+    """
+    return _break_even_alpha(gamma, lambda b: curve.ratio(b, "all"), c)
 
 
 def run_speedup(tree_sizes: Sequence[int], emitted: Sequence[int], curve: CostCurve,
@@ -103,26 +103,28 @@ def best_chain(alpha: float, curve: CostCurve, c: float = 0.0, max_gamma: int = 
     return ChainChoice(float(alpha), g, round(float(vals[g]), 4))
 
 
-#: The cost curve t(B)/t(1) of the embedded SmolLM2 Q4_1 GGUF on llama.cpp, logits on all rows, measured
-#: on a quiet 2-vCPU Zen 4 (avx512_bf16) with llama-cpp-python 0.3.36 and n_threads = 2: 10.1 / 19.0 /
-#: 31.9 / 54.2 ms at B = 1 / 2 / 5 / 11 (the measurement that opened this backend's work). Refresh it
-#: with ``python -m specot_llamacpp.bench cost`` on a quiet machine.
+#: FALLBACK and reference: the cost curve t(B)/t(1) of the embedded SmolLM2 Q4_1 GGUF on llama.cpp,
+#: logits on all rows, measured on a quiet 2-vCPU Zen 4 (avx512_bf16) with llama-cpp-python 0.3.36 and
+#: n_threads = 2: 10.1 / 19.0 / 31.9 / 54.2 ms at B = 1 / 2 / 5 / 11 (the measurement that opened this
+#: backend's work). It prices nothing where the target was calibrated (:meth:`LlamaCppTarget.pass_cost_curve`,
+#: ``specot calibrate``): other CPUs differ (an AVX2-only EPYC: r = 1.56 / 2.27 / 3.28 / 4.34 at
+#: B = 2 / 3 / 5 / 7). :data:`PASS_COST` is its linear fit. Measure all three ways with
+#: ``python -m specot_llamacpp.bench cost`` on a quiet machine.
 QUIET_CURVE = CostCurve(widths=(1, 2, 5, 11), t_all_ms=(10.1, 19.0, 31.9, 54.2), t_last_ms=(10.1, 13.6, 21.5, 47.4),
                         t_tree_ms=(10.1, 19.0, 31.9, 54.2), context_len=0, repeats=0, n_threads=2)
 
 def auto_drafter(target, temperature: float = 0.0, curve: CostCurve | None = None):
     """The drafter and draft-tree shape of ``draft="auto"`` on ``target`` at ``temperature`` (the plan
-    :func:`specot.plan.make_plan` makes from :func:`auto_choice`), priced by ``curve``'s linear fit
-    when given (e.g. measured on this machine by :func:`specot_llamacpp.cost.measure_cost_curve`),
-    else by the target's ``pass_cost``.
+    :func:`specot.plan.make_plan` makes from :func:`auto_choice`), priced by ``curve``'s ``all``
+    ratios when given (e.g. measured by :func:`specot_llamacpp.cost.measure_cost_curve`), else as the
+    plan prices it: the target's calibrated curve (:meth:`LlamaCppTarget.pass_cost_curve`), or its
+    fallback ``pass_cost``.
 
     Returns:
         ``(drafter, TreeSpec)`` for :func:`specot.engine.tree_generate`.
     """
-    from .bench import fit_linear_cost
-
     plan = make_plan("auto", target=target, temperature=temperature)
     drafter = plan.draft.load(target)
     if curve is not None:
-        drafter.cost_fixed, drafter.cost_per_token = (float(x) for x in fit_linear_cost(curve))
+        drafter.pass_cost = curve.pass_cost_curve(source="specot_llamacpp.cost.measure_cost_curve")
     return drafter, plan.shape

@@ -39,6 +39,7 @@ import logging
 import os
 import threading
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -46,6 +47,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from specot.calibration import PassCostCurve, calibrate, calibration_enabled
 from specot.models.chat import decode_tokens, encode_prompt
 from specot.models.protocol import check_scoring_fits
 from .auto import PASS_COST
@@ -55,6 +57,8 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("the llama.cpp backend needs llama-cpp-python 0.3.36: run `make setup-llamacpp` "
                       "(builds and caches its wheel) or pip install llama-cpp-python==0.3.36") from exc
+
+from .cost import time_passes  # noqa: E402 - after llama_cpp's import check, which it needs
 
 __all__ = ["LlamaCppTarget", "default_threads"]
 
@@ -103,9 +107,11 @@ class LlamaCppTarget:
         flash_attn: llama.cpp's flash-attention kernels (off by default, as in llama-cpp-python's
             ``Llama``, so plain llama.cpp and this target run the same kernels).
 
-    Attributes (the protocol's): ``backend`` (``"llamacpp"``), ``pass_cost`` (the linear cost model
-    of a wide pass, :data:`specot_llamacpp.auto.PASS_COST`, which the suffix drafter prices its
-    budget with), ``name``, ``vocab_size`` (``V``), ``max_context``, ``tokenizer``,
+    Attributes (the protocol's): ``backend`` (``"llamacpp"``), ``pass_cost`` (the labelled fallback
+    linear cost model of a wide pass, :data:`specot_llamacpp.auto.PASS_COST`, fitted on another CPU:
+    the suffix drafter prices with it only when :meth:`pass_cost_curve` has no measured curve),
+    ``auto_calibrate`` (whether :meth:`pass_cost_curve` measures on first use; default True),
+    ``name``, ``vocab_size`` (``V``), ``max_context``, ``tokenizer``,
     ``forward_calls`` (``llama_decode`` calls since :meth:`reset_stats`), ``last_start``,
     ``last_hidden`` (always ``None``: llama.cpp exposes only the last layer's output, see
     docs/llamacpp.md). ``main_seq``: the sequence id of the committed sequence.
@@ -169,6 +175,8 @@ class LlamaCppTarget:
         self.main_seq = 0
         self._ids: list[int] = []  # token ids of the committed sequence's cells, in position order
         self._tree: _OpenTree | None = None
+        self.auto_calibrate = True
+        self._pass_cost_curve: PassCostCurve | None = None
 
     # ----------------------------------------------------------------- life cycle
     def close(self) -> None:
@@ -471,6 +479,52 @@ class LlamaCppTarget:
         self._tree = None
         if prefix_len < C:
             self.rollback(prefix_len)
+
+
+    # ----------------------------------------------------------------- pass cost
+    def measure_pass_times(self, widths: Sequence[int], repeats: int = 8) -> list[float]:
+        """Median milliseconds of one ``llama_decode`` pass over B new tokens after a fixed context of
+        :data:`CALIBRATION_CONTEXT` tokens, logits on all B rows (what the verifier asks for), one per
+        width in ``widths`` (:func:`specot_llamacpp.cost.time_passes`, its ``all`` way; ``repeats``
+        timed passes per width after a warm-up round). Empties the KV cache, as :meth:`reset` does;
+        :attr:`forward_calls` and :attr:`forward_time_s` are left as they were. About 2 s for the
+        default widths of :func:`specot.calibration.calibrate` at 8 repeats (t(1) ≈ 10–20 ms).
+
+        Raises:
+            ValueError: a width below 1 or above ``n_batch``, ``repeats < 1``.
+        """
+        if not widths:
+            raise ValueError("measure_pass_times needs at least one width")
+        n = max(1, min(CALIBRATION_CONTEXT, self.max_context - max(int(w) for w in widths)))
+        context = [(1000 + 37 * i) % self.vocab_size for i in range(n)]
+        calls, spent = self.forward_calls, self._time_s
+        try:
+            med = time_passes(self, context, [int(w) for w in widths], int(repeats), ways=("all",))
+        finally:
+            self.reset()
+            self.forward_calls, self._time_s = calls, spent
+        return [round(med[("all", int(w))], 4) for w in widths]
+
+    def pass_cost_curve(self) -> PassCostCurve | None:
+        """The measured pass-cost curve r(B) of this target on this machine, which the suffix drafter
+        prices its budget with (:func:`specot.plan.kinds.suffix.pass_cost`): calibrated on the first
+        call (:func:`specot.calibration.calibrate`: read from specot's cache, else measured in about
+        2 s and stored), then kept. ``None`` — the drafter then prices with the labelled fallback
+        :attr:`pass_cost` — when :attr:`auto_calibrate` is False, ``SPECOT_CALIBRATE=0``, or the
+        calibration failed (one warning)."""
+        if self._pass_cost_curve is None and self.auto_calibrate and calibration_enabled():
+            try:
+                self._pass_cost_curve = calibrate(self)
+            except (RuntimeError, OSError, ValueError) as exc:
+                self.auto_calibrate = False
+                warnings.warn(f"{self.name}: pass-cost calibration failed ({' '.join(str(exc).split())}); drafts "
+                              f"are priced with the fallback PASS_COST {PASS_COST}, fitted on another CPU",
+                              stacklevel=2)
+        return self._pass_cost_curve
+
+
+#: Tokens of the fixed context before every pass that :meth:`LlamaCppTarget.measure_pass_times` times.
+CALIBRATION_CONTEXT = 64
 
 
 def _check_no_hidden(hidden_layers: Sequence[int] | None, name: str) -> None:

@@ -3,7 +3,8 @@
 The whole folder is skipped when llama-cpp-python is not installed (``make setup-llamacpp``). The
 target runs one thread: exactness does not depend on the thread count (every output element is
 computed by one thread, with the same kernel), and one thread never busy-waits for another on a
-loaded machine.
+loaded machine. Its drafts are priced with the labelled fallback cost model (``auto_calibrate`` off:
+no test pays for a calibration it did not ask for); ``test_calibration_llamacpp`` measures.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ PROMPTS = (
 @pytest.fixture(scope="session")
 def target():
     t = load_target(n_threads=1, n_ctx=2048)
+    t.auto_calibrate = False
     yield t
     t.close()
 

@@ -40,6 +40,10 @@ little). Defaults f = 0.05 and c = 0.03: SmolLM2-135M in bf16 on a 2-core CPU wi
 forward passes of a drafted step about 4 points above an autoregressive step's
 (``docs/bench/suite/code.json``); ``adaptive=False`` (or f = c = 0) keeps every node
 scored ≥ ``min_score`` up to ``max_nodes`` — the largest block efficiency, at a larger pass.
+A measured curve (``pass_cost``: B ↦ r(B) = t(B)/t(1), e.g. a
+:class:`specot.calibration.PassCostCurve` measured on this machine) replaces the linear model: the
+first N nodes then cost ``r(1 + N)`` one-token passes, so on a target whose wide passes cost their
+width no draft pays and every step is a plain one.
 
 **Corpus** (optional :class:`NGramCounts` — the top continuations of every corpus m-gram, m ≤ 3,
 with their frequencies; ``specot.api.load_drafter("suffix")`` builds it from ``pydoc_data.topics``
@@ -71,7 +75,7 @@ import heapq
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
@@ -326,6 +330,9 @@ class SuffixDrafter(Drafter):
         cost_per_token: c of the cost model ``t(N)/t(0) = 1 + f + c·N`` (default 0.03).
         cost_fixed: f of that model, the cost of verifying any draft at all (default 0.05);
             ``cost_per_token = cost_fixed = 0`` keeps every node up to ``max_nodes``.
+        pass_cost: a measured cost curve B ↦ r(B), the cost of a pass over B tokens in one-token
+            passes (``r(1) = 1``; e.g. a :class:`specot.calibration.PassCostCurve`), used instead of
+            the linear model when given (default ``None``: the linear model).
         adaptive: adapt the budget through the calibrated cost model (default True); ``False``
             keeps every node scored ≥ ``min_score`` up to ``max_nodes``.
         corpus: optional corpus — :class:`NGramCounts` (several continuations with frequencies)
@@ -343,7 +350,8 @@ class SuffixDrafter(Drafter):
                  children: int = 4, max_occurrences: int = 32, match_weight: float = 2.0, recency: float = 1.0,
                  kappa: float = 0.5,
                  min_score: float = 0.01, cost_per_token: float = 0.03, cost_fixed: float = 0.05, adaptive: bool = True,
-                 corpus: "NGramCounts | NGramTable | None" = None, corpus_min_n: int = 1) -> None:
+                 corpus: "NGramCounts | NGramTable | None" = None, corpus_min_n: int = 1,
+                 pass_cost: Callable[[int], float] | None = None) -> None:
         super().__init__()
         for what, v, lo in (("max_n", max_n, 1), ("min_n", min_n, 1), ("max_nodes", max_nodes, 1),
                             ("children", children, 1), ("max_occurrences", max_occurrences, 1),
@@ -360,12 +368,15 @@ class SuffixDrafter(Drafter):
                 or not cost_fixed >= 0.0:
             raise ValueError("need match_weight >= 1, kappa >= 0, 0 <= min_score < 1, cost_per_token >= 0 and "
                              "cost_fixed >= 0")
+        if pass_cost is not None and not callable(pass_cost):
+            raise ValueError(f"pass_cost must be a callable B -> r(B) or None, got {type(pass_cost).__name__}")
         self._vocab = vocab_size
         self.max_n, self.min_n, self.max_nodes, self.children = max_n, min_n, max_nodes, children
         self.max_occurrences, self.match_weight, self.kappa = max_occurrences, float(match_weight), float(kappa)
         self.recency = float(recency)
         self.min_score, self.cost_per_token, self.adaptive = float(min_score), float(cost_per_token), adaptive
         self.cost_fixed = float(cost_fixed)
+        self.pass_cost = pass_cost
         self.corpus, self.corpus_min_n = corpus, corpus_min_n
         self.index = SuffixIndex(max_n)
         self.reset()
@@ -404,7 +415,8 @@ class SuffixDrafter(Drafter):
 
     def expected_value(self) -> float:
         """Expected tokens per unit of target time of the last proposal under the cost model:
-        ``(1 + Σ_i min(1, a·s_i)) / (1 + f + c·N)`` for a tree of N ≥ 1 nodes, 1 for the empty tree
+        ``(1 + Σ_i min(1, a·s_i)) / cost(N)`` for a tree of N ≥ 1 nodes (``r(1 + N)`` of a measured
+        curve, else ``1 + f + c·N``), 1 for the empty tree
         (a plain target step)."""
         return self._last_value
 
@@ -527,15 +539,23 @@ class SuffixDrafter(Drafter):
                 push_children(node)
         return out
 
+    def _pass_cost(self, n: int) -> float:
+        """The cost of a pass scoring ``n >= 1`` draft nodes, in one-token passes: ``r(1 + n)`` of the
+        measured curve when given, else the linear model ``1 + f + c·n``."""
+        if self.pass_cost is not None:
+            return float(self.pass_cost(1 + n))
+        return 1.0 + self.cost_fixed + self.cost_per_token * n
+
     def _budget(self, scores: list[float], calibration: float) -> tuple[int, float]:
-        """N maximising the value (1 + Σ_{i≤N} min(1, a·s_i)) / (1 + f + c·N) for N ≥ 1, against 1 for
-        N = 0 (no draft: a plain target step) — f is the fixed cost of verifying any draft at all.
+        """N maximising the value (1 + Σ_{i≤N} min(1, a·s_i)) / cost(N) for N ≥ 1 — cost(N) =
+        ``r(1 + N)`` of the measured curve, else 1 + f + c·N with f the fixed cost of verifying any
+        draft at all — against 1 for N = 0 (no draft: a plain target step).
         Returns (N, its value); without the cost model N is every scored node."""
         values, gain = [1.0], 1.0  # values[N]: expected tokens per unit of target time of the first N nodes
         for i, s in enumerate(scores, start=1):
             gain += min(1.0, calibration * s)
-            values.append(gain / (1.0 + self.cost_fixed + self.cost_per_token * i))
-        if not self.adaptive or (self.cost_per_token == 0.0 and self.cost_fixed == 0.0):
+            values.append(gain / self._pass_cost(i))
+        if not self.adaptive or (self.pass_cost is None and self.cost_per_token == 0.0 and self.cost_fixed == 0.0):
             n = len(scores)
         else:
             n = max(range(len(values)), key=values.__getitem__)  # the first maximum: the smallest such N

@@ -11,6 +11,7 @@ common prefix and runs only the new tokens (plus any drafted tokens) in ONE forw
 from __future__ import annotations
 
 import inspect
+import statistics
 import threading
 import time
 import warnings
@@ -576,3 +577,36 @@ class CausalLM:
         if any(b <= a for a, b in zip(keep, keep[1:])) or (keep and (keep[0] < prefix_len or keep[-1] >= have)):
             raise ValueError(f"positions {keep} must increase within [{prefix_len}, {have})")
         self.keep_positions(list(range(prefix_len)) + keep)
+
+    def measure_pass_times(self, widths: Sequence[int], repeats: int = 8, context_len: int = 32) -> list[float]:
+        """Median milliseconds of one pass over B new tokens after a fixed context of ``context_len``
+        tokens (``logits_after(context, chain)`` with a chain of B − 1 tokens: logits on all B rows,
+        as the verifier asks for), one per width in ``widths``; ``repeats`` timed passes per width
+        after a warm-up round, the widths interleaved in every round. Times are :attr:`forward_time_s`
+        deltas (CUDA events on CUDA). Empties the KV cache, as :meth:`reset` does;
+        :attr:`forward_calls` and :attr:`forward_time_s` are left as they were.
+
+        Raises:
+            ValueError: a width below 1, ``repeats < 1``, or more positions than the model holds.
+        """
+        ws = [int(w) for w in widths]
+        if not ws or min(ws) < 1 or isinstance(repeats, bool) or int(repeats) < 1:
+            raise ValueError(f"widths must be >= 1 and repeats >= 1, got {ws} and {repeats!r}")
+        n = max(1, min(int(context_len), self.max_context - max(ws)))
+        context = [(3 + 7 * i) % self.vocab_size for i in range(n)]
+        calls, spent = self.forward_calls, self.forward_time_s
+        times: dict[int, list[float]] = {w: [] for w in ws}
+        try:
+            self.reset()
+            self.logits_after(context)
+            for rnd in range(int(repeats) + 1):
+                for w in ws:
+                    before = self.forward_time_s
+                    self.logits_after(context, [context[(i * 5) % n] for i in range(w - 1)])
+                    if rnd > 0:  # round 0 warms up
+                        times[w].append(self.forward_time_s - before)
+        finally:
+            self.reset()
+            _ = self.forward_time_s  # resolve pending CUDA events before restoring the totals
+            self.forward_calls, self._time_s = calls, spent
+        return [round(1000.0 * statistics.median(times[w]), 4) for w in ws]

@@ -62,6 +62,17 @@ class TargetModel(Protocol):
             drafters that need them (EAGLE) refuse it at load time.
         generation_lock: (optional) a re-entrant lock that :func:`specot.engine.decode` holds for a
             whole generation; one is attached on first use when a backend has none.
+
+    Optional methods (not members of the protocol; looked up with ``getattr``):
+
+    * ``measure_pass_times(widths, repeats) -> list[float]``: the median milliseconds of one pass
+      over B new tokens after a fixed context, logits on all B rows, for each B in ``widths``
+      (empties the KV cache; leaves the statistics as they were). :func:`specot.calibration.calibrate`
+      measures and caches a target's pass-cost curve with it.
+    * ``pass_cost_curve() -> PassCostCurve | None``: the target's measured curve r(B) (calibrated on
+      first use where the backend does so), which the suffix drafter prices its budget with
+      (:func:`specot.plan.kinds.suffix.pass_cost`); ``None`` where there is none.
+    * ``pass_cost``: a ``(cost_fixed, cost_per_token)`` linear model of a wide pass, the fallback.
     """
 
     name: str

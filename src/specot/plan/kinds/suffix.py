@@ -26,12 +26,26 @@ SUFFIX_OPTIONS = {
 }
 
 
-def pass_cost(target: Any) -> dict[str, float]:
-    """The suffix drafter's cost model for ``target``: a pass over 1 + N tokens costs
-    ``1 + cost_fixed + cost_per_token·N`` one-token passes. ``target.pass_cost`` where the backend
-    measured its own (a ``(cost_fixed, cost_per_token)`` pair), else the drafter's defaults."""
+def pass_cost(target: Any) -> dict[str, Any]:
+    """The suffix drafter's cost model for ``target`` (its keyword arguments).
+
+    * ``pass_cost``: the target's measured curve r(B) where it has one — ``target.pass_cost_curve()``
+      (optional; the llama.cpp backend calibrates on first use, :func:`specot.calibration.calibrate`)
+      returning a :class:`~specot.calibration.PassCostCurve`, or ``None`` when calibration is off
+      or failed;
+    * ``cost_fixed``, ``cost_per_token``: the linear model (a pass over 1 + N tokens costs
+      ``1 + cost_fixed + cost_per_token·N`` one-token passes) from ``target.pass_cost`` (a
+      ``(cost_fixed, cost_per_token)`` pair) where the backend has one, the fallback when no
+      curve is given; else the drafter's defaults."""
+    out: dict[str, Any] = {}
     cost = getattr(target, "pass_cost", None)
-    return {} if cost is None else {"cost_fixed": float(cost[0]), "cost_per_token": float(cost[1])}
+    if cost is not None:
+        out.update(cost_fixed=float(cost[0]), cost_per_token=float(cost[1]))
+    measured = getattr(target, "pass_cost_curve", None)
+    curve = measured() if callable(measured) else None
+    if curve is not None:
+        out["pass_cost"] = curve
+    return out
 
 
 class SuffixKind(DraftKind):

@@ -1,0 +1,383 @@
+"""Pass-cost calibration: what a pass over B new tokens costs on THIS machine, measured once and cached.
+
+A speculative iteration that scores a draft of N nodes runs one target pass over B = 1 + N tokens
+(the last committed token, then the nodes) with logits on every row. Its wall time t(B), relative
+to a one-token pass, ``r(B) = t(B) / t(1)``, decides which drafts pay: a chain of γ drafts with
+i.i.d. acceptance α yields ``E(α, γ) = (1 − α^{γ+1})/(1 − α)`` tokens per pass (Leviathan et al.
+2023, Eq. 1) at the price of ``r(1 + γ)`` one-token passes. The curve depends on the CPU (AVX2 or
+AVX-512, cores), the threads, the model file, the backend and its version, so a curve measured on
+one machine mis-prices another: on an AVX2-only EPYC, llama.cpp's SmolLM2 Q4_1 measured r = 1.56 /
+3.28 at B = 2 / 5, a Zen 4 with AVX-512 1.88 / 3.16.
+
+* :class:`PassCostCurve`: a measured curve (widths B, median ms per pass t(B), ratios r(B)).
+* :func:`calibration_key`: what the measurement depends on (model file identity, backend, device,
+  dtype, threads, CPU model and flags, library versions, :data:`FORMAT_VERSION`).
+* :func:`calibrate`: the cached curve of a target, measured by the target's own optional
+  ``measure_pass_times(widths, repeats) -> list[float]`` (milliseconds; the protocol's docstring,
+  :mod:`specot.models.protocol`) when there is none.
+
+**Cache.** One JSON file per key, ``<specot cache>/calibration/<digest>.json``
+(:func:`specot.models.embedded.model_cache_dir`), written to a temporary file in the same directory
+and renamed over the entry (``os.replace``, atomic): two processes calibrating at once each write a
+whole file and the last rename wins, so one valid entry remains. An entry that does not parse or
+has the wrong fields (damaged), or was written under another :data:`FORMAT_VERSION` or key (stale),
+is measured again with one warning and replaced. ``SPECOT_NO_CACHE=1``: measured every time, nothing
+stored. A cache that cannot be written: measured, one warning, nothing stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import tempfile
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from .envinfo import cpu_flags, cpu_model, environment_info, load_average
+from .models.embedded import model_cache_dir
+from .theory.speedup import expected_tokens
+
+__all__ = ["PassCostCurve", "FORMAT_VERSION", "DEFAULT_WIDTHS", "DEFAULT_REPEATS", "calibration_key",
+           "calibration_path", "calibrate", "break_even_alpha", "interpolate", "calibration_enabled", "pricing_curve"]
+
+#: Version of the cache entries' format and of the measurement; an entry of another version is stale.
+FORMAT_VERSION = 1
+#: The pass widths B timed by default: those specot's plans run (a plain step, chains and trees up to 8 nodes).
+DEFAULT_WIDTHS = (1, 2, 3, 4, 5, 7, 9)
+#: Timed passes per width (after one warm-up round); their median is t(B).
+DEFAULT_REPEATS = 8
+
+
+def interpolate(widths: Sequence[int], values: Sequence[float], width: float) -> float:
+    """``values`` at ``width``, linear between the measured ``widths`` (ascending) and extrapolated
+    from the last two points past the widest (from the first two below the narrowest).
+
+    Raises:
+        ValueError: ``width < 1``, or fewer than one point.
+    """
+    if width < 1:
+        raise ValueError(f"pass width must be >= 1, got {width}")
+    if not widths:
+        raise ValueError("a cost curve needs at least one measured width")
+    w, r = list(widths), list(values)
+    if width in w:
+        return float(r[w.index(width)])
+    if len(w) == 1:
+        return float(r[0])
+    i = next((k for k in range(1, len(w)) if w[k] > width), len(w) - 1)
+    x0, x1, y0, y1 = w[i - 1], w[i], r[i - 1], r[i]
+    return float(y0 + (y1 - y0) * (width - x0) / (x1 - x0))
+
+
+@dataclass(frozen=True)
+class PassCostCurve:
+    """A target's measured pass cost: the median wall time of one pass over B new tokens after a
+    fixed context, logits on all B rows, and its ratio to a one-token pass.
+
+    Calling the curve gives ``r(B)`` (:meth:`ratio`), so it is the suffix drafter's ``pass_cost``.
+
+    Attributes:
+        widths: the pass widths B, ascending, starting at 1.
+        t_ms: median milliseconds per pass, one per width.
+        ratios: ``r(B) = t(B) / t(1)`` (computed; ``r(1) = 1``).
+        repeats: timed passes per median (0 for a curve not measured here, e.g. a labelled fallback).
+        key: the :func:`calibration_key` it was measured under (``{}`` for a synthetic curve).
+        source: ``"measured"`` (just now), ``"cache"`` (read from the cache) or a label saying where
+            a curve that was not measured here comes from.
+        measured_at: when it was measured (ISO 8601, UTC), ``""`` when not measured.
+        load_average: the 1/5/15-minute load averages when it was measured (timings on a busy
+            machine are noisy), or ``None``.
+
+    Raises:
+        ValueError: widths not ascending from 1, lengths that differ, or a time that is not positive.
+    """
+
+    widths: tuple[int, ...]
+    t_ms: tuple[float, ...]
+    repeats: int = 0
+    key: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    source: str = field(default="measured", compare=False)
+    measured_at: str = ""
+    load_average: tuple[float, ...] | None = None
+    ratios: tuple[float, ...] = field(default=(), init=False)
+
+    def __post_init__(self) -> None:
+        w = tuple(int(x) for x in self.widths)
+        t = tuple(float(x) for x in self.t_ms)
+        if not w or w[0] != 1 or any(b <= a for a, b in zip(w, w[1:])):
+            raise ValueError(f"widths must ascend from 1, got {list(self.widths)}")
+        if len(t) != len(w) or not all(x > 0 for x in t):
+            raise ValueError(f"need one positive time per width, got {len(t)} times for {len(w)} widths")
+        object.__setattr__(self, "widths", w)
+        object.__setattr__(self, "t_ms", t)
+        object.__setattr__(self, "ratios", tuple(round(x / t[0], 4) for x in t))
+
+    @classmethod
+    def from_ratios(cls, widths: Sequence[int], ratios: Sequence[float], source: str) -> "PassCostCurve":
+        """A curve given by its ratios (t(1) taken as 1 ms), e.g. a synthetic curve or a labelled
+        fallback; ``source`` says where it comes from."""
+        return cls(tuple(widths), tuple(float(r) for r in ratios), source=source)
+
+    def ratio(self, width: int) -> float:
+        """``r(B)`` for ``width`` B, linear between measured widths, extrapolated past the widest.
+
+        Raises:
+            ValueError: ``width < 1``.
+        """
+        return interpolate(self.widths, self.ratios, width)
+
+    __call__ = ratio
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields (the cache entry's body, the report's ``pass_cost``)."""
+        d = asdict(self)
+        d["key"] = dict(self.key)
+        d["load_average"] = list(self.load_average) if self.load_average is not None else None
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], source: str = "cache") -> "PassCostCurve":
+        """The curve of :meth:`to_dict`'s fields.
+
+        Raises:
+            ValueError: missing or malformed fields.
+        """
+        try:
+            la = d.get("load_average")
+            return cls(tuple(int(x) for x in d["widths"]), tuple(float(x) for x in d["t_ms"]),
+                       repeats=int(d.get("repeats", 0)), key=dict(d.get("key") or {}), source=source,
+                       measured_at=str(d.get("measured_at", "")),
+                       load_average=tuple(float(x) for x in la) if la is not None else None)
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"not a pass-cost curve ({type(exc).__name__}: {exc})") from None
+
+
+def calibration_enabled() -> bool:
+    """False when ``SPECOT_CALIBRATE`` is ``0`` / ``false`` / ``no`` / ``off``: backends then price
+    with their labelled fallback curves."""
+    return os.environ.get("SPECOT_CALIBRATE", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def _file_identity(path: Path) -> dict[str, Any]:
+    """Path, size and mtime of a model file, or of a model directory's files (summed size, latest
+    mtime): cheap, and changed by any rewrite of the weights."""
+    p = path.expanduser().resolve()
+    if p.is_file():
+        st = p.stat()
+        return {"path": str(p), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    files = sorted(f for f in p.iterdir() if f.is_file()) if p.is_dir() else []
+    stats = [f.stat() for f in files]
+    return {"path": str(p), "files": len(files), "size": sum(s.st_size for s in stats),
+            "mtime_ns": max((s.st_mtime_ns for s in stats), default=0)}
+
+
+def _model_identity(target: Any) -> dict[str, Any]:
+    """The model's identity: its file (a GGUF's ``target.path``) or directory (a transformers
+    model's ``name_or_path``), else its name and a hash of its config (an in-memory model)."""
+    path = getattr(target, "path", None)
+    model = getattr(target, "model", None)
+    if path is None and model is not None:
+        path = getattr(model, "name_or_path", None) or getattr(getattr(model, "config", None), "_name_or_path", None)
+    if path and Path(str(path)).expanduser().exists():
+        return _file_identity(Path(str(path)))
+    ident: dict[str, Any] = {"name": str(path or getattr(target, "name", "model"))}
+    config = getattr(model, "config", None)
+    if config is not None and hasattr(config, "to_json_string"):
+        ident["config_sha256"] = hashlib.sha256(config.to_json_string().encode("utf-8")).hexdigest()[:16]
+    return ident
+
+
+def calibration_key(target: Any) -> dict[str, Any]:
+    """What a pass-cost measurement of ``target`` depends on, JSON-ready.
+
+    Keys: ``format`` (:data:`FORMAT_VERSION`), ``backend`` (``target.backend``, ``"transformers"``
+    when it has none), ``model`` (file or directory identity: path, size, mtime), ``device``,
+    ``dtype``, ``threads`` (``target.n_threads``, else torch's intra-op threads), ``cpu_model``,
+    ``cpu_flags`` (:func:`specot.envinfo.cpu_flags`), ``gpu`` (on CUDA), ``versions`` (torch,
+    transformers and llama_cpp where loaded). Never measures anything; reads ``/proc/cpuinfo``.
+    """
+    env = environment_info()
+    device = str(getattr(target, "device", "cpu"))
+    threads = getattr(target, "n_threads", None)
+    versions = {k: env["versions"].get(k) for k in ("torch", "transformers")}
+    llama = sys.modules.get("llama_cpp")
+    if llama is not None:
+        versions["llama_cpp"] = getattr(llama, "__version__", None)
+    return {
+        "format": FORMAT_VERSION,
+        "backend": str(getattr(target, "backend", "transformers")),
+        "model": _model_identity(target),
+        "device": device,
+        "dtype": str(getattr(target, "dtype", "")).removeprefix("torch."),
+        "threads": int(threads) if threads is not None else env["torch_threads"],
+        "cpu_model": cpu_model(),
+        "cpu_flags": cpu_flags(),
+        "gpu": env["gpu"] if device.startswith("cuda") else None,
+        "versions": versions,
+    }
+
+
+def _digest(key: Mapping[str, Any]) -> str:
+    """The entry's file name stem: a hash of the key without its format version (so an entry of
+    another version is found, and reported stale, rather than left behind)."""
+    body = {k: v for k, v in key.items() if k != "format"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode("utf-8")).hexdigest()[:24]
+
+
+def calibration_path(key: Mapping[str, Any], root: Path | None = None) -> Path | None:
+    """The cache file of ``key`` under ``root`` (default: specot's cache directory), or ``None``
+    when ``SPECOT_NO_CACHE`` is set."""
+    root = model_cache_dir() if root is None else Path(root)
+    return None if root is None else root / "calibration" / f"{_digest(key)}.json"
+
+
+def _read_entry(path: Path, key: Mapping[str, Any]) -> tuple[PassCostCurve | None, str | None]:
+    """(the cached curve, None), or (None, why it cannot be used) — ``None`` reason when there is
+    no entry."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (FileNotFoundError, NotADirectoryError):
+        return None, None
+    except OSError as exc:
+        return None, f"unreadable ({exc.strerror or exc})"
+    try:
+        obj = json.loads(text)
+        if not isinstance(obj, dict):
+            raise ValueError("not a JSON object")
+        version = obj.get("format")
+        if version != FORMAT_VERSION:
+            return None, f"stale (format version {version!r}, this specot writes {FORMAT_VERSION})"
+        curve = PassCostCurve.from_dict(obj["curve"])
+    except (ValueError, KeyError, TypeError) as exc:
+        return None, f"damaged ({' '.join(str(exc).split())[:120]})"
+    if json.loads(json.dumps(dict(curve.key), sort_keys=True, default=str)) != \
+            json.loads(json.dumps(dict(key), sort_keys=True, default=str)):
+        return None, "stale (measured under another key)"
+    return curve, None
+
+
+def _write_entry(path: Path, curve: PassCostCurve) -> None:
+    """Write ``curve`` to ``path`` atomically: a temporary file in the same directory, then ``os.replace``.
+
+    Raises:
+        OSError: the directory cannot be made or written.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    body = json.dumps({"format": FORMAT_VERSION, "curve": curve.to_dict()}, indent=1, sort_keys=True, default=str)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(body)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _measure(target: Any, key: Mapping[str, Any], widths: Sequence[int], repeats: int) -> PassCostCurve:
+    """The target's own measurement (``measure_pass_times``) as a curve.
+
+    Raises:
+        TypeError: the target has no ``measure_pass_times``.
+        ValueError: it returned one time per width that is not positive, or not one per width.
+    """
+    measure = getattr(target, "measure_pass_times", None)
+    if not callable(measure):
+        raise TypeError(f"{type(target).__name__} cannot measure its passes (no measure_pass_times method)")
+    load = load_average()
+    t = [float(x) for x in measure(list(widths), repeats)]
+    if len(t) != len(widths):
+        raise ValueError(f"measure_pass_times returned {len(t)} times for {len(widths)} widths")
+    return PassCostCurve(tuple(widths), tuple(round(x, 4) for x in t), repeats=int(repeats), key=dict(key),
+                         source="measured", measured_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                         load_average=tuple(load) if load is not None else None)
+
+
+def calibrate(target: Any, *, widths: Sequence[int] = DEFAULT_WIDTHS, repeats: int = DEFAULT_REPEATS,
+              refresh: bool = False, cache_dir: str | os.PathLike[str] | None = None) -> PassCostCurve:
+    """The pass-cost curve of ``target`` on this machine: the cached entry of its
+    :func:`calibration_key` when there is one for these ``widths``, else measured (the target's
+    ``measure_pass_times``) and stored (module docstring: atomic write, damaged and stale entries).
+
+    Args:
+        target: a target with ``measure_pass_times(widths, repeats) -> list[float]`` (ms).
+        widths: pass widths B, ascending from 1 (default :data:`DEFAULT_WIDTHS`).
+        repeats: timed passes per width (default :data:`DEFAULT_REPEATS`).
+        refresh: measure even when an entry exists (and replace it).
+        cache_dir: the cache's root (default :func:`~specot.models.embedded.model_cache_dir`;
+            ``SPECOT_NO_CACHE=1``: nothing read or stored).
+
+    Returns:
+        the curve, ``source`` ``"cache"`` or ``"measured"``.
+
+    Raises:
+        TypeError: the target cannot measure its passes.
+        ValueError: widths not ascending from 1, ``repeats < 1``, or a measurement that is not a
+            positive time per width.
+    """
+    widths = tuple(int(w) for w in widths)
+    if not widths or widths[0] != 1 or any(b <= a for a, b in zip(widths, widths[1:])):
+        raise ValueError(f"widths must ascend from 1, got {list(widths)}")
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats must be an integer >= 1, got {repeats!r}")
+    key = calibration_key(target)
+    path = calibration_path(key, Path(cache_dir) if cache_dir is not None else None)
+    if path is not None and not refresh:
+        cached, why = _read_entry(path, key)
+        if cached is not None and cached.widths == widths:
+            return cached
+        if why is not None:
+            warnings.warn(f"pass-cost calibration cache {path} is {why}; measuring again", stacklevel=2)
+    curve = _measure(target, key, widths, repeats)
+    if path is not None:
+        try:
+            _write_entry(path, curve)
+        except OSError as exc:
+            warnings.warn(f"pass-cost calibration not stored: {path.parent} is not writable "
+                          f"({exc.strerror or exc})", stacklevel=2)
+    return curve
+
+
+def break_even_alpha(gamma: int, ratio: Callable[[int], float], c: float = 0.0) -> float | None:
+    """The smallest i.i.d. acceptance α at which a chain of γ drafts pays for its wider pass
+    (``E(α, γ) = r(1 + γ) + γ·c``, Leviathan et al. 2023 Eq. 1), by bisection; ``None`` when even
+    α = 1 does not (``γ + 1 <= r(1 + γ) + γ·c``); 0 for γ = 0.
+
+    Args:
+        gamma: drafts in the chain.
+        ratio: ``r(B)``, the cost of a pass over B tokens in one-token passes (a :class:`PassCostCurve`).
+        c: the drafter's cost per draft token, in one-token target passes.
+
+    Raises:
+        ValueError: ``gamma < 0`` or ``c < 0``.
+    """
+    if gamma < 0 or c < 0:
+        raise ValueError(f"gamma must be >= 0 and c >= 0, got {gamma} and {c}")
+    if gamma == 0:
+        return 0.0
+    cost = float(ratio(1 + gamma)) + gamma * c
+    if gamma + 1 <= cost:
+        return None
+    lo, hi = 0.0, 1.0
+    for _ in range(50):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if float(expected_tokens(mid, gamma)) < cost else (lo, mid)
+    return round(hi, 4)
+
+
+def pricing_curve(drafter: Any) -> dict[str, Any] | None:
+    """The measured curve that prices ``drafter``'s budget — its ``pass_cost``, or its suffix part's
+    (a ``suffix+MODEL`` hybrid) — as :meth:`PassCostCurve.to_dict`; ``None`` when none does."""
+    for d in (drafter, getattr(drafter, "suffix", None)):
+        curve = getattr(d, "pass_cost", None)
+        if isinstance(curve, PassCostCurve):
+            return curve.to_dict()
+    return None
