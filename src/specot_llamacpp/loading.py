@@ -4,17 +4,22 @@ tokenizer, the one specot's transformers backend uses, so drafters and chat temp
 The tokenizer is read from the GGUF's metadata by transformers (slow: tens of seconds, it parses
 every token string) and kept in specot's model cache (:func:`specot.models.embedded.model_cache_dir`)
 as a small Hugging Face tokenizer directory keyed by the GGUF's content hash and the transformers
-version, ``<stem>-<hash16>-tokenizer-transformers-<version>``. Where the transformers backend has
-already made its converted copy of the same file, that copy's tokenizer is read instead (it was
-saved by the same transformers load). Nothing of the model itself is converted or cached.
+version, ``<stem>-<hash16>-tokenizer-transformers-<version>``. Where that directory does not exist
+but the transformers backend has made its converted copy of the same file, that copy's tokenizer is
+read instead (it was saved by the same transformers load). Nothing of the model itself is converted
+or cached.
+
+Integrity: the directory's marker ``specot_tokenizer.json``, written last, records every file's size
+and SHA-256, and every load hashes the files again (a few milliseconds;
+:func:`specot.models.cache_integrity.verify`); the converted copy's tokenizer files are checked
+against its own marker the same way. A cached tokenizer whose files differ, or that fails to load,
+is never used: it is read again from the GGUF file and cached anew, with one warning naming the
+directory.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -24,7 +29,8 @@ import transformers
 from transformers import AutoTokenizer
 
 from specot.models._quiet import quiet_loading
-from specot.models.embedded import EMBEDDED_TARGET, embedded_gguf, file_sha256, model_cache_dir
+from specot.models.cache_integrity import build_into, cache_lock, file_sha256, read_marker, verify
+from specot.models.embedded import EMBEDDED_TARGET, embedded_gguf, model_cache_dir
 
 from .target import LlamaCppTarget
 
@@ -34,11 +40,13 @@ __all__ = ["load_target", "gguf_tokenizer", "EMBEDDED_NAME"]
 #: ``SmolLM2-135M-Instruct``; a different label keeps drafters meant for that one, EAGLE, off this one).
 EMBEDDED_NAME = "SmolLM2-135M-Instruct-Q4_1 (llama.cpp)"
 _MARK = "specot_tokenizer.json"
+_CONVERTED_MARK = "specot_converted.json"  # the transformers backend's converted copy (specot.models.embedded)
 
 
 def gguf_tokenizer(gguf: str | os.PathLike[str]) -> Any:
     """The Hugging Face tokenizer stored in a GGUF file (chat template included), from specot's cache
-    when it is there (module docstring), else read from the file and cached.
+    when it is there and intact (module docstring), else read from the file and cached; a damaged
+    cached tokenizer is replaced with one warning naming its directory.
 
     Raises:
         FileNotFoundError: no such file.
@@ -52,31 +60,47 @@ def gguf_tokenizer(gguf: str | os.PathLike[str]) -> Any:
         return _read_tokenizer(path)
     digest = file_sha256(path)[:16]
     version = transformers.__version__
-    converted = root / f"{path.stem}-{digest}-transformers-{version}"  # the transformers backend's copy
-    if (converted / "specot_converted.json").is_file() and (converted / "tokenizer.json").is_file():
-        with quiet_loading():
-            return AutoTokenizer.from_pretrained(converted)
     mine = root / f"{path.stem}-{digest}-tokenizer-transformers-{version}"
-    if (mine / _MARK).is_file():
-        with quiet_loading():
-            return AutoTokenizer.from_pretrained(mine)
+    converted = root / f"{path.stem}-{digest}-transformers-{version}"  # the transformers backend's copy
+    cached = mine if (mine / _MARK).is_file() else converted if (converted / _CONVERTED_MARK).is_file() else None
+    why = None
+    if cached is not None:
+        tokenizer, problem = _cached_tokenizer(cached, _MARK if cached == mine else _CONVERTED_MARK)
+        if tokenizer is not None:
+            return tokenizer
+        why = f"the cached tokenizer in {cached} cannot be used ({problem})"
+    seen = (read_marker(mine, _MARK) or {}).get("id") if cached == mine else None
     tokenizer = _read_tokenizer(path)
     try:
         root.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".tokenizer-", dir=root))
-        try:
-            tokenizer.save_pretrained(tmp)
-            (tmp / _MARK).write_text(json.dumps({"gguf": path.name, "sha256": digest, "transformers": version}))
-            if not (mine / _MARK).is_file():
-                if mine.exists():
-                    shutil.rmtree(mine)
-                os.replace(tmp, mine)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        with cache_lock(root):
+            mark = read_marker(mine, _MARK)
+            if mark is None or mark.get("id") == seen or verify(mine, _MARK) is not None:
+                with build_into(mine, _MARK, {"gguf": path.name, "sha256": digest, "transformers": version}) as tmp:
+                    tokenizer.save_pretrained(tmp)
     except OSError as exc:
-        warnings.warn(f"could not cache the tokenizer of {path.name} in {root} ({exc}); it is read from the GGUF "
-                      "file each time. Set SPECOT_CACHE_DIR to a writable directory", stacklevel=2)
+        warnings.warn((f"{why}; " if why else "") + f"could not cache the tokenizer of {path.name} in {root} ({exc}); "
+                      "it is read from the GGUF file each time. Set SPECOT_CACHE_DIR to a writable directory",
+                      stacklevel=2)
+        return tokenizer
+    if why:
+        where = "anew" if cached == mine else f"in {mine}"
+        warnings.warn(f"{why}; read it again from {path.name} and cached it {where}", stacklevel=2)
     return tokenizer
+
+
+def _cached_tokenizer(directory: Path, mark: str) -> tuple[Any, str | None]:
+    """``(tokenizer, None)`` from the cached ``directory`` when its tokenizer files are the ones its
+    marker records and load, else ``(None, why)``. The weights of a converted copy are not checked."""
+    problem = verify(directory, mark, select=lambda name: not name.endswith((".safetensors", ".bin")))
+    if problem is not None:
+        return None, problem
+    try:
+        with quiet_loading():
+            return AutoTokenizer.from_pretrained(directory), None
+    except Exception as exc:  # noqa: BLE001 - tokenizers and transformers raise KeyError, bare Exception, ...
+        first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
+        return None, f"it fails to load: {type(exc).__name__}: {first}" if first else type(exc).__name__
 
 
 def _read_tokenizer(path: Path) -> Any:

@@ -7,19 +7,23 @@ of a load from the GGUF file."""
 from __future__ import annotations
 
 import errno
+import json
 import os
+import struct
+import time
 import signal
 import subprocess
 import sys
 import shutil
 import threading
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
 
 import specot
-from specot.models import embedded
+from specot.models import cache_integrity, embedded
 
 
 @pytest.fixture
@@ -109,7 +113,7 @@ def test_the_cached_copy_loads_the_gguf_model_bit_for_bit(tmp_path, monkeypatch)
     cached32_dir = embedded._converted_copy(*embedded.embedded_gguf())
     cached = specot.load_embedded_target(dtype="bfloat16")  # reads it
     assert [p.name for p in (tmp_path / "cache").iterdir() if not p.name.startswith(".")] == [cached32_dir.name]
-    files = embedded._read_mark(cached32_dir)["files"]  # sizes and checksums of what was written
+    files = cache_integrity.read_marker(cached32_dir, embedded._CACHE_MARK)["files"]  # what was written
     assert files["model.safetensors"]["size"] == (cached32_dir / "model.safetensors").stat().st_size
     a, b, b16 = direct.model.state_dict(), cached32.model.state_dict(), cached.model.state_dict()
     assert a.keys() == b.keys() == b16.keys()
@@ -149,17 +153,17 @@ def _load_warnings(fn):
 
 
 def _leftovers(cache) -> list[str]:
-    return sorted(p.name for p in cache.iterdir() if p.name.startswith(embedded._TMP_PREFIX))
+    return sorted(p.name for p in cache.iterdir() if p.name.startswith(cache_integrity.TMP_PREFIX))
 
 
 def test_the_marker_records_sizes_and_checksums(fake_gguf):
     src, gguf, _ = fake_gguf
     dest = embedded._converted_copy(src, gguf)
-    files = embedded._read_mark(dest)["files"]
+    files = cache_integrity.read_marker(dest, embedded._CACHE_MARK)["files"]
     assert set(files) == {p.name for p in dest.iterdir()} - {embedded._CACHE_MARK}
     rec = files["model.safetensors"]
     assert rec["size"] == (dest / "model.safetensors").stat().st_size
-    assert rec["sha256"] == embedded.file_sha256(dest / "model.safetensors")
+    assert rec["sha256"] == cache_integrity.file_sha256(dest / "model.safetensors")
 
 
 def test_a_truncated_cached_copy_is_made_again_with_one_warning(fake_embedded, tmp_path):
@@ -188,6 +192,97 @@ def test_a_corrupted_copy_of_the_right_size_is_caught_by_its_checksum(fake_embed
     assert model != "gguf" and len(calls) == 2
 
 
+@pytest.fixture
+def checked_by_stat(monkeypatch):
+    """Every file is checked as the 540 MB weights are: hashed only when its ``stat`` differs from the
+    record or the record is recent (here under 50 ms after the file's ``ctime``, not 2 s)."""
+    monkeypatch.setattr(cache_integrity, "ALWAYS_HASH_BYTES", 0)
+    monkeypatch.setattr(cache_integrity, "RACY_NS", 50_000_000)
+
+
+def _count_hashes(monkeypatch) -> list[str]:
+    """The names of the cached files hashed from now on."""
+    hashed: list[str] = []
+    real = cache_integrity.file_sha256
+
+    def counting(path):
+        hashed.append(Path(path).name)
+        return real(path)
+
+    monkeypatch.setattr(cache_integrity, "file_sha256", counting)
+    return hashed
+
+
+def _overwrite_tensor(weights, name: str, garbage: str) -> None:
+    """Overwrite the data of tensor ``name`` in a ``.safetensors`` file in place, keeping its size
+    and header: plausible float32 noise, or random bytes."""
+    with open(weights, "r+b") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        start, end = json.loads(f.read(n))[name]["data_offsets"]
+        data = (torch.randn((end - start) // 4) * 0.05).numpy().tobytes() if garbage == "noise" \
+            else os.urandom(end - start)
+        f.seek(8 + n + start)
+        f.write(data)
+
+
+@pytest.mark.parametrize("garbage", ["noise", "random"])
+@pytest.mark.parametrize("stat_checked", [False, True], ids=["hashed", "stat_checked"])
+def test_a_same_size_overwrite_of_the_cached_weights_is_caught_at_the_next_load(
+        fake_embedded, tiny_model_dir, monkeypatch, garbage, stat_checked):
+    src, gguf, calls = fake_embedded
+    if stat_checked:  # as for the real weights, above ALWAYS_HASH_BYTES
+        monkeypatch.setattr(cache_integrity, "ALWAYS_HASH_BYTES", 0)
+        monkeypatch.setattr(cache_integrity, "RACY_NS", 50_000_000)
+    dest = embedded._converted_copy(src, gguf)
+    time.sleep(0.1)
+    embedded.load_embedded_target(dtype="float32")  # hashes the new copy once, records its stat
+    weights = dest / "model.safetensors"
+    before = weights.stat()
+    _overwrite_tensor(weights, "model.embed_tokens.weight", garbage)
+    os.utime(weights, ns=(before.st_atime_ns, before.st_mtime_ns))  # even with its mtime set back
+    assert weights.stat().st_size == before.st_size
+    model, msgs = _load_warnings(lambda: embedded.load_embedded_target(dtype="float32"))
+    assert len(msgs) == 1, msgs
+    assert f"the cached SmolLM2-135M-Instruct in {dest} cannot be used (model.safetensors does not match its " \
+           "checksum); made it again from the GGUF file" in msgs[0]
+    assert len(calls) == 2 and model != "gguf"
+    expected = specot.models.load_model(tiny_model_dir, dtype="float32").model.state_dict()
+    got = model.model.state_dict()
+    assert got.keys() == expected.keys() and all(torch.equal(got[k], expected[k]) for k in expected)
+    assert _load_warnings(lambda: embedded.load_embedded_target(dtype="float32"))[1] == []  # repaired for good
+
+
+def test_an_intact_copy_is_not_hashed_once_its_stat_is_recorded(fake_embedded, checked_by_stat, monkeypatch):
+    src, gguf, calls = fake_embedded
+    dest = embedded._converted_copy(src, gguf)
+    hashed = _count_hashes(monkeypatch)
+    time.sleep(0.1)
+    assert embedded._converted_copy(src, gguf) == dest  # a recent record: hashed in full, stat recorded
+    assert "model.safetensors" in hashed
+    recorded = cache_integrity.read_marker(dest, embedded._CACHE_MARK)["files"]["model.safetensors"]["stat"]
+    assert recorded["checked_ns"] > recorded["ctime_ns"] + cache_integrity.RACY_NS
+    hashed.clear()
+    model, msgs = _load_warnings(lambda: embedded.load_embedded_target(dtype="float32"))
+    assert hashed == [] and msgs == [] and model != "gguf" and len(calls) == 1  # the stat vouches for it
+
+
+def test_a_copied_cache_is_hashed_once_and_then_trusted(fake_embedded, checked_by_stat, tmp_path, monkeypatch):
+    src, gguf, calls = fake_embedded
+    dest = embedded._converted_copy(src, gguf)
+    time.sleep(0.1)
+    embedded._converted_copy(src, gguf)  # records a trusted stat
+    moved = tmp_path / "moved"
+    shutil.copytree(dest, moved)  # new inodes and times: a backup restored, a cache moved
+    shutil.rmtree(dest)
+    shutil.copytree(moved, dest)
+    time.sleep(0.1)
+    hashed = _count_hashes(monkeypatch)
+    _, msgs = _load_warnings(lambda: embedded._converted_copy(src, gguf))
+    assert msgs == [] and "model.safetensors" in hashed and len(calls) == 1  # the same contents: kept
+    hashed.clear()
+    assert embedded._converted_copy(src, gguf) == dest and hashed == []
+
+
 def test_an_older_marker_without_sizes_is_made_again_when_it_fails_to_load(fake_embedded):
     src, gguf, calls = fake_embedded
     dest = embedded._converted_copy(src, gguf)
@@ -197,7 +292,7 @@ def test_an_older_marker_without_sizes_is_made_again_when_it_fails_to_load(fake_
     model, msgs = _load_warnings(lambda: embedded.load_embedded_target(dtype="float32"))
     assert len(msgs) == 1 and "cannot be used (model.safetensors is damaged (truncated: 100 bytes" in msgs[0]
     assert model != "gguf" and len(calls) == 2
-    assert "files" in embedded._read_mark(dest)
+    assert "files" in cache_integrity.read_marker(dest, embedded._CACHE_MARK)
 
 
 def test_a_load_failure_that_is_not_the_caches_is_raised_as_it_is(fake_embedded, monkeypatch):
@@ -233,7 +328,7 @@ def test_a_full_disk_falls_back_to_the_gguf_file_with_one_warning_and_no_partial
     model, msgs = _load_warnings(lambda: embedded.load_embedded_target(dtype="float32"))
     assert model == "gguf"
     assert len(msgs) == 1 and "No space left on device" in msgs[0] and "SPECOT_CACHE_DIR" in msgs[0]
-    assert [p.name for p in (tmp_path / "cache").iterdir()] == [embedded._CACHE_LOCK]  # nothing partial
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == [cache_integrity.LOCK_NAME]  # nothing partial
 
 
 def test_a_damaged_copy_that_cannot_be_made_again_warns_once(fake_embedded, tmp_path, monkeypatch):
@@ -255,20 +350,20 @@ def test_stale_temporaries_are_removed_but_not_a_live_conversion(fake_gguf, tmp_
     src, gguf, calls = fake_gguf
     cache = tmp_path / "cache"
     cache.mkdir()
-    stale = cache / (embedded._TMP_PREFIX + "killed")
+    stale = cache / (cache_integrity.TMP_PREFIX + "killed")
     stale.mkdir()
     (stale / "model.safetensors").write_bytes(b"partial")
-    with embedded._cache_lock(cache) as held:  # another process converting: its lock is held
+    with cache_integrity.cache_lock(cache) as held:  # another process converting: its lock is held
         assert held
-        (cache / (embedded._TMP_PREFIX + "live")).mkdir()
-        with embedded._cache_lock(cache, wait_s=0) as other:
+        (cache / (cache_integrity.TMP_PREFIX + "live")).mkdir()
+        with cache_integrity.cache_lock(cache, wait_s=0) as other:
             assert other is False  # flock: a second open file conflicts, even in one process
         embedded._sweep(cache)
-        assert _leftovers(cache) == [embedded._TMP_PREFIX + "killed", embedded._TMP_PREFIX + "live"]
+        assert _leftovers(cache) == [cache_integrity.TMP_PREFIX + "killed", cache_integrity.TMP_PREFIX + "live"]
     embedded._sweep(cache)  # nobody converts now: both are stale
     assert _leftovers(cache) == []
     dest = embedded._converted_copy(src, gguf)
-    (cache / (embedded._TMP_PREFIX + "killed2")).mkdir()
+    (cache / (cache_integrity.TMP_PREFIX + "killed2")).mkdir()
     assert embedded._converted_copy(src, gguf) == dest and _leftovers(cache) == []  # swept on the fast path
     assert len(calls) == 1
 
@@ -309,7 +404,7 @@ def test_a_finished_copy_is_not_replaced_for_a_damage_another_process_repaired(f
 _KILLED_CONVERSION = """
 import sys, time
 from pathlib import Path
-from specot.models import embedded
+from specot.models import cache_integrity, embedded
 def convert(directory, gguf, out):
     (out / "model.safetensors").write_bytes(bytes(4096))  # half-written weights
     print("SPECOT-TEST-WRITING", flush=True)

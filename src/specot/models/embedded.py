@@ -15,9 +15,15 @@ weights as a GGUF load does: the weights are bit for bit the same (``tests/model
 - ``SPECOT_NO_CACHE=1`` loads from the GGUF every time. A cache that cannot be written (read-only,
   full, a conversion that fails) gives one warning and the GGUF load goes on; no partial directory
   is left behind.
-- Integrity: the marker ``specot_converted.json``, written last, records every file's size and
-  SHA-256. Each load checks the sizes (cheap); a copy whose sizes differ, or that fails to load and
-  then fails its checksums, is made again from the GGUF file with one warning.
+- Integrity (:mod:`specot.models.cache_integrity`): the marker ``specot_converted.json``, written
+  last, records every file's size, SHA-256 and ``stat``. Each load checks every size, hashes the
+  small files (config, tokenizer) and compares the weights' ``stat`` (size, ``mtime``, ``ctime``,
+  inode) with the record, hashing the weights in full (about 0.3-0.5 s) only when it differs or is
+  too recent to trust, as at the first load after a conversion. So any write to a cached file, in
+  place and of the same size included, is caught before the copy is used; a change that bypasses the
+  file system (bit rot, the raw device) is not, unless the load then fails (a failed load checks
+  every checksum). A damaged copy is never used: it is made again from the GGUF file with one
+  warning.
 - Concurrency: a conversion runs in a ``.converting-*`` directory under an exclusive lock on
   ``<cache>/.lock`` (``fcntl.flock``, released by the kernel when its process dies) and is renamed
   into place; a process that waited for the lock uses the copy the other one made. Holding the
@@ -31,31 +37,21 @@ transformers' progress bars and warnings are silenced during the load
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import importlib.util
-import json
 import os
 import shutil
-import tempfile
-import time
-import uuid
 import warnings
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 import transformers
 from safetensors import SafetensorError
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - Windows: the cache works unlocked
-    fcntl = None  # type: ignore[assignment]
-
 from .._validation import check_device
 from ._quiet import quiet_loading
+from .cache_integrity import NO_CHECKSUMS, TMP_PREFIX, build_into, cache_lock, file_sha256, read_marker, verify
 from .device import resolve_dtype
 from .hf import CausalLM
 from .loading import LOAD_ERRORS, damaged_file, load_error, load_model
@@ -93,8 +89,8 @@ def load_embedded_target(dtype: str | torch.dtype = "auto", device: str = "cpu")
 
     From specot's cached float32 copy (about 1 s), made from the GGUF file at the first load (about
     13 s more; module docstring); ``SPECOT_NO_CACHE=1`` reads the GGUF file every time. A cached
-    copy that fails its size check, or fails to load and then its checksums, is made again from the
-    GGUF file with one warning.
+    copy that fails its check (:func:`specot.models.cache_integrity.verify`), or fails to load and
+    then its checksums, is made again from the GGUF file with one warning.
 
     Args:
         dtype: ``"auto"`` (default) picks bfloat16 where the hardware has native bf16 matmuls and
@@ -112,12 +108,12 @@ def load_embedded_target(dtype: str | torch.dtype = "auto", device: str = "cpu")
         try:
             return load_model(converted, dtype=dtype, device=device, label=_TARGET_LABEL)
         except OSError as exc:  # load_model reports any failed load as one OSError
-            problem = _checksum_problem(converted)
+            problem = verify(converted, _CACHE_MARK, full=True)
             if problem is None:  # the files are as written: not the cache's fault
                 raise
-            if problem == _NO_CHECKSUMS:  # an older marker: what the loader found is the reason
+            if problem == NO_CHECKSUMS:  # an older marker: what the loader found is the reason
                 problem = damaged_file(converted) or f"it fails to load: {exc}"
-            mark = _read_mark(converted) or {}
+            mark = read_marker(converted, _CACHE_MARK) or {}
             converted = _converted_copy(directory, gguf, damaged=(mark.get("id"), problem))
         if converted is not None:
             return load_model(converted, dtype=dtype, device=device, label=_TARGET_LABEL)
@@ -125,10 +121,6 @@ def load_embedded_target(dtype: str | torch.dtype = "auto", device: str = "cpu")
 
 
 _CACHE_MARK = "specot_converted.json"  # written last: a directory without it is an interrupted copy
-_CACHE_LOCK = ".lock"  # flock'ed around check-convert-rename and the removal of stale temporaries
-_TMP_PREFIX = ".converting-"  # a conversion in progress (or left by a killed process)
-_LOCK_WAIT_S = 600.0  # how long to wait for another process's conversion before loading the GGUF file
-_NO_CHECKSUMS = "it fails to load and its marker records no checksums"  # an older marker's damage
 #: What a failed conversion or write raises: a full disk or a read-only directory (``OSError``;
 #: safetensors' ``SafetensorError`` is not one), a conversion transformers refuses.
 _WRITE_ERRORS: tuple[type[BaseException], ...] = (OSError, RuntimeError, ValueError, SafetensorError)
@@ -144,119 +136,19 @@ def model_cache_dir() -> Path | None:
     return Path(root).expanduser()
 
 
-def file_sha256(path: Path) -> str:
-    """The SHA-256 hex digest of the file at ``path`` (read in 4 MiB blocks)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _read_mark(dest: Path) -> dict | None:
-    """The marker of a finished copy (a JSON object), or ``None`` when it is missing or unreadable."""
-    try:
-        mark = json.loads((dest / _CACHE_MARK).read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
-        return None
-    return mark if isinstance(mark, dict) else None
-
-
-def _size_problem(dest: Path) -> str | None:
-    """Why ``dest`` is not a usable copy, checked cheaply (the marker, then the size of every file
-    it records), or ``None``. ``"missing"`` when there is no directory; a marker written before
-    sizes were recorded passes (its load is the check)."""
-    if not dest.is_dir():
-        return "missing"
-    mark = _read_mark(dest)
-    if mark is None:
-        return "incomplete: no readable marker " + _CACHE_MARK
-    for name, rec in (mark.get("files") or {}).items():
-        try:
-            size = (dest / name).stat().st_size
-        except OSError:
-            return f"{name} is missing"
-        if size != rec.get("size"):
-            return f"{name} has {size} bytes, {rec.get('size')} were written"
-    return None
-
-
-def _checksum_problem(dest: Path) -> str | None:
-    """Why ``dest``'s files differ from what was written (sizes, then SHA-256 checksums), or
-    ``None`` when every recorded checksum matches. A copy without checksums (an older marker) that
-    failed to load is taken as damaged."""
-    problem = _size_problem(dest)
-    if problem is not None:
-        return problem
-    files = (_read_mark(dest) or {}).get("files")
-    if not files:
-        return _NO_CHECKSUMS
-    for name, rec in files.items():
-        try:
-            if file_sha256(dest / name) != rec.get("sha256"):
-                return f"{name} does not match its checksum"
-        except OSError as exc:
-            return f"{name} is unreadable ({exc.strerror or exc})"
-    return None
-
-
-def _fingerprint(directory: Path) -> dict[str, dict[str, Any]]:
-    """``{file name: {"size", "sha256"}}`` of every file in ``directory``, each flushed to the disk
-    (``fsync``) so that a marker never outlives the data it describes."""
-    files: dict[str, dict[str, Any]] = {}
-    for f in sorted(directory.iterdir()):
-        if f.is_file():
-            with open(f, "rb") as fh:
-                os.fsync(fh.fileno())
-            files[f.name] = {"size": f.stat().st_size, "sha256": file_sha256(f)}
-    return files
-
-
-@contextlib.contextmanager
-def _cache_lock(root: Path, *, wait_s: float = _LOCK_WAIT_S) -> Iterator[bool]:
-    """Hold ``<root>/.lock`` (``fcntl.flock``, released by the kernel when the process dies);
-    yields ``True`` once held, or ``False`` at once when ``wait_s`` is 0 and another process holds
-    it. Without ``fcntl`` (Windows) nothing is locked and it yields ``True``.
-
-    Raises:
-        OSError: the lock file cannot be opened (a read-only directory), or ``TimeoutError`` after
-            ``wait_s`` seconds of another process's conversion.
-    """
-    if fcntl is None:  # pragma: no cover - Windows
-        yield True
-        return
-    fd = os.open(root / _CACHE_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        deadline = time.monotonic() + wait_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if wait_s <= 0:
-                    yield False
-                    return
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"another process has held {root / _CACHE_LOCK} for over {wait_s:.0f} s")
-                time.sleep(0.2)
-        yield True
-    finally:
-        os.close(fd)  # releases the lock
-
-
 def _remove_stale(root: Path) -> None:
     """Delete every ``.converting-*`` directory in ``root``; call it holding the lock: a live
     conversion holds it too, so what is found then was left by a killed process."""
-    for p in root.glob(_TMP_PREFIX + "*"):
+    for p in root.glob(TMP_PREFIX + "*"):
         shutil.rmtree(p, ignore_errors=True)
 
 
 def _sweep(root: Path) -> None:
     """Remove stale ``.converting-*`` directories if there are any and no conversion is running."""
     try:
-        if not any(root.glob(_TMP_PREFIX + "*")):
+        if not any(root.glob(TMP_PREFIX + "*")):
             return
-        with _cache_lock(root, wait_s=0) as held:
+        with cache_lock(root, wait_s=0) as held:
             if held:
                 _remove_stale(root)
     except OSError:  # a read-only cache: nothing to clean from here
@@ -267,10 +159,11 @@ def _converted_copy(directory: Path, gguf: str, *, damaged: tuple[Any, str] | No
     """The cached float32 copy of the GGUF model, or ``None`` when the cache is off or cannot be
     written (then with one warning).
 
-    A copy passes when its marker exists and every file has the size recorded in it. Otherwise
-    (or when ``damaged = (marker id, why)`` names the copy a load found damaged) it is made now,
-    under the cache's lock: convert into a ``.converting-*`` directory, record sizes and checksums
-    in the marker, rename it into place. A copy that another process finished meanwhile is used as
+    A copy passes when its marker exists and its files are the ones it records
+    (:func:`specot.models.cache_integrity.verify`). Otherwise (or when ``damaged = (marker id, why)``
+    names the copy a load found damaged) it is made now, under the cache's lock: convert into a
+    ``.converting-*`` directory, record sizes, checksums and ``stat`` in the marker, rename it into
+    place. A copy that another process finished meanwhile is used as
     it is; a finished copy is never deleted, only a damaged or incomplete one is moved aside
     first. A damaged copy made again gives one warning; a failure gives one warning and ``None``,
     and leaves no directory behind."""
@@ -279,17 +172,17 @@ def _converted_copy(directory: Path, gguf: str, *, damaged: tuple[Any, str] | No
         return None
     digest = file_sha256(directory / gguf)
     dest = root / f"{Path(gguf).stem}-{digest[:16]}-transformers-{transformers.__version__}"
-    problem = damaged[1] if damaged is not None else _size_problem(dest)
+    problem = damaged[1] if damaged is not None else verify(dest, _CACHE_MARK)
     if problem is None:
         _sweep(root)
         return dest
     why = None if problem == "missing" else f"the cached {_TARGET_LABEL} in {dest} cannot be used ({problem})"
     try:
         root.mkdir(parents=True, exist_ok=True)
-        with _cache_lock(root):
+        with cache_lock(root):
             _remove_stale(root)
-            mark = _read_mark(dest)
-            if _size_problem(dest) is None and (damaged is None or mark is None or mark.get("id") != damaged[0]):
+            mark = read_marker(dest, _CACHE_MARK)
+            if verify(dest, _CACHE_MARK) is None and (damaged is None or mark is None or mark.get("id") != damaged[0]):
                 return dest  # another process made (or made again) the copy meanwhile
             _build(directory, gguf, digest, dest)
     except _WRITE_ERRORS as exc:  # unwritable or full; or a conversion transformers refuses
@@ -304,25 +197,11 @@ def _converted_copy(directory: Path, gguf: str, *, damaged: tuple[Any, str] | No
 
 
 def _build(directory: Path, gguf: str, digest: str, dest: Path) -> None:
-    """Convert into a fresh ``.converting-*`` directory next to ``dest`` and rename it into place
-    (the caller holds the lock). Whatever fails or is interrupted, no temporary is left behind
-    (a killed process's is removed by the next one: :func:`_remove_stale`)."""
-    tmp = Path(tempfile.mkdtemp(prefix=_TMP_PREFIX, dir=dest.parent))
-    old = tmp.with_name(tmp.name + "-old")
-    try:
+    """Convert into a fresh ``.converting-*`` directory next to ``dest``, record its files in the
+    marker and rename it into place (the caller holds the lock; :func:`cache_integrity.build_into`)."""
+    fields = {"gguf": gguf, "sha256": digest, "transformers": transformers.__version__}
+    with build_into(dest, _CACHE_MARK, fields) as tmp:
         _convert_gguf(directory, gguf, tmp)
-        mark = {"gguf": gguf, "sha256": digest, "transformers": transformers.__version__,
-                "id": uuid.uuid4().hex, "files": _fingerprint(tmp)}
-        with open(tmp / _CACHE_MARK, "w", encoding="utf-8") as f:
-            f.write(json.dumps(mark))
-            f.flush()
-            os.fsync(f.fileno())
-        if dest.exists():  # damaged or incomplete (checked under the lock): moved aside, then removed
-            os.replace(dest, old)
-        os.replace(tmp, dest)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def _convert_gguf(directory: Path, gguf: str, out: Path) -> None:
