@@ -79,6 +79,14 @@ def test_the_key_names_a_model_file_by_path_size_and_mtime(tmp_path):
     t.path = f
     model = calibration_key(t)["model"]
     assert model["path"] == str(f.resolve()) and model["size"] == 24 and model["mtime_ns"] > 0
+    d = tmp_path / "model_dir"
+    d.mkdir()
+    (d / "config.json").write_text("{}")
+    (d / "model.safetensors").write_bytes(bytes(10))
+    t.path = d
+    before = calibration_key(t)["model"]
+    (d / "specot_converted.json").write_text("a marker a cache may rewrite")
+    assert calibration_key(t)["model"] == before and before["files"] == 2 and before["size"] == 12
 
 
 @pytest.mark.parametrize("body, why", [

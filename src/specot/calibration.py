@@ -163,14 +163,19 @@ def calibration_enabled() -> bool:
     return os.environ.get("SPECOT_CALIBRATE", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
+#: The files of a model directory that identify it: its weights and config (not markers or logs,
+#: which a cache may rewrite without changing the model).
+_MODEL_FILES = ("*.safetensors", "*.bin", "*.gguf", "*.pt", "config.json")
+
+
 def _file_identity(path: Path) -> dict[str, Any]:
-    """Path, size and mtime of a model file, or of a model directory's files (summed size, latest
-    mtime): cheap, and changed by any rewrite of the weights."""
+    """Path, size and mtime of a model file, or of a model directory's weights and config (summed
+    size, latest mtime): cheap, and changed by any rewrite of the weights."""
     p = path.expanduser().resolve()
     if p.is_file():
         st = p.stat()
         return {"path": str(p), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
-    files = sorted(f for f in p.iterdir() if f.is_file()) if p.is_dir() else []
+    files = sorted({f for pat in _MODEL_FILES for f in p.glob(pat) if f.is_file()}) if p.is_dir() else []
     stats = [f.stat() for f in files]
     return {"path": str(p), "files": len(files), "size": sum(s.st_size for s in stats),
             "mtime_ns": max((s.st_mtime_ns for s in stats), default=0)}
