@@ -240,7 +240,9 @@ def _patch_engine_args() -> None:
     @functools.wraps(original)
     def create_engine_config(self, *args, **kwargs):
         config = original(self, *args, **kwargs)
-        cfg = parse_config(config.additional_config, tree=_tree(config))  # raises one clear ValueError
+        tree = _tree(config)
+        nodes = config.speculative_config.num_speculative_tokens if tree and config.speculative_config else None
+        cfg = parse_config(config.additional_config, tree=tree, nodes=nodes)  # raises one clear ValueError
         if cfg is not None:
             if config.speculative_config is None:
                 log.warning("additional_config['specot'] is set but speculative decoding is off: nothing to verify")
