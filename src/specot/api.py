@@ -48,7 +48,7 @@ from .plan.auto import auto_choice
 from .plan.backends import peek_vocab_and_context
 from .plan.run import prepare_cache, warm_up
 from .plan.verify import check_otm_size, verifier_info
-from .report import GenerateReport, GenerationInterrupted, TokenStream
+from .report import EXACTNESS, GenerateReport, GenerationInterrupted, TokenStream
 from .sampling import SamplingConfig
 
 __all__ = ["generate", "load_target", "load_drafter", "GenerateReport", "GenerationInterrupted"]
@@ -67,7 +67,8 @@ def load_target(spec: str | Path | TargetModel | None = None, *, dtype: str | to
 
     Raises:
         TypeError: ``spec`` of another type.
-        ValueError: an unknown backend or dtype, an unusable device.
+        ValueError: an unknown backend or dtype (a dtype that is not floating-point, such as
+            ``torch.int8``, before anything loads), an unusable device.
         FileNotFoundError / OSError: a model that does not exist or cannot be loaded (one line).
     """
     if isinstance(spec, TargetModel):
@@ -75,6 +76,7 @@ def load_target(spec: str | Path | TargetModel | None = None, *, dtype: str | to
     if spec is not None and not isinstance(spec, (str, Path)):
         raise TypeError(f"target must be None, 'smollm2', a model directory / hub id or a CausalLM, "
                         f"got {type(spec).__name__}")
+    _check_dtype(dtype)
     return get_backend(backend).load(None if spec is None else str(spec), dtype=dtype, device=device)
 
 
@@ -121,6 +123,24 @@ def _prompt(prompt: Any, chat: bool | None) -> str | list[int]:
     return ids
 
 
+def _check_dtype(dtype: Any) -> None:
+    """Refuse a torch dtype the models cannot run in (``torch.int8``, ``torch.bool``) before a load."""
+    if isinstance(dtype, torch.dtype) and not dtype.is_floating_point:
+        raise ValueError(f"dtype {dtype} is not a floating-point dtype: the target computes in floating point; use "
+                         "'auto', 'float32', 'bfloat16' or 'float16' (a quantized model: backend 'llamacpp' and a .gguf "
+                         "file)")
+
+
+def _contract(target: TargetModel, backend: str) -> tuple[str, str]:
+    """(the weight type the report gives as its dtype, the exactness contract) of ``target`` on
+    ``backend``: the torch dtype and :data:`specot.report.EXACTNESS`, or the backend's own
+    (:attr:`specot.plan.Backend.weights` / ``exactness``: ``"Q4_1"`` and equal up to near-ties on
+    llama.cpp)."""
+    chosen = get_backend(backend)
+    weights = chosen.weights(target) if chosen.weights is not None else str(target.dtype).removeprefix("torch.")
+    return weights, chosen.exactness or EXACTNESS
+
+
 def _check_context(target: Any, max_new_tokens: int) -> None:
     _, context = peek_vocab_and_context(target)
     if context and max_new_tokens >= context:
@@ -156,12 +176,14 @@ def generate(
     to near-ties. Everything that does not need the model is checked before any model loads.
 
     Raises:
-        ValueError: an invalid option (one line naming it), a vocabulary mismatch, an empty prompt,
-            a prompt too long for the target's context.
+        ValueError: an invalid option (one line naming it; a dtype that is not floating-point
+            included), a vocabulary mismatch, an empty prompt, a prompt too long for the target's
+            context.
         TypeError: an argument of the wrong type.
         FileNotFoundError / OSError: a model path that does not exist or cannot be loaded.
         GenerationInterrupted: Ctrl-C (a ``KeyboardInterrupt`` holding the tokens generated so far).
     """
+    _check_dtype(dtype)
     cfg = GenerationConfig(max_new_tokens=max_new_tokens, seed=seed,
                            sampling=SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p))
     text_or_ids = _prompt(prompt, chat)
@@ -190,8 +212,9 @@ def generate(
         result = run_plan(plan, tgt, drafter, ids, cfg, ver, generator=generator, on_tokens=stream)
     except KeyboardInterrupt:
         raise stream.interrupted(time.perf_counter() - t0, "speculative") from None
+    weights, exactness = _contract(tgt, plan.backend)
     report = GenerateReport(result=result, prompt_tokens=len(ids), verifier=verifier_info(ver),
-                            dtype=str(tgt.dtype).removeprefix("torch."), draft=plan.describe(),
+                            dtype=weights, exactness=exactness, draft=plan.describe(),
                             cuda_graphs=bool(getattr(tgt, "cuda_graphs", False)), backend=plan.backend,
                             pass_cost=pricing_curve(drafter))
     if baseline:

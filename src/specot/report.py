@@ -26,7 +26,8 @@ class GenerateReport:
         prompt_tokens: length of the encoded prompt.
         verifier: ``{"name", "params", "lossless"}`` of the verifier that ran.
         dtype: the target's dtype (greedy equality with autoregressive decoding is guaranteed in
-            float32 only).
+            float32 only), or the weight type of a backend that runs its file's own weights (e.g.
+            ``"Q4_1"`` on llama.cpp: :attr:`specot.plan.Backend.weights`).
         speedups: speculative / autoregressive tokens/s of each repeat (a fresh sample each at
             T > 0), both runs of a repeat producing the same number of tokens.
         timing: ``{"tokens", "repeats", "load_average", "cpu_count", "busy"}`` of the speedup
@@ -38,6 +39,8 @@ class GenerateReport:
         pass_cost: the measured pass-cost curve that priced the drafter's budget
             (:meth:`specot.calibration.PassCostCurve.to_dict`: widths, t_ms, ratios, the key it was
             measured under), or ``None`` when none did (a linear model or no budget).
+        exactness: the exactness contract of that backend with a lossless verifier, in one line
+            (:data:`EXACTNESS` on transformers; :attr:`specot.plan.Backend.exactness`).
     """
 
     result: GenerationResult
@@ -51,6 +54,7 @@ class GenerateReport:
     cuda_graphs: bool = False
     backend: str = "transformers"
     pass_cost: dict[str, Any] | None = None
+    exactness: str = EXACTNESS
 
     @property
     def lossless(self) -> bool:
@@ -68,6 +72,7 @@ class GenerateReport:
         return self.result.stats.tokens_per_s / self.baseline.stats.tokens_per_s
 
     def to_dict(self) -> dict[str, Any]:
+        """The report as JSON-ready data (what ``specot generate --json`` prints)."""
         return {
             "prompt_tokens": self.prompt_tokens,
             "speculative": self.result.to_dict(),
@@ -83,7 +88,8 @@ class GenerateReport:
             "verifier_params": self.verifier.get("params", {}),
             "lossless": self.lossless,
             "dtype": self.dtype,
-            "exactness": EXACTNESS if self.lossless else "lossy: the output does NOT follow the target's distribution",
+            "exactness": (self.exactness if self.lossless
+                          else "lossy: the output does NOT follow the target's distribution"),
         }
 
 

@@ -14,25 +14,39 @@ speedup runs behind the README's results block and regenerates that block and ``
 ``specot bench theory-speed | verifier-speed | head-speed | generate-speed | tree-speed`` are the
 component timings (:mod:`specot_lab.bench.theory_speed` and its siblings; each module's
 ``add_arguments`` / ``run``), with their own options and JSON output.
+
+Registering the command imports neither torch nor the benchmarks: the handlers' names are bound
+when a handler runs (:class:`specot_lab.lazy.LazyNames`), and the options of ``suite`` and of the
+component timings are added when that sub-command is used (:class:`specot.cli.main.CommandParser`),
+so ``specot --help`` answers at once.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
+import os
 import shlex
 import sys
 from typing import Any, Callable
-from specot._validation import check_count
-from .bench import generate_speed, head_speed, suite, theory_speed, tree_speed, verifier_speed
-from .bench.report import acceptance_table, results_markdown, speedup_table, update_results, write_outputs
-import torch
-from .bench.acceptance import load_acceptance_result, run_acceptance_bench
-from .corpus import load_prompts
-from .bench.speedup import load_speedup_result, run_speedup_bench
-import os
+
+from specot.cli.main import CommandParser
+
+from .lazy import LazyNames
 
 __all__ = ["register"]
+
+#: The handlers' names (torch, the benchmarks), bound when a handler runs.
+_NAMES = LazyNames(__name__, {
+    "torch": "torch", "check_count": "specot._validation", "load_prompts": "specot_lab.corpus",
+    **{name: "specot_lab.bench.report" for name in ("acceptance_table", "results_markdown", "speedup_table",
+                                                     "update_results", "write_outputs")},
+    "load_acceptance_result": "specot_lab.bench.acceptance", "run_acceptance_bench": "specot_lab.bench.acceptance",
+    "load_speedup_result": "specot_lab.bench.speedup", "run_speedup_bench": "specot_lab.bench.speedup",
+    "suite": "specot_lab.bench.suite",
+})
+__getattr__ = _NAMES.getattr
 
 
 def _floats(s: str, option: str) -> list[float]:
@@ -63,11 +77,30 @@ def _trees(s: str) -> list[tuple[int, int]]:
 
 
 def _check_counts(args: argparse.Namespace) -> None:
-    """One-line errors for counts that would otherwise crash later or be silently replaced by a default."""
+    """One-line errors for counts that would otherwise crash later or be silently replaced by a default,
+    and for an ``--out`` that cannot be the results' directory."""
     check_count(args.n_prompts, "n_prompts", "--n-prompts")
     if args.max_new_tokens is not None:  # None: the benchmark's default
         check_count(args.max_new_tokens, "max_new_tokens", "--max-new-tokens")
     check_count(args.threads, "threads", "--threads", minimum=0)  # 0: torch's default
+    _check_out_dir(args.out)
+
+
+def _check_out_dir(out: str | None) -> None:
+    """``--out`` names a directory that exists or can be made (made here, before any measuring).
+
+    Raises:
+        ValueError: a file, or a directory that cannot be created (one line naming it).
+    """
+    if out is None:
+        return
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise ValueError(f"--out {out!r} is a file; name a directory for the results (it is created when missing)")
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as exc:
+        why = (exc.strerror or type(exc).__name__).lower()
+        raise ValueError(f"--out {out!r} cannot be created ({why}); name a directory you can write") from None
 
 
 def _command(argv_tail: list[str] | None) -> str:
@@ -96,7 +129,6 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def _finish(res: dict[str, Any], args: argparse.Namespace, table: str) -> int:
-
     paths = write_outputs(res, args.out, plots=not args.no_plots)
     if args.json:
         print(json.dumps(res, indent=2))
@@ -107,13 +139,12 @@ def _finish(res: dict[str, Any], args: argparse.Namespace, table: str) -> int:
 
 
 def _set_threads(args: argparse.Namespace) -> None:
-
     if args.threads and args.threads > 0:
         torch.set_num_threads(args.threads)
 
 
 def _acceptance(args: argparse.Namespace) -> int:
-
+    _NAMES.bind()
     _check_counts(args)
     check_count(args.mc_samples, "mc_samples", "--mc-samples")
     _set_threads(args)
@@ -138,7 +169,7 @@ def _acceptance(args: argparse.Namespace) -> int:
 
 
 def _speedup(args: argparse.Namespace) -> int:
-
+    _NAMES.bind()
     _check_counts(args)
     _set_threads(args)
     quick = args.quick
@@ -181,8 +212,7 @@ def _keep_partial(args: argparse.Namespace, journal: str, load: Callable[[str], 
 
 
 def _readme(args: argparse.Namespace) -> int:
-
-
+    _NAMES.bind()
     acc = load_acceptance_result(args.acceptance) if args.acceptance else None
     spd = []
     # --plots-dir is relative to the results page; the speedup plots are linked relative to it
@@ -211,7 +241,7 @@ def register(subparsers: Any) -> None:
     """Add ``specot bench`` to the CLI."""
     p = subparsers.add_parser("bench", help="benchmarks: the papers' tables (acceptance, speedup) and component timings",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="bench_command", metavar="BENCH")
+    sub = p.add_subparsers(dest="bench_command", metavar="BENCH", parser_class=CommandParser)
     sub.required = True
 
     a = sub.add_parser("acceptance", help="Hu et al. Table 1 / Figures 1-2: acceptance vs alpha* per draft law and verifier")
@@ -261,25 +291,40 @@ def register(subparsers: Any) -> None:
     r.add_argument("--notes", default=None, help="markdown file appended to the section (e.g. findings)")
     r.set_defaults(func=_readme)
 
-    su = sub.add_parser("suite", help="the named runs behind the README's results block; regenerates it and "
-                        "docs/results.md (make bench)", description=suite.__doc__,
-                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    suite.add_arguments(su)
-    su.set_defaults(func=suite.run)
+    sub.add_parser("suite", help="the named runs behind the README's results block; regenerates it and "
+                   "docs/results.md (make bench)", formatter_class=argparse.RawDescriptionHelpFormatter,
+                   add_arguments=_module_arguments("suite"))
 
-    for name, mod, help_ in _SPEED_BENCHES:
-        sp = sub.add_parser(name, help=help_, description=mod.__doc__,
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
-        mod.add_arguments(sp)
-        sp.set_defaults(func=mod.run)
+    for name, module, help_ in _SPEED_BENCHES:
+        sub.add_parser(name, help=help_, formatter_class=argparse.RawDescriptionHelpFormatter,
+                       add_arguments=_module_arguments(module))
 
 
-#: ``specot bench`` sub-commands from modules that expose ``add_arguments(parser)`` and ``run(args)``.
-_SPEED_BENCHES: list[tuple[str, Any, str]] = [
-    ("theory-speed", theory_speed, "time alpha* (specot.theory.optimal_acceptance) per law and n at V = 49152"),
-    ("verifier-speed", verifier_speed, "per-call cost of every verifier at V = 49152"),
-    ("head-speed", head_speed, "output-head cost by GEMM layout: F.linear vs W @ x^T, for 1-33 rows"),
-    ("generate-speed", generate_speed, "end-to-end speculative vs autoregressive decoding on the embedded target"),
-    ("tree-speed", tree_speed, "multi-draft tree decoding: tree-pass cost, overhead share, K x L grid"),
+def _module_arguments(module: str) -> Callable[[argparse.ArgumentParser], None]:
+    """The deferred options of a sub-command from ``specot_lab.bench.<module>`` (its docstring,
+    ``add_arguments(parser)`` and ``run(args)``), imported when the sub-command is used."""
+    def add(parser: argparse.ArgumentParser) -> None:
+        mod = importlib.import_module(f"{__package__}.bench.{module}")
+        parser.description = mod.__doc__
+        mod.add_arguments(parser)
+        parser.set_defaults(func=_suite_run if module == "suite" else mod.run)
+    return add
+
+
+def _suite_run(args: argparse.Namespace) -> int:
+    """``specot bench suite`` (:func:`specot_lab.bench.suite.run`) after the ``--out`` check."""
+    _NAMES.bind()
+    _check_out_dir(args.out)
+    return suite.run(args)
+
+
+#: ``specot bench`` sub-commands from modules (``specot_lab.bench.<module>``) that expose
+#: ``add_arguments(parser)`` and ``run(args)``.
+_SPEED_BENCHES: list[tuple[str, str, str]] = [
+    ("theory-speed", "theory_speed", "time alpha* (specot.theory.optimal_acceptance) per law and n at V = 49152"),
+    ("verifier-speed", "verifier_speed", "per-call cost of every verifier at V = 49152"),
+    ("head-speed", "head_speed", "output-head cost by GEMM layout: F.linear vs W @ x^T, for 1-33 rows"),
+    ("generate-speed", "generate_speed", "end-to-end speculative vs autoregressive decoding on the embedded target"),
+    ("tree-speed", "tree_speed", "multi-draft tree decoding: tree-pass cost, overhead share, K x L grid"),
 ]
 

@@ -22,6 +22,10 @@ An EAGLE-3 head for any target (docs/distillation.md), the shipped head's recipe
 * ``specot distill eagle --target T --data DIR [--text FILE ...] --batch-size 16 --lr 1.5e-4 --out RUN``
   — train on those answers (and raw text, teacher-forced) with the training-time-test unroll;
   ``draft="eagle:RUN/head"`` then drafts with it.
+
+Registering the command imports neither torch nor the distillation code: the handlers' names are
+bound when a handler runs (:class:`specot_lab.lazy.LazyNames`), and ``eagle``'s options are added
+when it is used (:class:`specot.cli.main.CommandParser`), so ``specot --help`` answers at once.
 """
 
 from __future__ import annotations
@@ -32,19 +36,28 @@ import random
 import sys
 import time
 from pathlib import Path
-import torch
-from specot._validation import check_count, check_positive_number
-from specot.api import load_target
-from specot.models.device import resolve_dtype
-from specot.models.embedded import load_embedded_target
 
-from .corpus import heldout_prompts, load_prompts, raw_texts, train_prompts, write_jsonl
-from .distill.data import SampleConfig, generate_shards, iter_shards, teacher_force_shards
-from .distill.eagle import TOKEN_LOSSES, EagleTrainConfig, train_eagle
-from .distill.evaluate import evaluate_draft, format_report
-from .distill.train import DraftArch, TrainConfig, export_draft, init_draft, train
+from specot.cli.main import CommandParser
+
+from .lazy import LazyNames
 
 __all__ = ["register"]
+
+#: The handlers' names (torch, the core API, the distillation code), bound when a handler runs.
+_NAMES = LazyNames(__name__, {
+    "torch": "torch", "check_count": "specot._validation", "check_positive_number": "specot._validation",
+    "load_target": "specot.api", "resolve_dtype": "specot.models.device",
+    "load_embedded_target": "specot.models.embedded",
+    **{name: "specot_lab.corpus" for name in ("heldout_prompts", "load_prompts", "raw_texts", "train_prompts",
+                                               "write_jsonl")},
+    **{name: "specot_lab.distill.data" for name in ("SampleConfig", "generate_shards", "iter_shards",
+                                                     "teacher_force_shards")},
+    **{name: "specot_lab.distill.eagle" for name in ("TOKEN_LOSSES", "EagleTrainConfig", "train_eagle")},
+    "evaluate_draft": "specot_lab.distill.evaluate", "format_report": "specot_lab.distill.evaluate",
+    **{name: "specot_lab.distill.train" for name in ("DraftArch", "TrainConfig", "export_draft", "init_draft",
+                                                      "train")},
+})
+__getattr__ = _NAMES.getattr
 
 
 def _threads(n: int) -> None:
@@ -55,7 +68,7 @@ def _threads(n: int) -> None:
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("distill", help="distil a small draft model from the target (data, train, export, eval)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    dsub = p.add_subparsers(dest="distill_command", metavar="STEP")
+    dsub = p.add_subparsers(dest="distill_command", metavar="STEP", parser_class=CommandParser)
     dsub.required = True
 
     _add_prompts(dsub)
@@ -134,7 +147,13 @@ def _add_export(dsub: argparse._SubParsersAction) -> None:  # type: ignore[type-
 
 
 def _add_eagle(dsub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    pg = dsub.add_parser("eagle", help="train an EAGLE-3 head on the target's features (resumable; a GPU is advised)")
+    dsub.add_parser("eagle", help="train an EAGLE-3 head on the target's features (resumable; a GPU is advised)",
+                    add_arguments=_eagle_arguments)
+
+
+def _eagle_arguments(pg: argparse.ArgumentParser) -> None:
+    """The options of ``distill eagle`` (its token losses come from the training code, which imports torch)."""
+    _NAMES.bind()
     pg.add_argument("--out", type=Path, required=True, help="run directory (ckpt.pt, log.jsonl, head/)")
     pg.add_argument("--target", default="smollm2", help="target model directory / hub id (default: the embedded one)")
     pg.add_argument("--data", type=Path, nargs="*", default=[], help="shard directories of the target's own answers "
@@ -189,7 +208,7 @@ def _add_eval(dsub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def _run_prompts(args: argparse.Namespace) -> int:
-
+    _NAMES.bind()
     prompts = train_prompts(args.seed, max_prompts=args.n) if args.split == "train" else heldout_prompts(args.n or 20)
     write_jsonl(prompts, args.out)
     print(f"{len(prompts)} {args.split} prompts -> {args.out}")
@@ -197,6 +216,7 @@ def _run_prompts(args: argparse.Namespace) -> int:
 
 
 def _run_data(args: argparse.Namespace) -> int:
+    _NAMES.bind()
     _threads(args.threads)
     t0 = time.perf_counter()
     # every input error before the load: it costs no model
@@ -227,6 +247,7 @@ def _run_data(args: argparse.Namespace) -> int:
 
 
 def _run_train(args: argparse.Namespace) -> int:
+    _NAMES.bind()
     _threads(args.threads)
     t0 = time.perf_counter()
     arch = DraftArch(hidden=args.hidden, layers=args.layers, heads=args.heads, kv_heads=args.kv_heads,
@@ -246,6 +267,7 @@ def _run_train(args: argparse.Namespace) -> int:
 
 
 def _run_export(args: argparse.Namespace) -> int:
+    _NAMES.bind()
     tc = json.loads((args.run / "train_config.json").read_text())
     target = load_embedded_target(dtype="float32")
     model = init_draft(target.model, DraftArch(**tc["arch"]), pca_init=False)
@@ -258,6 +280,7 @@ def _run_export(args: argparse.Namespace) -> int:
 
 
 def _run_eval(args: argparse.Namespace) -> int:
+    _NAMES.bind()
     _threads(args.threads)
     res = evaluate_draft(args.draft, n_prompts=args.n_prompts, max_new_tokens=args.max_new_tokens,
                          gammas=[int(g) for g in args.gammas.split(",")],
@@ -272,6 +295,7 @@ def _run_eval(args: argparse.Namespace) -> int:
 
 
 def _run_eagle(args: argparse.Namespace) -> int:
+    _NAMES.bind()
     _threads(args.threads)
     for d in args.data:
         if not any(d.glob("shard_*.pt")):

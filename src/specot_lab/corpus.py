@@ -448,10 +448,21 @@ def load_prompts(spec: str, n: int = 10) -> list[str]:
                                     f"repository, not with an installed package; give the file's path")
         raise FileNotFoundError(f"prompt file {spec!r} does not exist (named sets: {', '.join(PROMPT_SETS)})")
     prompts = []
-    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"prompt file {spec} is not UTF-8 text; save it as UTF-8 JSONL") from None
+    except OSError as exc:
+        raise ValueError(f"prompt file {spec} cannot be read ({(exc.strerror or type(exc).__name__).lower()}); name "
+                         "a readable JSONL file") from None
+    for i, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
-        obj = json.loads(line)
+        try:
+            obj = json.loads(line)
+        except ValueError as exc:
+            raise ValueError(f"{spec}:{i}: not valid JSON ({getattr(exc, 'msg', exc)}); each line must be a JSON "
+                             "object with a string 'prompt' field") from None
         if not isinstance(obj, dict) or not isinstance(obj.get("prompt"), str):
             raise ValueError(f"{spec}:{i}: each line must be a JSON object with a string 'prompt' field")
         prompts.append(obj["prompt"])

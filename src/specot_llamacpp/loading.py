@@ -20,6 +20,7 @@ directory.
 from __future__ import annotations
 
 import os
+import struct
 import warnings
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from specot.models._quiet import quiet_loading
 from specot.models.cache_integrity import build_into, cache_lock, file_sha256, read_marker, verify
 from specot.models.embedded import EMBEDDED_TARGET, embedded_gguf, model_cache_dir
 
+from .backend import check_gguf_file, invalid_gguf
 from .target import LlamaCppTarget
 
 __all__ = ["load_target", "gguf_tokenizer", "EMBEDDED_NAME"]
@@ -108,6 +110,34 @@ def _read_tokenizer(path: Path) -> Any:
         return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
 
 
+#: What transformers' GGUF reader raises on a truncated or damaged file (numpy's "cannot reshape
+#: array ...", "index 0 is out of bounds", struct's "unpack_from requires a buffer of ...").
+_DAMAGED = (struct.error, IndexError, EOFError, OverflowError, UnicodeDecodeError)
+_DAMAGED_TEXT = ("reshape", "buffer", "out of bounds", "size must be a divisor", "mmap")
+
+
+def _read_gguf_tokenizer(path: Path) -> Any:
+    """:func:`gguf_tokenizer` with the reader's errors on a damaged file as one line naming it.
+
+    Raises:
+        ValueError: the file is truncated or damaged, or its tokenizer cannot be read.
+    """
+    try:
+        return gguf_tokenizer(path)
+    except _DAMAGED as exc:
+        raise invalid_gguf(path, _first_line(exc)) from None
+    except ValueError as exc:
+        if any(text in str(exc) for text in _DAMAGED_TEXT):
+            raise invalid_gguf(path, _first_line(exc)) from None
+        raise ValueError(f"cannot read the tokenizer of {str(path)!r}: {_first_line(exc)}") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    """The first line of ``exc``'s message (its type name when it has none)."""
+    text = str(exc).strip().splitlines()
+    return text[0][:200] if text else type(exc).__name__
+
+
 def load_target(spec: str | os.PathLike[str] | None = None, *, n_threads: int | None = None,
                 n_ctx: int | None = None, n_batch: int = 512, max_leaves: int = 63,
                 tokenizer: Any = None, torch_threads: int | None = 1) -> LlamaCppTarget:
@@ -133,7 +163,8 @@ def load_target(spec: str | os.PathLike[str] | None = None, *, n_threads: int | 
 
     Raises:
         FileNotFoundError: the embedded model's package is missing, or no such file.
-        ValueError: a spec that is neither the embedded name nor a ``.gguf`` file; a bad count.
+        ValueError: a spec that is neither the embedded name nor a ``.gguf`` file; a file that is not
+            a valid GGUF file (truncated, damaged: one line naming it); a bad count.
         RuntimeError: llama.cpp could not load the file.
     """
     if spec is None or (isinstance(spec, str) and spec == EMBEDDED_TARGET):
@@ -145,12 +176,13 @@ def load_target(spec: str | os.PathLike[str] | None = None, *, n_threads: int | 
             raise ValueError(f"the llama.cpp backend loads a .gguf file or {EMBEDDED_TARGET!r}, got {str(spec)!r}")
         if not path.is_file():
             raise FileNotFoundError(f"no GGUF file at {str(path)!r}")
+        check_gguf_file(path)
         label = path.stem
     if torch_threads is not None:
         if isinstance(torch_threads, bool) or not isinstance(torch_threads, int) or torch_threads < 1:
             raise ValueError(f"torch_threads must be an integer >= 1 or None, got {torch_threads!r}")
         if torch.get_num_threads() > torch_threads:
             torch.set_num_threads(torch_threads)
-    tok = tokenizer if tokenizer is not None else gguf_tokenizer(path)
+    tok = tokenizer if tokenizer is not None else _read_gguf_tokenizer(path)
     return LlamaCppTarget(path, tokenizer=tok, name=label, n_threads=n_threads, n_ctx=n_ctx, n_batch=n_batch,
                           max_leaves=max_leaves)

@@ -15,6 +15,7 @@ import specot
 import specot.api as api
 import specot.measure as measure
 import specot.plan.run as plan_run
+from cli_helpers import one_error_line, one_json_object
 from specot.cli.main import main as cli_main
 
 pytestmark = pytest.mark.filterwarnings("ignore")
@@ -26,11 +27,7 @@ def _gen(tiny_model_dir, *extra: str) -> list[str]:
 
 
 def _one_error_line(capsys) -> str:
-    err = capsys.readouterr().err
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert len(lines) == 1, err
-    assert lines[0].startswith("specot: error: ") and "Traceback" not in err
-    return lines[0]
+    return one_error_line(capsys.readouterr().err)
 
 
 @pytest.fixture
@@ -84,6 +81,95 @@ def test_prompt_file_errors(tmp_path, tiny_model_dir, capsys):
     bad.write_bytes(b"caf\xe9")
     assert cli_main(base + ["--prompt-file", str(bad)]) == 1
     assert "not UTF-8" in _one_error_line(capsys)
+
+
+def test_an_unreadable_prompt_file_is_named_without_errno_text(tmp_path, tiny_model_dir, capsys, monkeypatch,
+                                                              no_loading):
+    from pathlib import Path
+
+    locked = tmp_path / "locked.txt"
+    locked.write_text("the cat")
+    read_text = Path.read_text
+
+    def refuse(self, *a, **k):  # a file this user may not read (chmod does not stop root, who runs some suites)
+        if self == locked:
+            raise PermissionError(13, "Permission denied", str(self))
+        return read_text(self, *a, **k)
+
+    monkeypatch.setattr(Path, "read_text", refuse)
+    assert cli_main(["generate", "--prompt-file", str(locked), "--draft", "ngram"]) == 1
+    line = _one_error_line(capsys)
+    assert f"--prompt-file {str(locked)!r} cannot be read (permission denied)" in line and "[Errno" not in line
+
+
+# --------------------------------------------------------------------------- --json: one object on every exit
+def test_json_errors_are_one_json_object(tmp_path, tiny_model_dir, capsys, no_loading):
+    assert cli_main(_gen(tiny_model_dir, "--json", "--verifier", "lenient")) == 1
+    cap = capsys.readouterr()
+    obj = one_json_object(cap.out)
+    assert obj["exit"] == 1 and obj["error"].startswith("--verifier lenient is lossy") and set(obj) == {"error", "exit"}
+    assert [ln for ln in cap.err.splitlines() if ln.strip()] == ["specot: error: " + obj["error"]]
+    missing = str(tmp_path / "missing.txt")
+    assert cli_main(["generate", "--prompt-file", missing, "--json"]) == 1
+    assert "does not exist" in one_json_object(capsys.readouterr().out)["error"]
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["generate", "--json"], "one of the arguments --prompt --prompt-file is required"),
+    (["generate", "--prompt", "x", "--json", "--gamma", "two"], "argument --gamma: invalid int value: 'two'"),
+    (["--json"], "the following arguments are required: COMMAND"),
+])
+def test_json_usage_errors_are_one_json_object_with_exit_2(capsys, argv, match):
+    with pytest.raises(SystemExit) as exc:
+        cli_main(argv)
+    assert exc.value.code == 2
+    cap = capsys.readouterr()
+    obj = one_json_object(cap.out)
+    assert obj["exit"] == 2 and match in obj["error"] and obj["error"] in cap.err
+
+
+def test_without_json_errors_leave_stdout_empty(tmp_path, capsys):
+    """``theory alpha --json FILE`` names a file: its errors stay on stderr."""
+    assert cli_main(["theory", "alpha", "--target-probs", str(tmp_path / "p.npy"), "--draft-probs",
+                     str(tmp_path / "q.npy"), "--n", "2", "--json", str(tmp_path / "out.json")]) == 1
+    cap = capsys.readouterr()
+    assert cap.out == "" and "not found" in one_error_line(cap.err)
+
+
+# --------------------------------------------------------------------------- the lab's bench: files named
+def test_bench_prompts_jsonl_errors_name_the_file_and_line(tmp_path, capsys):
+    bad = tmp_path / "prompts.jsonl"
+    bad.write_text('{"prompt": "a"}\n{not json\n')
+    assert cli_main(["bench", "acceptance", "--prompts", str(bad), "--quick", "--no-progress",
+                     "--out", str(tmp_path / "out")]) == 1
+    line = _one_error_line(capsys)
+    assert f"{bad}:2: not valid JSON" in line and "'prompt' field" in line
+    assert cli_main(["bench", "speedup", "--prompts", str(tmp_path), "--quick", "--no-progress",
+                     "--out", str(tmp_path / "out")]) == 1
+    line = _one_error_line(capsys)
+    assert f"prompt file {tmp_path} cannot be read (is a directory)" in line and "[Errno" not in line
+
+
+@pytest.mark.parametrize("bench", ["acceptance", "speedup"])
+def test_bench_out_naming_a_file_is_refused_before_measuring(tmp_path, capsys, bench):
+    taken = tmp_path / "results.txt"
+    taken.write_text("keep me")
+    assert cli_main(["bench", bench, "--prompts", "zen", "--quick", "--no-progress", "--out", str(taken)]) == 1
+    line = _one_error_line(capsys)
+    assert f"--out {str(taken)!r} is a file; name a directory" in line and "[Errno" not in line
+    assert taken.read_text() == "keep me"
+
+
+def test_a_non_float_dtype_is_refused_before_loading(tiny_model_dir, monkeypatch):
+    def boom(*a, **k):
+        raise AssertionError("a model was loaded before the dtype was refused")
+
+    monkeypatch.setattr(api, "get_backend", boom)
+    monkeypatch.setattr(api, "make_plan", boom)
+    for call in (lambda: specot.generate("hi", target=str(tiny_model_dir), dtype=torch.int8),
+                 lambda: specot.load_target(str(tiny_model_dir), dtype=torch.int8)):
+        with pytest.raises(ValueError, match="dtype torch.int8 is not a floating-point dtype"):
+            call()
 
 
 @pytest.mark.parametrize("device,match", [("cuda", "not available"), ("foo", "unknown device"),
@@ -296,15 +382,13 @@ def test_api_interrupt_carries_tokens(tiny_target, tiny_draft):
 
 
 def test_generic_ctrl_c_in_any_command(capsys, monkeypatch):
-    import specot.cli.theory as theory
+    import specot.cli.theory_run as theory
 
     def boom(args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(theory, "_cmd_speedup", boom)
+    monkeypatch.setattr(theory, "cmd_speedup", boom)  # the handler is looked up when the command runs
     rc = cli_main(["theory", "speedup", "--alpha", "0.8", "--c", "0.1"])
-    if rc == 0:  # the sub-command bound its handler at import: nothing to interrupt
-        pytest.skip("handler bound at registration")
     assert rc == 130 and "interrupted" in capsys.readouterr().err
 
 

@@ -5,51 +5,138 @@ command registered in the ``specot.commands`` entry-point group (the lab's ``ben
 Each sub-command module exposes ``register(subparsers) -> None``; the parser sets ``func`` to the
 handler, which returns an exit code.
 
-Start-up: this module imports only the standard library. The sub-commands, and with them torch
-and transformers (about 6 s), are imported inside :func:`main`, after its Ctrl-C and error
-handling is in place, so that an interrupt during the import is reported like any other.
+Start-up: building the parser imports neither torch nor transformers (about 6 s), so ``--help``
+and usage errors answer at once. A command's handler is named by its module
+(:class:`DeferredHandler`) and a sub-command's arguments may be added on first use
+(:class:`CommandParser`); those modules, and with them torch, are imported inside :func:`main`,
+after its Ctrl-C and error handling is in place, so that an interrupt during the import is
+reported like any other.
 
-Exit status: 0 success; 1 bad input or an unusable environment (one line ``specot: error: ...``);
-2 usage errors (argparse); 130 interrupted (Ctrl-C: one line ``specot: interrupted``, and with
-``--json`` one JSON object ``{"interrupted": true, ...}`` on stdout); 141 when stdout is a closed
-pipe (``specot generate ... | head``): no message, the status a shell reports for a command that
-SIGPIPE ended (128 + 13), as ``yes | head`` gives, which ``set -o pipefail`` scripts expect.
+Exit status: 0 success; 1 bad input or an unusable environment (one line ``specot: error: ...``,
+a closed stdout included); 2 usage errors (argparse); 130 interrupted (Ctrl-C: one line
+``specot: interrupted``, and with ``--json`` one JSON object ``{"interrupted": true, ...}`` on
+stdout); 143 terminated (SIGTERM: the same as Ctrl-C, what was generated kept); 141 when stdout is
+a closed pipe (``specot generate ... | head``): no message, the status a shell reports for a
+command that SIGPIPE ended (128 + 13), as ``yes | head`` gives, which ``set -o pipefail`` scripts
+expect. With ``--json`` every exit prints exactly one JSON object on stdout: the result, the
+interrupt's, or ``{"error": "...", "exit": 1 | 2}``.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
+import importlib
 import json
 import os
 import signal
 import sys
 import threading
 import warnings
-from typing import Any
+from typing import Any, Callable
 
-__all__ = ["main", "build_parser", "COMMAND_GROUP", "KNOWN_ERRORS", "EXIT_INTERRUPTED", "EXIT_BROKEN_PIPE",
-           "error_message", "ignore_interrupts"]
+__all__ = ["main", "build_parser", "COMMAND_GROUP", "KNOWN_ERRORS", "EXIT_INTERRUPTED", "EXIT_TERMINATED",
+           "EXIT_BROKEN_PIPE", "error_message", "ignore_interrupts", "interrupt_status", "CommandParser",
+           "DeferredHandler", "UsageError", "stdout_closed"]
 
 #: Entry-point group through which other packages (the lab) add sub-commands.
 COMMAND_GROUP = "specot.commands"
 
 #: Exit status after Ctrl-C (128 + SIGINT, the shell's convention).
 EXIT_INTERRUPTED = 130
+#: Exit status after SIGTERM (128 + SIGTERM), handled like Ctrl-C.
+EXIT_TERMINATED = 143
 #: Exit status when stdout is a closed pipe (128 + SIGPIPE, what a shell reports for a command
 #: that SIGPIPE ended).
 EXIT_BROKEN_PIPE = 141
+
+#: The signals handled as an interrupt while :func:`main` runs, and the word each is reported with.
+_INTERRUPTS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated (SIGTERM)"}
+#: The signal of the interrupt being handled (main's handlers set it; SIGINT for a bare KeyboardInterrupt).
+_last_interrupt: list[int] = [signal.SIGINT]
+
+
+class CommandParser(argparse.ArgumentParser):
+    """The parser of ``specot`` and of its sub-commands (sub-parsers inherit the class).
+
+    Args:
+        add_arguments: ``add_arguments(parser)``, called on first use (parsing, help or usage)
+            instead of at registration: a sub-command whose options come from a module that
+            imports torch registers without importing it.
+
+    A usage error prints argparse's usage and message and raises :class:`UsageError` (a
+    ``SystemExit`` with status 2) carrying the message, which :func:`main` repeats as JSON when
+    ``--json`` was given.
+    """
+
+    def __init__(self, *args: Any, add_arguments: Callable[[argparse.ArgumentParser], None] | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._deferred = add_arguments
+
+    def _populate(self) -> None:
+        if self._deferred is not None:
+            add, self._deferred = self._deferred, None
+            add(self)
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:  # noqa: D102
+        self._populate()
+        return super().parse_known_args(args, namespace)
+
+    def format_help(self) -> str:  # noqa: D102
+        self._populate()
+        return super().format_help()
+
+    def format_usage(self) -> str:  # noqa: D102
+        self._populate()
+        return super().format_usage()
+
+    def error(self, message: str) -> Any:  # noqa: D102
+        self.print_usage(sys.stderr)
+        text = f"{self.prog}: error: {message}"
+        print(text, file=sys.stderr)
+        raise UsageError(text)
+
+
+class UsageError(SystemExit):
+    """A usage error (exit status 2); ``message`` is argparse's line ``PROG: error: ...``."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(2)
+        self.message = message
+
+
+class DeferredHandler:
+    """A command's handler named by module and function, imported when the command runs (inside
+    :func:`main`'s interrupt handling), so that building the parser imports no torch.
+
+    Raises (when called or loaded):
+        ImportError / AttributeError: no such module or function (a packaging bug).
+    """
+
+    def __init__(self, module: str, name: str) -> None:
+        self.module, self.name = module, name
+
+    def load(self) -> Callable[[argparse.Namespace], int]:
+        """The handler itself (imports its module)."""
+        return getattr(importlib.import_module(self.module), self.name)
+
+    def __call__(self, args: argparse.Namespace) -> int:
+        return self.load()(args)
+
+    def __repr__(self) -> str:
+        return f"DeferredHandler({self.module}:{self.name})"
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The full ``specot`` argument parser: the core's commands, then the registered ones.
 
-    Imports the sub-command modules (torch, transformers): :func:`main` calls it inside its
-    Ctrl-C handling."""
+    Imports neither torch nor transformers: the handlers and the heavier options load on use."""
     from importlib.metadata import entry_points  # 70 ms of imports: after the Ctrl-C handling too
 
     from . import generate, theory  # here, not at the top: see the module docstring
 
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="specot",
         description="Exact speculative decoding: verifiers, theory and a decoding engine over Hugging Face models.",
     )
@@ -67,6 +154,10 @@ def build_parser() -> argparse.ArgumentParser:
 #: is a bug in specot and keeps its traceback.
 KNOWN_ERRORS: tuple[type[BaseException], ...] = (ValueError, TypeError, OSError, ImportError, MemoryError)
 
+#: The one line for a stdout that cannot be written.
+_STDOUT_CLOSED = ("stdout is closed; specot writes its results there: give it a file or a pipe (e.g. > out.txt, "
+                  "or > /dev/null to discard them)")
+
 
 def error_message(exc: BaseException) -> str:
     """``exc`` as one line: its message with line breaks folded (the type name when it has none)."""
@@ -82,44 +173,80 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
 
 
 def ignore_interrupts() -> None:
-    """Ignore further Ctrl-C while the command reports an interrupt (a second Ctrl-C must not cut
-    its one line or its JSON object short); :func:`main` restores the handler when it returns.
-    A no-op outside the main thread."""
+    """Ignore further Ctrl-C and SIGTERM while the command reports an interrupt (a second signal
+    must not cut its one line or its JSON object short); :func:`main` restores the handlers when
+    it returns. A no-op outside the main thread."""
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        for signum in _INTERRUPTS:
+            signal.signal(signum, signal.SIG_IGN)
+
+
+def interrupt_status() -> tuple[int, str]:
+    """``(exit status, word)`` of the interrupt being reported: ``(130, "interrupted")`` after
+    Ctrl-C, ``(143, "terminated (SIGTERM)")`` after SIGTERM."""
+    signum = _last_interrupt[0]
+    return 128 + int(signum), _INTERRUPTS.get(signum, "interrupted")
+
+
+def stdout_closed() -> bool:
+    """Whether stdout cannot take output: closed when the process started (``specot ... >&-``:
+    ``sys.stdout`` is ``None``), or a descriptor that is closed or open only for reading."""
+    out = sys.stdout
+    if out is None:
+        return True
+    try:
+        fd = out.fileno()
+    except (AttributeError, OSError, ValueError):  # not a real file (a test's capture): it takes output
+        return False
+    try:
+        import fcntl  # POSIX only
+
+        return fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_RDONLY
+    except ImportError:
+        return False
+    except OSError:
+        return True
 
 
 class _Run:
-    """What :func:`main` knows about the run when it is interrupted."""
+    """What :func:`main` knows about the run when it is interrupted or fails."""
 
     def __init__(self, argv: list[str]) -> None:
         self.json = "--json" in argv[: argv.index("--")] if "--" in argv else "--json" in argv
         self.command: str | None = None  # set once the command runs
-        self.sigint = False  # a Ctrl-C arrived (whatever a library made of its KeyboardInterrupt)
+        self.signum: int | None = None  # the interrupt that came (whatever a library made of its KeyboardInterrupt)
 
-    def on_sigint(self, signum: int, frame: Any) -> None:
-        """The SIGINT handler while :func:`main` runs: Python's own (raise ``KeyboardInterrupt``),
-        remembering that it came. A library may turn the interrupt into another error: an
-        import interrupted half-way has ended in numpy's ``RecursionError``, re-raised by
-        transformers as ``ModuleNotFoundError``; :func:`main` reports those as the interrupt."""
-        self.sigint = True
+    def on_signal(self, signum: int, frame: Any) -> None:
+        """The SIGINT and SIGTERM handler while :func:`main` runs: Python's own for SIGINT (raise
+        ``KeyboardInterrupt``), remembering which signal came. A library may turn the interrupt
+        into another error: an import interrupted half-way has ended in numpy's
+        ``RecursionError``, re-raised by transformers as ``ModuleNotFoundError``; :func:`main`
+        reports those as the interrupt."""
+        self.signum = _last_interrupt[0] = signum
         raise KeyboardInterrupt
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; returns the process exit code (module docstring: 0, 1, 2, 130, 141).
+    """Run the CLI; returns the process exit code (module docstring: 0, 1, 2, 130, 141, 143).
 
-    Ctrl-C is handled from the first instruction, the import of the sub-commands included: one
-    line ``specot: interrupted`` on stderr, exit 130; with ``--json``, stdout then holds one JSON
-    object ``{"interrupted": true, "command": ..., "phase": "start-up" | "running"}`` unless the
-    command printed its own (``specot generate`` prints what was generated).
+    Ctrl-C and SIGTERM are handled from the first instruction, the import of the sub-commands
+    included: one line ``specot: interrupted`` (``terminated (SIGTERM)``) on stderr, exit 130
+    (143); with ``--json``, stdout then holds one JSON object ``{"interrupted": true, "command":
+    ..., "phase": "start-up" | "running"}`` unless the command printed its own (``specot
+    generate`` prints what was generated). An error prints one line ``specot: error: ...`` (and
+    with ``--json`` the object ``{"error": ..., "exit": 1}``); a usage error raises argparse's
+    ``SystemExit(2)`` after the same JSON object.
 
     Set ``SPECOT_TRACEBACK=1`` to get the full traceback of a reported error."""
     main_thread = threading.current_thread() is threading.main_thread()
     args = list(sys.argv[1:] if argv is None else argv)
     run = _Run(args)
-    handler = signal.signal(signal.SIGINT, run.on_sigint) if main_thread else None
+    _last_interrupt[0] = signal.SIGINT
+    handlers = {s: signal.signal(s, run.on_signal) for s in _INTERRUPTS} if main_thread else {}
     try:
+        if stdout_closed():
+            print(f"specot: error: {_STDOUT_CLOSED}", file=sys.stderr)
+            return 1
         with warnings.catch_warnings():
             warnings.showwarning = _one_line_warning
             return _run(args, run)
@@ -127,39 +254,64 @@ def main(argv: list[str] | None = None) -> int:
         return _interrupted(run)
     except BrokenPipeError:
         return _broken_pipe()
+    except UsageError as exc:
+        _json_error(run, exc.message, 2)
+        raise
     except Exception as exc:
-        if run.sigint:  # an interrupt that a library turned into another error
+        if run.signum is not None:  # an interrupt that a library turned into another error
             return _interrupted(run)
-        if not isinstance(exc, KNOWN_ERRORS) or os.environ.get("SPECOT_TRACEBACK"):
+        if isinstance(exc, OSError) and exc.errno == errno.EBADF and stdout_closed():
+            print(f"specot: error: {_STDOUT_CLOSED}", file=sys.stderr)
+            return 1
+        known = isinstance(exc, KNOWN_ERRORS)
+        _json_error(run, error_message(exc) if known else f"internal error: {error_message(exc)}", 1)
+        if not known or os.environ.get("SPECOT_TRACEBACK"):
             raise
         print(f"specot: error: {error_message(exc)}", file=sys.stderr)
         return 1
     finally:
-        if main_thread:
-            signal.signal(signal.SIGINT, handler if handler is not None else signal.default_int_handler)
+        for signum, handler in handlers.items():
+            default = signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL
+            signal.signal(signum, handler if handler is not None else default)
 
 
 def _run(argv: list[str], run: _Run) -> int:
     parser = build_parser()
-    if run.sigint:  # the import swallowed it
+    if run.signum is not None:  # the import swallowed it
         raise KeyboardInterrupt
     args = parser.parse_args(argv)
+    run.json = getattr(args, "json", None) is True  # theory alpha's --json names a file
+    func = args.func.load() if isinstance(args.func, DeferredHandler) else args.func  # start-up still
     run.command = args.command
-    return int(args.func(args) or 0)
+    return int(func(args) or 0)
+
+
+def _json_error(run: _Run, message: str, status: int) -> None:
+    """With ``--json``: the error as the run's one JSON object on stdout."""
+    if not run.json:
+        return
+    try:
+        print(json.dumps({"error": message, "exit": status}), flush=True)
+    except (OSError, ValueError, AttributeError):  # stdout is gone: the line on stderr still says it
+        pass
 
 
 def _interrupted(run: _Run) -> int:
-    """Ctrl-C outside a command's own handling: one line, and with ``--json`` one JSON object."""
+    """Ctrl-C or SIGTERM outside a command's own handling: one line, and with ``--json`` one JSON
+    object."""
     ignore_interrupts()
+    status, word = interrupt_status()
     if run.json:
         obj: dict[str, Any] = {"interrupted": True, "command": run.command,
                                "phase": "running" if run.command else "start-up"}
+        if status != EXIT_INTERRUPTED:
+            obj["signal"] = signal.Signals(status - 128).name
         try:
             print(json.dumps(obj), flush=True)
-        except OSError:  # stdout is gone: the line below still says it
+        except (OSError, AttributeError):  # stdout is gone: the line below still says it
             pass
-    print("\nspecot: interrupted", file=sys.stderr)
-    return EXIT_INTERRUPTED
+    print(f"\nspecot: {word}", file=sys.stderr)
+    return status
 
 
 def _broken_pipe() -> int:

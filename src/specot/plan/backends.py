@@ -42,6 +42,15 @@ class Backend:
         auto_default: ``backend="auto"`` picks it for the embedded target on a CPU when the whole
             plan is automatic (``draft="auto"``, ``dtype="auto"``, no tree or verifier options), as
             measured fastest there.
+        files: the suffixes of the model files it loads (``(".gguf",)`` for llama.cpp):
+            ``backend="auto"`` picks it for a target named by such a file.
+        check: ``check(target)``, its check of a target name or path before loading (raising
+            ``ValueError`` / ``FileNotFoundError`` in one line), or ``None`` for transformers' (a
+            model directory or hub id).
+        exactness: its exactness contract in one line (the report's ``"exactness"``), or ``""``
+            for the core's (:data:`specot.report.EXACTNESS`).
+        weights: ``weights(target) -> str``, the weight type of a loaded target as the report gives
+            it (e.g. ``"Q4_1"`` for a quantized GGUF), or ``None`` for its torch dtype.
     """
 
     name: str
@@ -51,6 +60,10 @@ class Backend:
     available: Callable[[], bool] = field(default=lambda: True, compare=False)
     auto: Callable[[float], Any] | None = field(default=None, compare=False)
     auto_default: bool = False
+    files: tuple[str, ...] = ()
+    check: Callable[[str], None] | None = field(default=None, compare=False)
+    exactness: str = ""
+    weights: Callable[[Any], str] | None = field(default=None, compare=False)
 
 
 def _load_transformers(target: Any, *, dtype: str | torch.dtype = "auto", device: str = "cpu") -> CausalLM:
@@ -92,13 +105,16 @@ def get_backend(name: str) -> Backend:
     return backend
 
 
-def check_target_source(target: Any) -> Any:
+def check_target_source(target: Any, backend: str | None = None) -> Any:
     """Type and path checks of a ``target`` before loading it: ``None`` / ``"smollm2"``, a loaded
-    target (any :class:`TargetModel`), or a model directory / hub id (returned as ``str``).
+    target (any :class:`TargetModel`), or a name or path (returned as ``str``), checked by
+    ``backend``'s own check (:attr:`Backend.check`; llama.cpp: a ``.gguf`` file) or else as a
+    model directory / hub id (transformers).
 
     Raises:
         TypeError: another type.
-        FileNotFoundError / ValueError: a local path that is not a model directory.
+        FileNotFoundError / ValueError: a local path that the backend cannot load (one line: the
+            path and the fix).
     """
     if target is None or isinstance(target, TargetModel):
         return target
@@ -107,9 +123,30 @@ def check_target_source(target: Any) -> Any:
     if not isinstance(target, str):
         raise TypeError(f"target must be None, 'smollm2', a model directory / hub id or a CausalLM, "
                         f"got {type(target).__name__}")
-    if target != EMBEDDED_TARGET:
-        check_model_source(target)
+    if target == EMBEDDED_TARGET:
+        return target
+    chosen = get_backend(backend) if backend is not None else TRANSFORMERS
+    if chosen.check is not None:
+        chosen.check(target)
+        return target
+    owner = _file_backend(target)
+    if owner is not None and Path(target).expanduser().is_file():
+        raise ValueError(f"target {target!r} is a {Path(target).suffix} file, which the {owner} backend loads; pass "
+                         f"--backend {owner} (backend={owner!r}) or 'auto', or a model directory for {chosen.name}")
+    check_model_source(target)
     return target
+
+
+def _file_backend(target: str) -> str | None:
+    """The installed backend (other than transformers) that loads files named like ``target``
+    (:attr:`Backend.files`), or ``None``."""
+    suffix = Path(target).suffix.lower()
+    if not suffix:
+        return None
+    for name in available_backends():
+        if name != TRANSFORMERS.name and suffix in get_backend(name).files:
+            return name
+    return None
 
 
 def peek_vocab_and_context(target: Any) -> tuple[int | None, int | None]:
@@ -143,12 +180,14 @@ def backend_of(target: TargetModel) -> str:
 
 def choose_backend(asked: str, target: Any, *, device: str, dtype: Any, automatic: bool) -> str:
     """The backend a plan runs on: a loaded target's own; ``asked`` when it names one; for
-    ``"auto"``, an installed backend marked ``auto_default`` when the plan is ``automatic`` (the
-    embedded target on a CPU, ``draft="auto"``, ``dtype="auto"``, no tree or verifier options),
-    else ``transformers``, the reference backend.
+    ``"auto"``, the backend that loads the target's kind of file (:attr:`Backend.files`: llama.cpp
+    for a ``.gguf`` file), or an installed backend marked ``auto_default`` when the plan is
+    ``automatic`` (the embedded target on a CPU, ``draft="auto"``, ``dtype="auto"``, no tree or
+    verifier options), else ``transformers``, the reference backend.
 
     Raises:
-        ValueError: an unknown backend name, or one that cannot run the loaded target.
+        ValueError: an unknown backend name, one that cannot run the loaded target, or a model
+            file whose backend's library is not installed.
     """
     if isinstance(target, TargetModel):
         have = backend_of(target)
@@ -160,6 +199,12 @@ def choose_backend(asked: str, target: Any, *, device: str, dtype: Any, automati
         if asked not in available_backends():
             raise ValueError(f"unknown backend {asked!r}; installed: {', '.join(available_backends())}")
         return asked
+    owner = _file_backend(target) if isinstance(target, str) and not is_embedded(target) else None
+    if owner is not None:
+        if not get_backend(owner).available():
+            raise ValueError(f"target {target!r} is a {Path(target).suffix} file, which the {owner} backend loads, but "
+                             f"its library is not installed: pip install 'specot[{owner}]'")
+        return owner
     if automatic and is_embedded(target) and str(device) == "cpu" and isinstance(dtype, str) and dtype == "auto":
         for name in available_backends():
             if name != TRANSFORMERS.name:

@@ -12,6 +12,7 @@ a tree too large to pay for itself.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Mapping
 
 import torch
@@ -228,11 +229,12 @@ def make_plan(draft: Any = "auto", *, target: Any = None, backend: str = "auto",
     resolve_dtype(dtype, device)
     check_device(device)
     ver = VerifierSpec.of(verifier, verifier_params)
-    check_target_source(target)
     _check_loaded_target(target, dtype, device)
     is_auto = isinstance(draft, str) and draft == "auto"
-    backend = choose_backend(backend, target, device=device, dtype=dtype, automatic=is_auto and drafts is None
-                             and tree is None and ver.is_default and cache == "auto")
+    automatic = is_auto and drafts is None and tree is None and ver.is_default and cache == "auto"
+    backend = choose_backend(backend, str(target) if isinstance(target, Path) else target, device=device,
+                             dtype=dtype, automatic=automatic)
+    check_target_source(target, backend)  # as the chosen backend loads it (llama.cpp: a .gguf file)
     if is_auto:
         backend_rule = get_backend(backend).auto
         choice = backend_rule(temperature) if backend_rule is not None else auto_choice(
