@@ -1,0 +1,84 @@
+"""The handler of ``specot calibrate`` (:mod:`specot.cli.calibrate`): it loads a target (torch)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from ..calibration import (DEFAULT_REPEATS, DEFAULT_WIDTHS, PassCostCurve, break_even_alpha, calibrate,
+                           calibration_key, calibration_path)
+from ..plan.backends import available_backends, get_backend
+
+__all__ = ["cmd_calibrate"]
+
+
+def _backend_name(asked: str) -> str:
+    """``asked``, or for ``"auto"`` llamacpp where it is installed and available, else transformers."""
+    if asked != "auto":
+        return asked
+    if "llamacpp" in available_backends() and get_backend("llamacpp").available():
+        return "llamacpp"
+    return "transformers"
+
+
+def _rows(curve: PassCostCurve) -> list[dict[str, Any]]:
+    return [{"B": b, "t_ms": t, "r": r, "gamma": b - 1, "break_even_alpha": break_even_alpha(b - 1, curve)}
+            for b, t, r in zip(curve.widths, curve.t_ms, curve.ratios)]
+
+
+def _plot(curve: PassCostCurve, path: Path, label: str) -> None:
+    """r(B) against r = 1 (a free wide pass, Leviathan's model) and r = B (no batching gain)."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3.6))
+    w = list(curve.widths)
+    ax.plot(w, curve.ratios, "o-", label="measured r(B)")
+    ax.plot(w, [1.0] * len(w), "--", color="grey", label="r = 1 (wide pass free)")
+    ax.plot(w, w, ":", color="black", label="r = B (no gain from batching)")
+    ax.set_xlabel("pass width B (tokens)")
+    ax.set_ylabel("r(B) = t(B) / t(1)")
+    ax.set_title(label, fontsize=8)
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    """``specot calibrate``: measure or read the target's curve, print the table (or one JSON object),
+    optionally plot it; returns 0.
+
+    Raises:
+        ValueError / OSError / ImportError: a target or backend that cannot load, bad widths.
+    """
+    name = _backend_name(args.backend)
+    target = get_backend(name).load(args.target, dtype=args.dtype, device=args.device)
+    curve = calibrate(target, widths=DEFAULT_WIDTHS if args.widths is None else args.widths,
+                      repeats=DEFAULT_REPEATS if args.repeats is None else args.repeats, refresh=args.refresh)
+    path = calibration_path(calibration_key(target))
+    rows = _rows(curve)
+    label = f"{getattr(target, 'name', 'target')}: {name}, {curve.key.get('threads')} threads"
+    if args.plot is not None:
+        _plot(curve, args.plot, label)
+    if args.json:
+        print(json.dumps({"target": getattr(target, "name", None), "backend": name, "source": curve.source,
+                          "cache_file": str(path) if path is not None else None, "curve": curve.to_dict(),
+                          "rows": rows, "plot": str(args.plot) if args.plot is not None else None}))
+        return 0
+    where = "measured now" if curve.source == "measured" else f"cached ({curve.measured_at})"
+    print(f"pass-cost curve of {label}, {where}; load average then {curve.load_average}")
+    print(f"{'B':>3} {'t(B) ms':>9} {'r(B)':>6}  break-even α of a chain of γ = B - 1")
+    for r in rows:
+        be = "-" if r["gamma"] == 0 else ("never" if r["break_even_alpha"] is None else f"{r['break_even_alpha']:.3f}")
+        print(f"{r['B']:>3} {r['t_ms']:>9.2f} {r['r']:>6.2f}  {be}")
+    if path is not None:
+        print(f"cache: {path}")
+    if args.plot is not None:
+        print(f"plot: {args.plot}")
+    return 0
