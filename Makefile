@@ -34,13 +34,20 @@ setup-dev: $(VENV)/.stamp-dev setup-llamacpp
 demo: setup
 	$(VENV)/bin/specot generate --prompt "$(DEMO_PROMPT)" --max-new-tokens 96 --baseline --repeats 5
 
+# Test processes (pytest-xdist): one per CPU, at most 4. The suite runs torch with one intra-op thread
+# per test (tests/conftest.py), so a 2-core machine runs two test files at once; a file's tests stay
+# in one process (--dist loadfile), so its module fixtures (a loaded model) are made once.
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ "$$n" -gt 4 ] && n=4; echo $$n)
+# the slowest tests are printed at the end of every run, so they stay visible
+TEST_FLAGS ?= -q --durations=15
+
 # every test: the core's and the llama.cpp backend's in .venv, then the vLLM integration's in .venv-vllm
 test: setup-dev
-	$(PY) -m pytest -q --ignore=tests/vllm
+	$(PY) -m pytest $(TEST_FLAGS) -n $(TEST_WORKERS) --dist loadfile --ignore=tests/vllm
 	$(MAKE) --no-print-directory test-vllm
 
 test-fast: setup-dev
-	$(PY) -m pytest -q -m "not slow" --ignore=tests/vllm
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow" --ignore=tests/vllm
 
 bench: setup
 	# the runs behind the README's results block (about 30 min on 2 cores); BENCH_ARGS=--quick for a smoke run
@@ -106,4 +113,4 @@ setup-vllm: $(VENV)/.stamp-base $(VENV_VLLM)/.stamp
 	$(PY) -c "import specot; specot.load_target(None)" > /dev/null
 
 test-vllm: setup-vllm
-	VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=0-1 $(PY_VLLM) -m pytest -q tests/vllm
+	VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=0-1 $(PY_VLLM) -m pytest $(TEST_FLAGS) tests/vllm
