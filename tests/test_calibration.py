@@ -212,3 +212,21 @@ def test_the_transformers_target_measures_its_passes(tiny_target):
     t = tiny_target.measure_pass_times([1, 2, 5], 2)
     assert len(t) == 3 and all(x > 0 for x in t)
     assert tiny_target.forward_calls == 0 and tiny_target.cached_ids == []
+
+
+def test_a_noisy_measurement_is_made_consistent_with_what_a_pass_can_cost(tmp_path):
+    """A median below a narrower pass's, or above B one-token passes, is noise from other processes:
+    the stored curve is non-decreasing in B and r(B) <= B; a consistent measurement is kept as is."""
+    from specot.calibration import calibrate
+
+    class Noisy:
+        def __init__(self, times):
+            self.times, self.name, self.backend = times, "noisy", "test"
+
+        def measure_pass_times(self, widths, repeats):
+            return list(self.times)
+
+    curve = calibrate(Noisy([10.0, 45.0, 18.0, 20.0]), widths=(1, 2, 3, 4), repeats=1, cache_dir=tmp_path)
+    assert curve.ratios == (1.0, 2.0, 2.0, 2.0)
+    clean = calibrate(Noisy([10.0, 15.0, 21.0, 30.0]), widths=(1, 2, 3, 4), repeats=1, cache_dir=tmp_path / "b")
+    assert clean.ratios == (1.0, 1.5, 2.1, 3.0)

@@ -6,8 +6,10 @@ to a one-token pass, ``r(B) = t(B) / t(1)``, decides which drafts pay: a chain o
 i.i.d. acceptance α yields ``E(α, γ) = (1 − α^{γ+1})/(1 − α)`` tokens per pass (Leviathan et al.
 2023, Eq. 1) at the price of ``r(1 + γ)`` one-token passes. The curve depends on the CPU (AVX2 or
 AVX-512, cores), the threads, the model file, the backend and its version, so a curve measured on
-one machine mis-prices another: on an AVX2-only EPYC, llama.cpp's SmolLM2 Q4_1 measured r = 1.56 /
-3.28 at B = 2 / 5, a Zen 4 with AVX-512 1.88 / 3.16.
+one machine mis-prices another (docs/llamacpp.md, "Calibration"). A measurement is made consistent
+with what a pass can cost (non-decreasing in B, at most B one-token passes) and records the load
+average; measure on a quiet machine (``specot calibrate --refresh``): other processes on the cores
+make wide passes look dearer, and ``auto`` then drafts less.
 
 * :class:`PassCostCurve`: a measured curve (widths B, median ms per pass t(B), ratios r(B)).
 * :func:`calibration_key`: what the measurement depends on (model file identity, backend, device,
@@ -301,9 +303,28 @@ def _measure(target: Any, key: Mapping[str, Any], widths: Sequence[int], repeats
     t = [float(x) for x in measure(list(widths), repeats)]
     if len(t) != len(widths):
         raise ValueError(f"measure_pass_times returned {len(t)} times for {len(widths)} widths")
+    t = _plausible(widths, t)
     return PassCostCurve(tuple(widths), tuple(round(x, 4) for x in t), repeats=int(repeats), key=dict(key),
                          source="measured", measured_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                          load_average=tuple(load) if load is not None else None)
+
+
+def _plausible(widths: Sequence[int], t_ms: Sequence[float]) -> list[float]:
+    """Measured times made consistent with what a pass can cost: non-decreasing in B (a wider pass
+    never costs less; a smaller median is noise) and at most ``B·t(1)`` (B one-token passes do the
+    same work; a larger median means another process took the cores meanwhile). A quiet machine's
+    curve passes unchanged.
+
+    Raises:
+        ValueError: a time that is not a positive finite number.
+    """
+    if not all(x > 0 and x != float("inf") for x in t_ms):
+        raise ValueError(f"measured pass times must be positive and finite, got {list(t_ms)}")
+    out: list[float] = []
+    for w, x in zip(widths, t_ms):
+        x = max(x, out[-1]) if out else x
+        out.append(min(x, w * t_ms[0]))
+    return out
 
 
 def calibrate(target: Any, *, widths: Sequence[int] = DEFAULT_WIDTHS, repeats: int = DEFAULT_REPEATS,
