@@ -25,3 +25,20 @@ def test_specot_calibrate_json_prints_one_object(tiny_model_dir, tmp_path, monke
     assert main(argv[:-1] + ["--plot", str(plot)]) == 0
     text = capsys.readouterr().out
     assert "break-even" in text and plot.is_file()
+
+
+def test_the_report_says_what_a_wide_pass_costs_and_how_often_it_drafted():
+    """``specot generate`` prints, when a measured curve priced the drafts, what a 2- and a 5-token
+    pass cost here, the acceptance one draft token needs to pay, and how many steps drafted."""
+    from specot.calibration import PassCostCurve
+    from specot.cli.generate_run import pricing_line
+
+    assert pricing_line(None, [0, 3]) == ""
+    curve = PassCostCurve((1, 2, 5), (10.0, 15.6, 32.8), source="cache").to_dict()
+    line = pricing_line(curve, [0, 4, 0, 0])
+    assert "2-token pass costs 1.56" in line and "5-token pass 3.28" in line
+    assert ">= 56% of the time" in line and "where the text repeats" in line and "drafted at 1 of 4 steps" in line
+    flat = pricing_line(PassCostCurve((1, 2, 5), (10.0, 20.0, 50.0)).to_dict(), [0, 0])
+    assert "no draft can pay" in flat and "drafted at 0 of 2 steps" in flat
+    cheap = pricing_line(PassCostCurve((1, 2, 5), (10.0, 10.5, 11.0)).to_dict(), [2, 2])
+    assert "wherever a draft is likely" in cheap

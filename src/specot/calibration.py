@@ -48,7 +48,7 @@ __all__ = ["PassCostCurve", "FORMAT_VERSION", "DEFAULT_WIDTHS", "DEFAULT_REPEATS
            "calibration_path", "calibrate", "break_even_alpha", "interpolate", "calibration_enabled", "pricing_curve"]
 
 #: Version of the cache entries' format and of the measurement; an entry of another version is stale.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: measured times made plausible (non-decreasing, at most B one-token passes)
 #: The pass widths B timed by default: those specot's plans run (a plain step, chains and trees up to 8 nodes).
 DEFAULT_WIDTHS = (1, 2, 3, 4, 5, 7, 9)
 #: Timed passes per width (after one warm-up round); their median is t(B).

@@ -161,9 +161,35 @@ def _print_report(report: object, *, baseline: bool = True) -> None:
     if result.method == "tree":
         print(f"[tree] mean tree size {st['mean_tree_size']:.1f} nodes | mean accepted length "
               f"{st['mean_accepted_length']:.2f} | time outside forward passes {100 * st['overhead_share']:.1f}%")
+    why = pricing_line(report.pass_cost, result.stats.tree_sizes)  # type: ignore[attr-defined]
+    if why:
+        print(why)
     if baseline and report.baseline is not None:  # type: ignore[attr-defined]
         print(_fmt_stats("autoregressive", report.baseline.stats.to_dict()))  # type: ignore[attr-defined]
         print(_speedup_line(report))
+
+
+def pricing_line(pass_cost: dict | None, tree_sizes: list[int]) -> str:
+    """One line saying what a wide pass costs on this machine and how often the run drafted, when a
+    measured pass-cost curve priced the drafts (``GenerateReport.pass_cost``); ``""`` otherwise.
+    E.g. ``[pass cost] here a 2-token pass costs 1.56 one-token passes and a 5-token pass 3.28
+    (cache; specot calibrate): a draft token pays only if accepted >= 56% of the time, so drafts go
+    where the text repeats: drafted at 12 of 80 steps``."""
+    if not pass_cost or not pass_cost.get("ratios"):
+        return ""
+    from ..calibration import PassCostCurve
+
+    curve = PassCostCurve.from_dict(pass_cost, source=str(pass_cost.get("source", "cache")))
+    r2, r5 = curve.ratio(2), curve.ratio(5)
+    steps, drafted = len(tree_sizes), sum(1 for n in tree_sizes if n > 0)
+    need = max(0.0, r2 - 1.0)  # one draft token pays for a 2-token pass when accepted this often
+    head = (f"[pass cost] here a 2-token pass costs {r2:.2f} one-token passes and a 5-token pass {r5:.2f} "
+            f"({curve.source}; specot calibrate): ")
+    if need >= 1.0:
+        return head + f"no draft can pay for a wider pass, so every step is plain: drafted at {drafted} of {steps} steps"
+    where = "where the text repeats" if need >= 0.4 else "wherever a draft is likely"
+    return head + (f"a draft token pays only if accepted >= {need:.0%} of the time, so drafts go {where}: "
+                   f"drafted at {drafted} of {steps} steps")
 
 
 def _interrupted(stop: GenerationInterrupted, as_json: bool) -> int:
