@@ -87,7 +87,8 @@ def _check_counts(args: argparse.Namespace) -> None:
 
 
 def _check_out_dir(out: str | None) -> None:
-    """``--out`` names a directory that exists or can be made (made here, before any measuring).
+    """``--out`` names a directory that exists or can be made (checked before any measuring; made
+    by the command that writes into it, so a run refused later leaves nothing behind).
 
     Raises:
         ValueError: a file, or a directory that cannot be created (one line naming it).
@@ -96,11 +97,12 @@ def _check_out_dir(out: str | None) -> None:
         return
     if os.path.exists(out) and not os.path.isdir(out):
         raise ValueError(f"--out {out!r} is a file; name a directory for the results (it is created when missing)")
-    try:
-        os.makedirs(out, exist_ok=True)
-    except OSError as exc:
-        why = (exc.strerror or type(exc).__name__).lower()
-        raise ValueError(f"--out {out!r} cannot be created ({why}); name a directory you can write") from None
+    parent = os.path.abspath(out)
+    while not os.path.exists(parent):  # the nearest existing ancestor is where it would be made
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
+        why = "not a directory" if not os.path.isdir(parent) else "permission denied"
+        raise ValueError(f"--out {out!r} cannot be created ({why} at {parent!r}); name a directory you can write")
 
 
 def _command(argv_tail: list[str] | None) -> str:

@@ -25,7 +25,7 @@ Python (the ``this`` module, decoded without printing). ``mixed`` (the default):
 
 Hand-written sets, one JSONL file each in ``benchmarks/prompts/`` of the repository
 (:data:`PROMPT_DIR`), named by what they hold (:data:`FILE_SETS`): ``code``, ``code_more``,
-``chat``, ``general``, ``assorted``, ``tasks``, ``held_out``, ``kinds``, ``languages``.
+``chat``, ``general``, ``assorted``, ``tasks``, ``held_out``, ``kinds``, ``languages``, ``repeat``.
 ``FILE.jsonl``: any other file, one JSON object per line with a ``"prompt"`` field.
 
 **Distillation prompts** (:func:`train_prompts`): each train topic cut into consecutive excerpts
@@ -399,6 +399,8 @@ FILE_SETS: dict[str, str] = {
     "kinds": "9 kinds no other set holds: a long document to summarise, raw prose, Python and JavaScript to "
              "continue, French, arithmetic, SQL, C++, a list",
     "languages": "`make demo`'s question in German, Spanish, Chinese and Russian",
+    "repeat": "20 prompts whose answers copy their context, built from stdlib functions and the dependencies' "
+              "METADATA by benchmarks/build_repeat_prompts.py: edits, quoting summaries, extraction, a chat restating code",
 }
 
 #: Named prompt sets accepted by :func:`load_prompts` (besides ``pydoc:OFFSET`` and JSONL files).
