@@ -31,7 +31,12 @@ $(VENV)/.stamp-dev: $(VENV)/.stamp-base
 setup: $(VENV)/.stamp-base setup-llamacpp
 setup-dev: $(VENV)/.stamp-dev setup-llamacpp
 
+# Two runs of `auto`: an edit of code, whose answer copies its prompt (where drafting pays on a CPU),
+# then a plain chat question (little to copy: auto takes plain steps wherever a draft would not pay
+# for its wider pass). Each prints what a wide pass costs on this machine and how often it drafted.
+DEMO_EDIT ?= examples/rename_variable.txt
 demo: setup
+	$(VENV)/bin/specot generate --prompt-file "$(DEMO_EDIT)" --temperature 0 --max-new-tokens 120 --baseline --repeats 3
 	$(VENV)/bin/specot generate --prompt "$(DEMO_PROMPT)" --max-new-tokens 96 --baseline --repeats 5
 
 # Test processes (pytest-xdist): one per CPU, at most 4. The suite runs torch with one intra-op thread
