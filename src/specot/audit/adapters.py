@@ -289,7 +289,8 @@ class LlamaCppPythonAdapter(Adapter):
 class ServerAdapter(Adapter):
     """Any OpenAI-compatible server's completions API (``POST {url}/v1/completions``), a black box.
 
-    One request per sample (``n`` is not widely honoured): ``prompt`` (token ids), ``max_tokens=k``,
+    One request per sample (``n`` is not widely honoured): ``prompt`` (the text when the audit's
+    prompt is a string, as llama-cpp-python's server needs; else the token ids), ``max_tokens=k``,
     ``temperature``, ``top_p``, ``top_k`` (an extension most servers take), ``seed = seed + i``,
     ``logprobs=1`` to read the tokens position by position. Tokens are categories (their text, as
     the server names them), numbered in order of first appearance and shared with the reference
@@ -317,7 +318,7 @@ class ServerAdapter(Adapter):
         with urllib.request.urlopen(req, timeout=self.timeout) as resp:
             return json.loads(resp.read())
 
-    def _tokens(self, prompt: list[int], k: int, sampling: SamplingConfig, seed: int) -> list[int]:
+    def _tokens(self, prompt: str | list[int], k: int, sampling: SamplingConfig, seed: int) -> list[int]:
         body: dict[str, Any] = dict(prompt=prompt, max_tokens=k, temperature=float(sampling.temperature),
                                     top_p=float(sampling.top_p), seed=int(seed), logprobs=1, **self.extra)
         if sampling.top_k:
@@ -330,11 +331,12 @@ class ServerAdapter(Adapter):
         return [self.vocab.setdefault(str(t), len(self.vocab)) for t in names]
 
     def sample_first_tokens(self, prompt_ids, k, n_samples, sampling, seed):  # noqa: D102
-        prompt = [int(t) for t in prompt_ids]
+        prompt = prompt_ids if isinstance(prompt_ids, str) else [int(t) for t in prompt_ids]
         return pad_rows([self._tokens(prompt, k, sampling, seed + i) for i in range(n_samples)], k)
 
     def greedy_tokens(self, prompt_ids, n):  # noqa: D102
-        return self._tokens([int(t) for t in prompt_ids], n, SamplingConfig(0.0), 0)
+        prompt = prompt_ids if isinstance(prompt_ids, str) else [int(t) for t in prompt_ids]
+        return self._tokens(prompt, n, SamplingConfig(0.0), 0)
 
 
 def finite_or_none(x: float | None) -> float | None:

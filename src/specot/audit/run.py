@@ -42,7 +42,7 @@ class AuditRow:
         verdict: :class:`SamplingVerdict` (T > 0) or :class:`GreedyVerdict` (T = 0).
         reference: ``"exact law"``, ``"plain sample"`` or ``"plain decoding"`` (greedy).
         seconds: wall time of sampling and testing.
-        prompt: the prompt's token ids.
+        prompt: the prompt's token ids (its text for a server).
         note: free text (e.g. the machine's load).
     """
 
@@ -53,7 +53,7 @@ class AuditRow:
     verdict: SamplingVerdict | GreedyVerdict
     reference: str
     seconds: float
-    prompt: tuple[int, ...] = ()
+    prompt: tuple[int, ...] | str = ()
     note: str = ""
 
     @property
@@ -62,7 +62,8 @@ class AuditRow:
 
     def to_dict(self) -> dict[str, Any]:
         return dict(engine=self.engine, method=self.method, setting=self.setting, sampling=self.sampling,
-                    reference=self.reference, seconds=self.seconds, prompt=list(self.prompt), note=self.note,
+                    reference=self.reference, seconds=self.seconds,
+                    prompt=self.prompt if isinstance(self.prompt, str) else list(self.prompt), note=self.note,
                     label=self.label, verdict=self.verdict.to_dict())
 
     @classmethod
@@ -70,7 +71,7 @@ class AuditRow:
         """A saved row with its verdict recomputed from the saved counts (:func:`stats.recheck`)."""
         return cls(engine=d["engine"], method=d["method"], setting=d["setting"], sampling=d["sampling"],
                    verdict=verdict_from_dict(d["verdict"]), reference=d["reference"], seconds=float(d["seconds"]),
-                   prompt=tuple(d.get("prompt", ())), note=d.get("note", ""))
+                   prompt=_prompt_record(d.get("prompt", ())), note=d.get("note", ""))
 
 
 def audit_sampling(adapter: Adapter, sampling: SamplingConfig, prompt_ids: Sequence[int], *, k: int = 3,
@@ -108,7 +109,7 @@ def audit_sampling(adapter: Adapter, sampling: SamplingConfig, prompt_ids: Seque
         ref = "plain sample"
     return AuditRow(engine=adapter.engine, method=adapter.method, setting=setting_label(sampling),
                     sampling=_sampling_dict(sampling), verdict=verdict, reference=ref,
-                    seconds=time.perf_counter() - t0, prompt=tuple(int(t) for t in prompt_ids), note=note)
+                    seconds=time.perf_counter() - t0, prompt=_prompt_record(prompt_ids), note=note)
 
 
 def _sampling_dict(s: SamplingConfig) -> dict[str, Any]:
@@ -128,7 +129,12 @@ def audit_greedy(adapter: Adapter, plain: Adapter, prompts: Sequence[Sequence[in
     verdict = compare_greedy(spec, base, gap, tol)
     return AuditRow(engine=adapter.engine, method=adapter.method, setting="T=0", sampling=_sampling_dict(
         SamplingConfig(0.0)), verdict=verdict, reference="plain decoding", seconds=time.perf_counter() - t0,
-        prompt=tuple(int(t) for t in prompts[0]) if prompts else (), note=note)
+        prompt=_prompt_record(prompts[0]) if prompts else (), note=note)
+
+
+def _prompt_record(prompt: Any) -> Any:
+    """The prompt as saved: its text (a server's prompt) or its token ids."""
+    return prompt if isinstance(prompt, str) else tuple(int(t) for t in prompt)
 
 
 def _fmt_p(x: float) -> str:

@@ -134,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     Imports neither torch nor transformers: the handlers and the heavier options load on use."""
     from importlib.metadata import entry_points  # 70 ms of imports: after the Ctrl-C handling too
 
-    from . import calibrate, generate, theory  # here, not at the top: see the module docstring
+    from . import audit, calibrate, generate, theory  # here, not at the top: see the module docstring
 
     parser = CommandParser(
         prog="specot",
@@ -142,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for mod in (generate, theory, calibrate):
+    for mod in (generate, theory, calibrate, audit):
         mod.register(sub)
     for ep in sorted(entry_points(group=COMMAND_GROUP), key=lambda e: e.name):
         ep.load()(sub)

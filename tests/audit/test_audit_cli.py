@@ -1,0 +1,53 @@
+"""``specot audit``: the command's recheck of a saved run and its one-line errors (no model loads)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from specot.audit.run import AuditRow, rows_to_json
+from specot.audit.stats import audit_exact_law
+from specot.cli.main import main
+
+
+def _saved(tmp_path, tamper=False):
+    rng = np.random.default_rng(0)
+    p = np.array([0.5, 0.3, 0.2])
+    good = rng.choice(3, (600, 2), p=p)
+    bad = rng.choice(3, (600, 2), p=[0.2, 0.3, 0.5])
+    law = lambda pre: np.tile(p, (len(pre), 1))  # noqa: E731
+    rows = [AuditRow("synthetic", m, "T=1", dict(temperature=1.0, top_p=1.0, top_k=None),
+                     audit_exact_law(s, law), "exact law", 0.1, (1, 2)) for m, s in (("good", good), ("bad", bad))]
+    data = json.loads(rows_to_json(rows, dict(command="test")))
+    if tamper:
+        data["rows"][1]["label"] = "exact"
+    f = tmp_path / "audit.json"
+    f.write_text(json.dumps(data))
+    return f
+
+
+def test_recheck_recomputes_and_exits_3_on_a_failure(tmp_path, capsys):
+    assert main(["audit", "--recheck", str(_saved(tmp_path)), "--json"]) == 3
+    out = json.loads(capsys.readouterr().out)
+    assert [r["label"] for r in out["rows"]] == ["exact", "NOT EXACT"]
+
+
+def test_recheck_warns_when_a_saved_label_disagrees(tmp_path, capsys):
+    assert main(["audit", "--recheck", str(_saved(tmp_path, tamper=True))]) == 3
+    captured = capsys.readouterr()
+    assert "saved exact, recomputed NOT EXACT" in captured.err
+    assert "NOT EXACT" in captured.out
+
+
+def test_one_line_errors(tmp_path, capsys):
+    bad = tmp_path / "x.json"
+    bad.write_text("{}")
+    assert main(["audit", "--recheck", str(bad)]) == 1
+    assert capsys.readouterr().err.strip().startswith("specot: error: not a saved specot audit")
+    assert main(["audit", "--engine", "server"]) == 1
+    assert "--server URL" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["audit", "--alpha", "2"])
+    assert exc.value.code == 2
