@@ -12,7 +12,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 #: Core layers, lowest first: a module may import only from its own layer or a lower one.
 LAYERS = [
-    {"_validation", "envinfo"},
+    {"_validation", "envinfo", "geometry"},
     {"sampling"},
     {"laws"},
     {"verifiers", "theory"},
@@ -128,3 +128,152 @@ def test_the_packages_beside_the_core_use_it():
         if (SRC / pkg).is_dir():
             mods = {mod for p in _modules(pkg) for mod, _, _ in _imports(p, pkg)}
             assert any(m.startswith("specot.") or m == "specot" for m in mods), pkg
+
+
+def test_the_integrations_never_import_each_other():
+    bad = [f"{p.relative_to(SRC)}:{line} imports {mod}" for pkg in ("specot_vllm", "specot_llamacpp")
+           if (SRC / pkg).is_dir() for p in _modules(pkg) for mod, line, _ in _imports(p, pkg)
+           if mod.split(".")[0] in ("specot_vllm", "specot_llamacpp") and mod.split(".")[0] != pkg]
+    assert not bad, bad
+
+
+#: Every package under ``src/``: the core, the lab and the integrations.
+PACKAGES = ("specot",) + BESIDE
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(SRC).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _module_level_imports(path: Path, modules: set[str]) -> set[str]:
+    """The modules of ``modules`` that ``path`` imports when it is imported: statements at module
+    level (in ``try`` / ``if`` blocks too), not those in a function body or under ``if TYPE_CHECKING``;
+    ``from pkg import name`` counts as importing ``pkg.name`` where that is a module, else ``pkg``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out: set[str] = set()
+
+    def owner(mod: str) -> str | None:
+        while mod and mod not in modules:
+            mod = mod.rpartition(".")[0]
+        return mod or None
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                continue
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                continue
+            if isinstance(child, ast.Import):
+                out.update(m for a in child.names if (m := owner(a.name)))
+            elif isinstance(child, ast.ImportFrom):
+                base = package.split(".")[: len(package.split(".")) - child.level + 1] if child.level else []
+                mod = ".".join(base + ([child.module] if child.module else []))
+                for a in child.names:
+                    m = f"{mod}.{a.name}" if f"{mod}.{a.name}" in modules else owner(mod)
+                    if m:
+                        out.add(m)
+            visit(child)
+
+    visit(tree)
+    out.discard(name)
+    return out
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import cycles of ``graph`` (module -> the modules it imports): one per strongly connected
+    component of more than one module, as a closed path ``[a, b, ..., a]`` (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def connect(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(_closed_path(graph, set(component)))
+
+    for v in sorted(graph):
+        if v not in index:
+            connect(v)
+    return found
+
+
+def _closed_path(graph: dict[str, set[str]], component: set[str]) -> list[str]:
+    """A cycle through the first module of ``component``, within it (breadth-first back to it)."""
+    start = min(component)
+    prev: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        nxt = []
+        for u in frontier:
+            for w in sorted(graph.get(u, set()) & component):
+                if w == start:
+                    path = [u]
+                    while path[-1] != start:
+                        path.append(prev[path[-1]])
+                    return [start] + path[::-1][1:] + [start] if u != start else [start, start]
+                if w not in prev:
+                    prev[w] = u
+                    nxt.append(w)
+        frontier = nxt
+    return sorted(component)  # pragma: no cover - a component always closes
+
+
+def test_the_cycle_finder_finds_cycles():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
+    assert len(_cycles({"a": {"b"}, "b": {"a"}, "c": {"d"}, "d": {"c"}})) == 2
+
+
+def test_no_import_cycles_between_modules():
+    """No module of ``src/`` imports, at module level, one that imports it back (directly or through
+    others). An import inside a function body runs on use, after both modules are loaded: it is not
+    part of the graph (the integrations defer their heavy or optional imports so)."""
+    paths = [p for pkg in PACKAGES if (SRC / pkg).is_dir() for p in _modules(pkg)]
+    modules = {_module_name(p) for p in paths}
+    graph = {_module_name(p): _module_level_imports(p, modules) for p in paths}
+    assert sum(map(len, graph.values())) > 100  # the graph was read
+    cycles = _cycles(graph)
+    assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+#: Size limits: a function longer than this many lines, or a module longer than that, is split.
+MAX_FUNCTION_LINES = 100
+MAX_MODULE_LINES = 800
+
+
+def test_no_function_or_module_is_over_its_size_limit():
+    too_long = []
+    for pkg in PACKAGES:
+        for p in _modules(pkg) if (SRC / pkg).is_dir() else []:
+            text = p.read_text(encoding="utf-8")
+            where = p.relative_to(SRC)
+            if len(text.splitlines()) > MAX_MODULE_LINES:
+                too_long.append(f"{where}: {len(text.splitlines())} lines (module limit {MAX_MODULE_LINES})")
+            for node in ast.walk(ast.parse(text)):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+                    n = node.end_lineno - first + 1
+                    if n > MAX_FUNCTION_LINES:
+                        too_long.append(f"{where}:{node.lineno} {node.name}: {n} lines (limit {MAX_FUNCTION_LINES})")
+    assert not too_long, too_long

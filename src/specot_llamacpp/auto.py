@@ -3,9 +3,18 @@ llama-cpp-python nor the target, so the ``specot.backends`` entry point loads wi
 
 from __future__ import annotations
 
+import torch
+
+from specot.models.protocol import Capabilities
 from specot.plan.auto import AutoChoice
 
-__all__ = ["AUTO_PLAN", "PASS_COST", "auto_choice"]
+__all__ = ["AUTO_PLAN", "CAPABILITIES", "PASS_COST", "auto_choice"]
+
+#: What a llama.cpp target can do, declared by the backend entry before any load
+#: (:attr:`LlamaCppTarget.capabilities` adds its tree limits): no per-layer hidden states (llama.cpp
+#: exposes only the last layer's output), no static cache, float32 logits, a measured pass-cost curve
+#: (:meth:`LlamaCppTarget.pass_cost_curve`).
+CAPABILITIES = Capabilities(hidden_states=False, dtypes=(torch.float32,), pass_cost=True)
 
 #: What ``auto`` should decode with on the llama.cpp backend, per temperature: suffix-decoding trees
 #: (:class:`specot.drafting.SuffixDrafter`, the GREEDY law, depth 4) whose adaptive budget prices a

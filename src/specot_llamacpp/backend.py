@@ -18,7 +18,7 @@ import torch
 from specot.models.embedded import EMBEDDED_TARGET
 from specot.plan.backends import Backend
 
-from .auto import auto_choice
+from .auto import CAPABILITIES, auto_choice
 
 __all__ = ["BACKEND", "EXACTNESS", "load_for_plan", "check_source", "check_gguf_file", "invalid_gguf",
            "gguf_file_type", "weight_type"]
@@ -175,6 +175,6 @@ def installed() -> bool:
 #: plain decoding of the Q4_1 GGUF in llama.cpp runs at about twice the tokens/s of specot's best
 #: speculative decoding on the transformers backend on a 2-core CPU (docs/llamacpp.md); and for any
 #: ``.gguf`` file.
-BACKEND = Backend("llamacpp", load_for_plan, hidden_states=False, devices=("cpu",), available=installed,
+BACKEND = Backend("llamacpp", load_for_plan, capabilities=CAPABILITIES, devices=("cpu",), available=installed,
                   auto=auto_choice, auto_default=True, files=(".gguf",), check=check_source, exactness=EXACTNESS,
                   weights=weight_type)

@@ -35,6 +35,7 @@ then equals this backend's greedy autoregressive decoding except at near-ties (d
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -49,8 +50,9 @@ from torch import Tensor
 
 from specot.calibration import PassCostCurve, calibrate, calibration_enabled
 from specot.models.chat import decode_tokens, encode_prompt
-from specot.models.protocol import check_scoring_fits
-from .auto import PASS_COST
+from specot.geometry import TreeGeometry, common_prefix_length
+from specot.models.protocol import Capabilities, check_scoring_fits
+from .auto import CAPABILITIES, PASS_COST
 
 try:
     import llama_cpp as lc
@@ -115,6 +117,8 @@ class LlamaCppTarget:
     ``forward_calls`` (``llama_decode`` calls since :meth:`reset_stats`), ``last_start``,
     ``last_hidden`` (always ``None``: llama.cpp exposes only the last layer's output, see
     docs/llamacpp.md). ``main_seq``: the sequence id of the committed sequence.
+    ``capabilities`` (:class:`~specot.models.protocol.Capabilities`): no hidden states, no static
+    cache, at most ``n_batch - 1`` tree nodes and ``max_leaves`` leaves, a measured pass-cost curve.
 
     Raises:
         FileNotFoundError: ``model_path`` does not exist.
@@ -213,6 +217,12 @@ class LlamaCppTarget:
         return torch.float32
 
     @property
+    def capabilities(self) -> Capabilities:
+        """What this target can do: :data:`CAPABILITIES` with its own tree limits (one batch of
+        ``n_batch`` holds the root and the nodes; one sequence id per leaf)."""
+        return dataclasses.replace(CAPABILITIES, max_tree_nodes=self.n_batch - 1, max_tree_leaves=self.max_leaves)
+
+    @property
     def forward_time_s(self) -> float:
         """Seconds spent in ``llama_decode`` and reading its logits since :meth:`reset_stats`."""
         return self._time_s
@@ -293,11 +303,7 @@ class LlamaCppTarget:
     def _reuse_prefix(self, context: Sequence[int]) -> int:
         """Cut the cache to the longest common prefix of the cached ids and ``context[:-1]``; its length."""
         self._close_tree()
-        limit = min(len(self._ids), len(context) - 1)
-        ids = self._ids
-        common = 0
-        while common < limit and ids[common] == context[common]:
-            common += 1
+        common = common_prefix_length(self._ids, context)
         self.rollback(common)
         self.last_start = common
         return common
@@ -386,7 +392,8 @@ class LlamaCppTarget:
             ValueError: empty context, more positions than the context holds, ``hidden_layers``
                 asked for (llama.cpp gives no per-layer hidden states here).
         """
-        _check_no_hidden(hidden_layers, self.name)
+        if hidden_layers is not None:
+            CAPABILITIES.check_hidden_states(f"{self.name}: a pass with hidden_layers", "llamacpp")
         check_scoring_fits(self.name, self.max_context, context, len(extra))
         common = self._reuse_prefix(context)
         new = [int(t) for t in context[common:]] + [int(t) for t in extra]
@@ -413,7 +420,8 @@ class LlamaCppTarget:
                 leaves than :attr:`max_leaves`, more nodes than one batch holds, or positions past
                 the context.
         """
-        _check_no_hidden(hidden_layers, self.name)
+        if hidden_layers is not None:
+            CAPABILITIES.check_hidden_states(f"{self.name}: a pass with hidden_layers", "llamacpp")
         if len(context) == 0:
             raise ValueError("context must hold at least one token")
         N = len(tokens)
@@ -421,7 +429,10 @@ class LlamaCppTarget:
             raise ValueError(f"tokens and parents must have the same length, got {N} and {len(parents)}")
         if N == 0:
             return self.logits_after(context)
-        shape = _TreeShape.of(parents, self.max_leaves)
+        shape = TreeGeometry.of(parents)
+        if shape.n_leaves > self.max_leaves:
+            raise ValueError(f"a draft tree with {shape.n_leaves} leaves exceeds max_leaves = {self.max_leaves} of "
+                             "this llama.cpp target (one sequence id per root-to-leaf path)")
         C = len(context)
         if C + shape.depth > self.max_context:
             raise ValueError(f"{self.name}: tree position {C + shape.depth - 1} exceeds the context of {self.max_context}")
@@ -436,7 +447,7 @@ class LlamaCppTarget:
             lc.llama_memory_seq_cp(self._mem, self.main_seq, s, -1, -1)
         node_seqs = [[seq_ids[j] for j in leaves] for leaves in shape.leaves_below]
         toks = [int(context[-1])] + [int(t) for t in tokens]
-        pos = [C - 1] + [C - 1 + d for d in shape.depths]
+        pos = [C - 1] + shape.positions(C)
         rows = self._decode(toks, pos, [seq_ids] + node_seqs, [True] * (N + 1))
         self._ids.append(int(context[-1]))
         self._tree = _OpenTree(base=C, leaf_seqs=seq_ids, shape=shape, tokens=[int(t) for t in tokens])
@@ -527,64 +538,10 @@ class LlamaCppTarget:
 CALIBRATION_CONTEXT = 64
 
 
-def _check_no_hidden(hidden_layers: Sequence[int] | None, name: str) -> None:
-    if hidden_layers is not None:
-        raise ValueError(f"{name}: the llama.cpp backend gives no per-layer hidden states (EAGLE drafts need "
-                         "them); use the transformers backend for an EAGLE draft")
-
-
-class _TreeShape:
-    """Depths, leaves and the leaves below every node of a draft tree given by ``parents``."""
-
-    def __init__(self, depths: list[int], children: list[list[int]], leaves_below: list[list[int]],
-                 n_leaves: int) -> None:
-        self.depths = depths  # [N], 1 for a child of the root
-        self.children = children
-        self.leaves_below = leaves_below  # [N] leaf numbers (0..n_leaves-1) under each node, itself if a leaf
-        self.n_leaves = n_leaves
-        self.depth = max(depths)
-        self.parents: list[int] = []
-
-    @classmethod
-    def of(cls, parents: Sequence[int], max_leaves: int) -> "_TreeShape":
-        N = len(parents)
-        depths: list[int] = []
-        children: list[list[int]] = [[] for _ in range(N)]
-        for i, par in enumerate(parents):
-            par = int(par)
-            if not -1 <= par < i:
-                raise ValueError(f"parent {par} of tree node {i} must be -1 (root) or an earlier node index")
-            depths.append(1 if par < 0 else depths[par] + 1)
-            if par >= 0:
-                children[par].append(i)
-        leaves = [i for i in range(N) if not children[i]]
-        if len(leaves) > max_leaves:
-            raise ValueError(f"a draft tree with {len(leaves)} leaves exceeds max_leaves = {max_leaves} of this "
-                             "llama.cpp target (one sequence id per root-to-leaf path)")
-        below: list[list[int]] = [[] for _ in range(N)]
-        for j, leaf in enumerate(leaves):
-            node = leaf
-            while node >= 0:
-                below[node].append(j)
-                node = int(parents[node])
-        shape = cls(depths, children, below, len(leaves))
-        shape.parents = [int(p) for p in parents]
-        return shape
-
-    def is_root_path(self, nodes: Sequence[int]) -> bool:
-        """Whether ``nodes`` (0-based node indices) run from a child of the root down, parent to child."""
-        prev = -1
-        for n in nodes:
-            if not 0 <= n < len(self.parents) or self.parents[n] != prev:
-                return False
-            prev = n
-        return True
-
-
 class _OpenTree:
     """The draft tree last scored: its base (``len(context)``), path ids, shape and node tokens."""
 
-    def __init__(self, base: int, leaf_seqs: list[int], shape: _TreeShape, tokens: list[int]) -> None:
+    def __init__(self, base: int, leaf_seqs: list[int], shape: TreeGeometry, tokens: list[int]) -> None:
         self.base = base
         self.leaf_seqs = leaf_seqs
         self.shape = shape

@@ -38,6 +38,8 @@ from vllm.v1.attention.backend import (AttentionBackend, AttentionCGSupport, Att
                                        AttentionType, MultipleOf)
 from vllm.v1.kv_cache_interface import KVCacheLayout
 
+from specot.geometry import TreeGeometry
+
 __all__ = ["TreeAttentionBackend", "TreeAttentionImpl", "TreeAttentionMetadata", "TreeAttentionMetadataBuilder",
            "set_step_trees", "tree_mask", "move_slots", "BACKEND_PATH", "SMALL_QUERY"]
 
@@ -71,15 +73,14 @@ def tree_mask(parents: Sequence[int]) -> Tensor:
     root, ``parents[k] < k``): ``m[k, j]`` iff node j is on the root-to-k path.
 
     Raises:
-        ValueError: ``parents[0] != -1`` or a parent that does not precede its child.
+        ValueError: ``parents[0] != -1`` or a parent that does not precede its child
+            (:meth:`specot.geometry.TreeGeometry.of_rooted`).
     """
-    n = len(parents)
-    if n == 0 or parents[0] != -1 or any(not 0 <= parents[k] < k for k in range(1, n)):
-        raise ValueError(f"tree parents must be [-1, p1, ..] with 0 <= p_k < k, got {list(parents)}")
+    geometry = TreeGeometry.of_rooted(parents)
+    n = 1 + geometry.size
     m = torch.zeros(n, n, dtype=torch.bool)
-    for k in range(n):
-        m[k] = m[parents[k]] if k else m[k]
-        m[k, k] = True
+    m[:, 0] = True
+    m[1:, 1:] = geometry.ancestor_mask()
     if BREAK["mask"] == "sibling":  # deliberately wrong: earlier siblings visible
         for k in range(1, n):
             for j in range(1, k):

@@ -22,6 +22,7 @@ from specot.drafting import EAGLE_DEFAULT_TREE, EagleDrafter
 from specot.engine import make_generator
 from specot.models import CausalLM
 from specot.models.hf import GRAPH_WIDTHS, _PaddedPass
+from specot.models.protocol import Capabilities
 from specot.sampling import SamplingConfig
 
 from model_helpers import tiny_llama
@@ -180,7 +181,7 @@ def test_generate_turns_graphs_on_for_cuda_only_unless_asked():
 
 def test_graphs_by_default_only_on_cuda_and_for_architectures_with_static_caches():
     def lm(device, can):
-        return SimpleNamespace(device=torch.device(device), model=SimpleNamespace(_can_compile_fullgraph=can))
+        return SimpleNamespace(device=torch.device(device), capabilities=Capabilities(static_cache=True, cuda_graphs=can))
 
     assert wants_cuda_graphs("auto", lm("cuda", True))
     assert not wants_cuda_graphs("auto", lm("cuda", False))  # e.g. a model with its own cache type

@@ -9,7 +9,7 @@ committed context plus the accepted path, compacted in place.
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 from torch import Tensor
@@ -21,7 +21,7 @@ from ..sampling import SamplingConfig, standardize
 from .base import DraftOutcome, DraftTree, Drafter
 from .tree import Path_, TreeSpec
 
-__all__ = ["ModelDrafter", "check_vocab_compatible", "draft_tree_from_model"]
+__all__ = ["ModelDrafter", "as_drafter", "check_vocab_compatible", "draft_tree_from_model"]
 
 
 def check_vocab_compatible(target: CausalLM, draft: CausalLM) -> None:
@@ -45,6 +45,25 @@ def check_vocab_compatible(target: CausalLM, draft: CausalLM) -> None:
             f"vocabulary mismatch: target {target.name!r} has {target.vocab_size} logits, draft "
             f"{draft.name!r} has {draft.vocab_size}; the draft model must share the target's vocabulary"
         )
+
+
+def as_drafter(target: Any, draft: Any) -> Drafter:
+    """``draft`` as a drafter for ``target``: a :class:`Drafter` as it is, a draft :class:`CausalLM`
+    wrapped in a :class:`ModelDrafter`; a model drafter's vocabulary checked against the target's
+    (:func:`check_vocab_compatible`).
+
+    Raises:
+        TypeError: ``draft`` is neither a drafter nor a draft model.
+        ValueError: target and draft vocabularies differ.
+    """
+    if isinstance(draft, CausalLM):
+        check_vocab_compatible(target, draft)
+        return ModelDrafter(draft)
+    if not isinstance(draft, Drafter):
+        raise TypeError(f"tree decoding needs a drafter or a draft model (CausalLM), got {type(draft).__name__}")
+    if isinstance(draft, ModelDrafter):
+        check_vocab_compatible(target, draft.model)
+    return draft
 
 
 def _draft_chain(draft: CausalLM, context: Sequence[int], depth: int, sampling: SamplingConfig,

@@ -13,10 +13,10 @@ from typing import Sequence
 import torch
 
 from ..drafting.base import Drafter
-from ..drafting.model import ModelDrafter, check_vocab_compatible
+from ..drafting.model import as_drafter
 from ..drafting.tree import TreeSpec
 from ..laws import DraftLaw
-from ..models.hf import CausalLM
+from ..models.protocol import TargetModel
 from ..verifiers.base import AnyVerifier, default_verifier, get_verifier
 from ..verifiers.speculative import SpeculativeVerifier
 from .loop import TokenCallback, decode
@@ -25,7 +25,7 @@ from .types import GenerationConfig, GenerationResult
 __all__ = ["speculative_generate", "tree_generate", "autoregressive_generate", "default_verifier_for"]
 
 
-def _check_drafter(target: CausalLM, drafter: Drafter) -> None:
+def _check_drafter(target: TargetModel, drafter: Drafter) -> None:
     if drafter.vocab_size is not None and drafter.vocab_size != target.vocab_size:
         raise ValueError(
             f"vocabulary mismatch: draft {drafter.name!r} has {drafter.vocab_size} tokens, target "
@@ -39,7 +39,7 @@ def _check_drafter(target: CausalLM, drafter: Drafter) -> None:
 
 
 def speculative_generate(
-    target: CausalLM,
+    target: TargetModel,
     drafter: Drafter | None,
     prompt_ids: Sequence[int],
     config: GenerationConfig | None = None,
@@ -79,7 +79,7 @@ def speculative_generate(
 
 
 def autoregressive_generate(
-    target: CausalLM,
+    target: TargetModel,
     prompt_ids: Sequence[int],
     config: GenerationConfig | None = None,
     *,
@@ -98,8 +98,8 @@ def default_verifier_for(spec: TreeSpec) -> str:
 
 
 def tree_generate(
-    target: CausalLM,
-    draft: CausalLM | Drafter,
+    target: TargetModel,
+    draft: TargetModel | Drafter,
     prompt_ids: Sequence[int],
     spec: TreeSpec,
     config: GenerationConfig | None = None,
@@ -133,15 +133,7 @@ def tree_generate(
             device mismatch, the draft sharing the target's wrapper, or a prompt that does not fit.
     """
     cfg = config or GenerationConfig()
-    if isinstance(draft, CausalLM):
-        check_vocab_compatible(target, draft)
-        drafter: Drafter = ModelDrafter(draft)
-    elif isinstance(draft, Drafter):
-        drafter = draft
-        if isinstance(draft, ModelDrafter):
-            check_vocab_compatible(target, draft.model)
-    else:
-        raise TypeError(f"tree decoding needs a drafter or a draft model (CausalLM), got {type(draft).__name__}")
+    drafter = as_drafter(target, draft)
     _check_drafter(target, drafter)
     if verifier is None:
         verifier = default_verifier_for(spec)

@@ -51,7 +51,7 @@ from torch import Tensor
 
 from ..drafting.base import DraftOutcome, DraftSchedule, DraftTree, Drafter
 from ..drafting.tree import TreeSpec
-from ..models.hf import CausalLM
+from ..models.protocol import TargetModel
 from .._validation import check_generator, check_prob_values, trusted_inputs
 from ..sampling import sample_categorical, standardize
 from ..verifiers.base import AnyVerifier, SequenceVerifier
@@ -89,7 +89,8 @@ _SHARED = threading.RLock()  # for objects that cannot carry an attribute (``__s
 def generation_lock(obj: Any) -> Any:
     """The re-entrant lock (``threading.RLock``) that a generation holds on ``obj``, a target or a
     drafter, for its whole run (:func:`decode`): ``obj.generation_lock`` (a
-    :class:`~specot.models.CausalLM` has one), else one attached to ``obj`` on first use, else
+    :class:`~specot.models.CausalLM` has one; any :class:`~specot.models.protocol.TargetModel` may),
+    else one attached to ``obj`` on first use, else
     (an object without attributes) one lock shared by all such objects."""
     lock = getattr(obj, _LOCK_ATTR, None)
     if lock is not None:
@@ -106,13 +107,14 @@ def generation_lock(obj: Any) -> Any:
 
 
 def _held_state(drafter: Any, depth: int = 0) -> Iterator[Any]:
-    """The drafter and the models and drafters it holds as attributes (a model drafter's
-    :class:`CausalLM`, a hybrid's two drafters, EAGLE's target), recursively."""
+    """The drafter and the models and drafters it holds as attributes (a model drafter's draft
+    model, a hybrid's two drafters, EAGLE's target: any :class:`TargetModel`, whatever its backend),
+    recursively."""
     yield drafter
     if depth > 3:
         return
     for value in getattr(drafter, "__dict__", {}).values():
-        if isinstance(value, CausalLM):
+        if isinstance(value, TargetModel):
             yield value
         elif isinstance(value, Drafter):
             yield from _held_state(value, depth + 1)
@@ -137,7 +139,7 @@ def generation_locks(target: Any, drafter: Any) -> Iterator[None]:
         yield
 
 
-def check_prompt_fits(target: CausalLM, prompt_ids: Sequence[int], max_new_tokens: int) -> None:
+def check_prompt_fits(target: TargetModel, prompt_ids: Sequence[int], max_new_tokens: int) -> None:
     """Raise ``ValueError`` before decoding if the prompt (plus ``max_new_tokens``) exceeds the
     target's context, or if the prompt is empty or holds ids outside the vocabulary."""
     n = len(prompt_ids)
@@ -368,7 +370,7 @@ def _finish_tokens(emitted: list[int], remaining: int, eos: set[int]) -> tuple[l
     return cut, len(cut) == remaining
 
 
-def _score(target: CausalLM, ctx: list[int], tree: DraftTree, hidden_layers: Sequence[int] | None) -> Tensor:
+def _score(target: TargetModel, ctx: list[int], tree: DraftTree, hidden_layers: Sequence[int] | None) -> Tensor:
     """Step 2: target logits ``[1 + N, V]`` for every node, in one forward pass."""
     if tree.is_chain():  # includes the empty tree; no tree mask needed
         return target.logits_after(ctx, _chain_tokens(tree), hidden_layers=hidden_layers)
@@ -380,7 +382,7 @@ def _chain_tokens(tree: DraftTree) -> list[int]:
     return [tree.tokens[n] for n in _chain_nodes(tree)[1:]]
 
 
-def _committed_hidden(target: CausalLM, ctx_len: int, tree: DraftTree, path: list[int]) -> Tensor | None:
+def _committed_hidden(target: TargetModel, ctx_len: int, tree: DraftTree, path: list[int]) -> Tensor | None:
     """The target's hidden states of the committed positions run in the last pass: the context
     suffix from ``target.last_start``, then the accepted path's nodes."""
     h = target.last_hidden
@@ -394,7 +396,7 @@ def _committed_hidden(target: CausalLM, ctx_len: int, tree: DraftTree, path: lis
 
 
 def decode(
-    target: CausalLM,
+    target: TargetModel,
     drafter: Drafter | None,
     prompt_ids: Sequence[int],
     config: GenerationConfig,
@@ -442,7 +444,7 @@ def decode(
                        on_tokens=on_tokens, method=method)
 
 
-def _decode(target: CausalLM, drafter: Drafter | None, prompt_ids: Sequence[int], config: GenerationConfig, *,
+def _decode(target: TargetModel, drafter: Drafter | None, prompt_ids: Sequence[int], config: GenerationConfig, *,
             shape: TreeSpec | None, verifier: AnyVerifier, generator: torch.Generator | None,
             on_tokens: TokenCallback | None, method: str) -> GenerationResult:
     """:func:`decode`'s body, run holding the generation locks."""

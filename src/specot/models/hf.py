@@ -24,7 +24,8 @@ from transformers import DynamicCache, StaticCache
 
 from .cache import crop_cache, is_static, keep_cache_positions
 from .chat import decode_tokens, encode_prompt
-from .protocol import check_scoring_fits
+from ..geometry import TreeGeometry, common_prefix_length
+from .protocol import Capabilities, check_scoring_fits
 from .device import (capture_cuda_graph, install_gqa_sdpa, install_prepacked_linears, install_small_batch_head,
                      sdpa_without_cudnn)
 
@@ -179,6 +180,17 @@ class CausalLM:
     @property
     def dtype(self) -> torch.dtype:
         return next(self.model.parameters()).dtype
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What this target can do (:class:`~specot.models.protocol.Capabilities`): hidden states of
+        every layer, a static cache (CUDA graphs where the architecture compiles whole), the padded
+        widths :data:`GRAPH_WIDTHS`, float32 / bfloat16 / float16, no own pass-cost curve."""
+        cfg = self.model.config
+        layers = getattr(getattr(cfg, "get_text_config", lambda: cfg)(), "num_hidden_layers", None)
+        return Capabilities(hidden_states=True, hidden_layers=layers if isinstance(layers, int) else None,
+                            static_cache=True, cuda_graphs=bool(getattr(self.model, "_can_compile_fullgraph", False)),
+                            graph_widths=GRAPH_WIDTHS, dtypes=(torch.float32, torch.bfloat16, torch.float16))
 
     @property
     def cuda_graphs(self) -> bool:
@@ -422,13 +434,7 @@ class CausalLM:
         """Roll the cache back to the longest common prefix of the cached ids and ``context[:-1]``
         (never into a tree region: tree nodes are not a sequence, so the region is dropped) and
         return its length, also kept as :attr:`last_start`."""
-        limit = min(len(self._cached_ids), len(context) - 1)
-        if self._tree_base is not None:
-            limit = min(limit, self._tree_base)
-        cached = self._cached_ids
-        common = 0
-        while common < limit and cached[common] == context[common]:
-            common += 1
+        common = common_prefix_length(self._cached_ids, context, self._tree_base)
         self.rollback(common)  # common <= the tree base: the tree region is cleared too
         self.last_start = common
         return common
@@ -541,21 +547,22 @@ class CausalLM:
             the token after ``context`` + the root-to-node-i path. Node i sits at cache index
             ``len(context) + i``. With ``hidden_layers``, :attr:`last_hidden` holds the hidden
             states of the positions run (context suffix from :attr:`last_start`, then the nodes).
+
+        Raises:
+            ValueError: an empty context, mismatched lengths, a parent that is not ``-1`` or an
+                earlier node (:meth:`specot.geometry.TreeGeometry.of`), positions past the context.
         """
         if len(context) == 0:
             raise ValueError("context must hold at least one token")
         if len(tokens) != len(parents):
             raise ValueError("tokens and parents must have the same length")
+        geometry = TreeGeometry.of(parents)
         common = self._reuse_prefix(context)
         new_ctx = [int(t) for t in context[common:]]
         n0 = len(new_ctx)
         L = len(context)
         abs_par = [common - 1 + j for j in range(n0)]  # the context suffix: a chain
-        for i, par in enumerate(parents):
-            par = int(par)
-            if not -1 <= par < i:
-                raise ValueError(f"parent {par} of tree node {i} must be -1 (root) or an earlier node index")
-            abs_par.append(L - 1 if par < 0 else L + par)
+        abs_par += [L - 1 if par < 0 else L + par for par in geometry.parents]
         logits = self.forward_tree(new_ctx + [int(t) for t in tokens], abs_par, hidden_layers=hidden_layers)
         return logits[n0 - 1:]
 

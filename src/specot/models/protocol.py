@@ -24,12 +24,63 @@ near-ties in bf16/fp16 or quantized backends).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol, Sequence, runtime_checkable
 
 import torch
 from torch import Tensor
 
-__all__ = ["TargetModel", "check_scoring_fits"]
+__all__ = ["TargetModel", "Capabilities", "capabilities_of", "check_scoring_fits"]
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a target backend can do, declared once: by its :class:`~specot.plan.Backend` entry
+    (before any load) and by a loaded target's ``capabilities`` attribute (where it knows more).
+    The plan reads it to refuse, in one line, what the backend cannot run.
+
+    Attributes:
+        hidden_states: whether a pass can return per-layer hidden states (``hidden_layers``; EAGLE
+            heads read them).
+        hidden_layers: the number of layers whose hidden states can be asked for (indices
+            ``0..hidden_layers``, the embeddings first), or ``None`` when not known.
+        static_cache: whether the target can run on a static KV cache (``use_static_cache``).
+        cuda_graphs: whether that cache's passes can replay as captured CUDA graphs on CUDA (the
+            architecture supports it).
+        graph_widths: the pass widths (new tokens) such a static cache pads a pass to, increasing.
+        max_tree_nodes: the most draft-tree nodes one pass scores, or ``None`` (no own limit).
+        max_tree_leaves: the most root-to-leaf paths of one draft tree, or ``None`` (no own limit).
+        dtypes: the torch dtypes it loads a target in (``()``: not declared).
+        pass_cost: whether the target measures its own pass-cost curve (``pass_cost_curve``).
+    """
+
+    hidden_states: bool = False
+    hidden_layers: int | None = None
+    static_cache: bool = False
+    cuda_graphs: bool = False
+    graph_widths: tuple[int, ...] = ()
+    max_tree_nodes: int | None = None
+    max_tree_leaves: int | None = None
+    dtypes: tuple[torch.dtype, ...] = ()
+    pass_cost: bool = False
+
+    def check_hidden_states(self, reader: str, backend: str) -> None:
+        """Refuse ``reader`` (e.g. ``"draft 'eagle'"``), which reads the target's hidden states,
+        when this backend has none.
+
+        Raises:
+            ValueError: the backend exposes no hidden states (the one message).
+        """
+        if not self.hidden_states:
+            raise ValueError(f"{reader} reads the target's hidden states, which the {backend} backend does not "
+                             "expose; use backend 'transformers', or draft 'ngram' / 'suffix'")
+
+
+def capabilities_of(target: Any) -> Capabilities:
+    """A loaded target's declared :class:`Capabilities` (its ``capabilities`` attribute); a target
+    that declares none gets the defaults: no hidden states, no static cache, no pass-cost curve."""
+    caps = getattr(target, "capabilities", None)
+    return caps if isinstance(caps, Capabilities) else Capabilities()
 
 
 def check_scoring_fits(name: str, max_context: int, context: Sequence[int], n_new: int) -> None:
@@ -60,6 +111,8 @@ class TargetModel(Protocol):
         last_hidden: hidden states ``[T, F]`` of the last pass's positions when ``hidden_layers``
             was asked for, else ``None``. A backend without hidden states leaves it ``None`` and
             drafters that need them (EAGLE) refuse it at load time.
+        capabilities: (optional) the target's :class:`Capabilities` (:func:`capabilities_of`
+            gives the defaults where it declares none).
         generation_lock: (optional) a re-entrant lock that :func:`specot.engine.decode` holds for a
             whole generation; one is attached on first use when a backend has none.
 

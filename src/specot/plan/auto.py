@@ -24,7 +24,7 @@ import torch
 
 from ..models.device import prepacking_available, resolve_dtype
 from ..models.protocol import TargetModel
-from .backends import is_embedded
+from .backends import backend_of, capabilities_for, is_embedded
 from .kinds.hybrid import HYBRID_PREFIX
 
 __all__ = ["AutoChoice", "auto_choice", "AUTO_HYBRID", "AUTO_TREE", "AUTO_TREE_GREEDY", "AUTO_MIN_CONFIDENCE_GREEDY"]
@@ -69,7 +69,7 @@ def auto_choice(target: Any, device: str = "cpu", *, dtype: str | torch.dtype = 
     loaded = isinstance(target, TargetModel)
     on_cpu = str(target.device if loaded else device).startswith("cpu")
     dt = target.dtype if loaded else resolve_dtype(dtype, device)
-    hidden = getattr(target, "model", None) is not None if loaded else True
+    hidden = capabilities_for(target, backend_of(target)).hidden_states if loaded else True
     fast_head = dt == torch.bfloat16 or dt == torch.float32 and prepacking_available(dt)
     if not (is_embedded(target) and on_cpu and hidden and fast_head):
         return AutoChoice("ngram", drafts, gamma)

@@ -15,11 +15,10 @@ from typing import Any, Callable
 import torch
 
 from ..models.embedded import EMBEDDED_TARGET, is_embedded_target, load_embedded_target
-from ..models.hf import CausalLM
 from ..models.loading import check_model_source, load_model
-from ..models.protocol import TargetModel
+from ..models.protocol import Capabilities, TargetModel, capabilities_of
 
-__all__ = ["BACKEND_ENTRY_POINTS", "Backend", "available_backends", "get_backend", "check_target_source",
+__all__ = ["BACKEND_ENTRY_POINTS", "Backend", "capabilities_for", "available_backends", "get_backend", "check_target_source",
            "peek_vocab_and_context", "is_embedded", "choose_backend", "backend_of"]
 
 #: Entry-point group through which another package adds a target backend (a :class:`Backend`).
@@ -34,7 +33,9 @@ class Backend:
         name: what ``backend=`` / ``--backend`` names it by.
         load: ``load(target, *, dtype, device) -> TargetModel``; ``target`` is ``None`` /
             ``"smollm2"`` for the embedded model, or a path / hub id.
-        hidden_states: whether its targets expose hidden states (EAGLE heads need them).
+        capabilities: what its targets can do (:class:`~specot.models.protocol.Capabilities`),
+            known before any load; a loaded target's own ``capabilities`` may say more
+            (:func:`capabilities_for`).
         devices: the device types it runs on.
         available: whether it can load a target here (its library is installed).
         auto: the backend's own ``draft="auto"`` rule, ``auto(temperature) -> AutoChoice`` (what
@@ -55,7 +56,7 @@ class Backend:
 
     name: str
     load: Callable[..., TargetModel]
-    hidden_states: bool = False
+    capabilities: Capabilities = Capabilities()
     devices: tuple[str, ...] = ("cpu",)
     available: Callable[[], bool] = field(default=lambda: True, compare=False)
     auto: Callable[[float], Any] | None = field(default=None, compare=False)
@@ -65,14 +66,24 @@ class Backend:
     exactness: str = ""
     weights: Callable[[Any], str] | None = field(default=None, compare=False)
 
+    @property
+    def hidden_states(self) -> bool:
+        """Whether its targets expose hidden states (EAGLE heads need them)."""
+        return self.capabilities.hidden_states
 
-def _load_transformers(target: Any, *, dtype: str | torch.dtype = "auto", device: str = "cpu") -> CausalLM:
+
+def _load_transformers(target: Any, *, dtype: str | torch.dtype = "auto", device: str = "cpu") -> TargetModel:
     if target is None or target == EMBEDDED_TARGET:
         return load_embedded_target(dtype=dtype, device=device)
     return load_model(target, dtype=dtype, device=device)
 
 
-TRANSFORMERS = Backend("transformers", _load_transformers, hidden_states=True, devices=("cpu", "cuda"))
+#: The transformers backend's capabilities before a load (a loaded :class:`~specot.models.CausalLM`
+#: adds its layers, its padded pass widths and whether its architecture captures CUDA graphs).
+TRANSFORMERS_CAPABILITIES = Capabilities(hidden_states=True, static_cache=True,
+                                         dtypes=(torch.float32, torch.bfloat16, torch.float16))
+TRANSFORMERS = Backend("transformers", _load_transformers, capabilities=TRANSFORMERS_CAPABILITIES,
+                       devices=("cpu", "cuda"))
 
 
 def _entry_point_backends() -> dict[str, Any]:
@@ -176,6 +187,14 @@ def is_embedded(target: Any) -> bool:
 def backend_of(target: TargetModel) -> str:
     """The backend name of a loaded target (``target.backend``; transformers' :class:`CausalLM` has none)."""
     return str(getattr(target, "backend", TRANSFORMERS.name))
+
+
+def capabilities_for(target: Any, backend: str) -> Capabilities:
+    """What the plan may count on: a loaded target's own :class:`Capabilities` where it declares
+    them, else those its backend declares (before any load)."""
+    if isinstance(target, TargetModel) and isinstance(getattr(target, "capabilities", None), Capabilities):
+        return capabilities_of(target)
+    return get_backend(backend).capabilities
 
 
 def choose_backend(asked: str, target: Any, *, device: str, dtype: Any, automatic: bool) -> str:

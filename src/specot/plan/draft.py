@@ -30,7 +30,6 @@ import torch
 
 from ..drafting.base import Drafter
 from ..laws import DraftLaw
-from ..models.hf import CausalLM
 
 __all__ = ["DraftSpec", "DraftKind", "TreeSupport", "Option", "register_kind", "draft_kinds", "parse_draft",
            "DRAFT_ENTRY_POINTS"]
@@ -206,7 +205,7 @@ def draft_kinds() -> dict[str, DraftKind]:
     return dict(_kinds())
 
 
-def parse_draft(draft: str | Path | Drafter | CausalLM | DraftSpec, **options: Any) -> DraftSpec:
+def parse_draft(draft: Any, **options: Any) -> DraftSpec:
     """Parse a draft name (or a ready drafter / draft model) into a :class:`DraftSpec`, once.
 
     Args:
@@ -225,9 +224,9 @@ def parse_draft(draft: str | Path | Drafter | CausalLM | DraftSpec, **options: A
         return draft
     ordered = sorted(_kinds().values(), key=lambda k: k.order)
     given = {k: v for k, v in options.items() if v is not None}
-    if isinstance(draft, (Drafter, CausalLM)):
-        kind = next(k for k in ordered if isinstance(draft, k.classes))
-        spec = kind.from_object(draft, given)
+    owner = next((k for k in ordered if isinstance(draft, k.classes)), None)
+    if owner is not None:  # a ready drafter, or a draft model a kind wraps (transformers' CausalLM)
+        spec = owner.from_object(draft, given)
     elif isinstance(draft, (str, Path)):
         text = str(draft)
         if text == "auto":

@@ -26,7 +26,7 @@ from ..sampling import SamplingConfig
 from ..verifiers.base import LAW_VERIFIERS, default_verifier
 from .auto import auto_choice
 from ..models.protocol import TargetModel
-from .backends import check_target_source, choose_backend, get_backend, peek_vocab_and_context
+from .backends import capabilities_for, check_target_source, choose_backend, get_backend, peek_vocab_and_context
 from .draft import DraftSpec, parse_draft
 from .verify import VerifierSpec, build_verifier, check_otm_size
 
@@ -249,9 +249,8 @@ def make_plan(draft: Any = "auto", *, target: Any = None, backend: str = "auto",
         return DecodingPlan(None, None, **common)
     spec = parse_draft(draft, **draft_options)
     spec.check()
-    if spec.needs_hidden_states and not get_backend(backend).hidden_states:
-        raise ValueError(f"draft {spec.name!r} reads the target's hidden states, which the {backend} backend does not "
-                         "expose; use backend 'transformers', or draft 'ngram' / 'suffix'")
+    if spec.needs_hidden_states:
+        capabilities_for(target, backend).check_hidden_states(f"draft {spec.name!r}", backend)
     tree_spec, ver = _shape(spec, ver, gamma=gamma, drafts=drafts, tree=tree, tree_law=tree_law)
     _check_size(tree_spec, common["gamma"], gamma_schedule)
     vocab, _ = peek_vocab_and_context(target)

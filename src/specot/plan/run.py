@@ -12,7 +12,7 @@ from ..drafting.base import Drafter
 from ..engine.generate import autoregressive_generate, speculative_generate, tree_generate
 from ..engine.loop import TokenCallback, make_generator
 from ..engine.types import GenerationConfig, GenerationResult
-from ..models.hf import GRAPH_WIDTHS
+from ..models.protocol import capabilities_of
 from ..verifiers.base import AnyVerifier
 from .plan import DecodingPlan
 
@@ -21,13 +21,13 @@ __all__ = ["run_plan", "prepare_cache", "warm_up", "wants_cuda_graphs"]
 
 def wants_cuda_graphs(cache: str, model: Any) -> bool:
     """Whether ``model``'s passes replay as CUDA graphs under a plan's ``cache``: as it asks, or by
-    default (``"auto"``) when the model is on CUDA and transformers marks its architecture as
-    supporting static caches (``_can_compile_fullgraph``; an architecture without them keeps its own
-    cache). ``"cuda_graphs"`` off CUDA runs the same padded passes eagerly (how the tests check them)."""
+    default (``"auto"``) when the model is on CUDA and declares graphs among its capabilities
+    (:attr:`~specot.models.protocol.Capabilities.cuda_graphs`: transformers marks the architecture as
+    compiling whole, ``_can_compile_fullgraph``; an architecture without it keeps its own cache).
+    ``"cuda_graphs"`` off CUDA runs the same padded passes eagerly (how the tests check them)."""
     if cache != "auto":
         return cache == "cuda_graphs"
-    inner = getattr(model, "model", None)
-    return model.device.type == "cuda" and bool(getattr(inner, "_can_compile_fullgraph", False))
+    return model.device.type == "cuda" and capabilities_of(model).cuda_graphs
 
 
 def prepare_cache(plan: DecodingPlan, target: Any, drafter: Drafter | None, prompt_len: int,
@@ -36,13 +36,14 @@ def prepare_cache(plan: DecodingPlan, target: Any, drafter: Drafter | None, prom
     whose passes replay as CUDA graphs (:meth:`specot.models.CausalLM.use_static_cache`), sized for
     the prompt, the output, one draft tree and a pass's padding. Returns whether graphs are on.
     A loaded target keeps its static cache and graphs for later calls."""
-    if not hasattr(target, "use_static_cache") or not wants_cuda_graphs(plan.cache, target):
+    caps = capabilities_of(target)
+    if not caps.static_cache or not wants_cuda_graphs(plan.cache, target):
         return False
     room = plan.shape.num_slots if plan.tree is not None else 2 * plan.gamma  # a chain may grow to 2γ
-    span = prompt_len + max_new_tokens + room + 8 + GRAPH_WIDTHS[-1]
+    span = prompt_len + max_new_tokens + room + 8 + max(caps.graph_widths, default=0)
     draft_model = getattr(drafter, "model", None)
     for m in (target, draft_model):
-        if m is None or not hasattr(m, "use_static_cache") or not wants_cuda_graphs(plan.cache, m):
+        if m is None or not capabilities_of(m).static_cache or not wants_cuda_graphs(plan.cache, m):
             continue
         if m.static_cache_len is None or m.static_cache_len < min(span, m.max_context):
             m.use_static_cache(min(span, m.max_context), cuda_graphs=True)

@@ -60,6 +60,7 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import Tensor
 
+from ..geometry import TreeGeometry
 from ..sampling import draw_uniforms
 from .base import DraftLaw, SequenceVerifier, TreeVerifyOutput, register_verifier
 from .block import _check_tree_shapes, _raise_flags, _sample_row, _stop_probability, _value_flags
@@ -76,17 +77,10 @@ def tree_structure(parents: list[int]) -> tuple[list[list[int]], list[int]]:
         nodes in post-order (children in index order, the root last).
 
     Raises:
-        ValueError: ``parents[0] != −1`` or a ``parents[i]`` outside ``[0, i)`` for ``i ≥ 1``.
+        ValueError: ``parents[0] != −1`` or a ``parents[i]`` outside ``[0, i)`` for ``i ≥ 1``
+            (:meth:`specot.geometry.TreeGeometry.of_rooted`).
     """
-    n1 = len(parents)
-    if n1 < 1 or parents[0] != -1:
-        raise ValueError(f"parents[0] must be -1 (node 0 is the root), got {parents[:1]}")
-    children: list[list[int]] = [[] for _ in range(n1)]
-    for i in range(1, n1):
-        pa = parents[i]
-        if not 0 <= pa < i:
-            raise ValueError(f"parents[{i}] = {pa}: every draft node's parent must precede it (0 <= parents[i] < i)")
-        children[pa].append(i)
+    children = TreeGeometry.of_rooted(parents).rooted_children()
     order: list[int] = []
     stack: list[tuple[int, int]] = [(0, 0)]
     while stack:  # iterative post-order

@@ -10,6 +10,7 @@ from typing import Any, Mapping
 
 from ...drafting.eagle import EagleDrafter
 from ...models.embedded import EMBEDDED_EAGLE, embedded_eagle_dir, is_embedded_target
+from ..backends import backend_of, capabilities_for
 from ..draft import DraftKind, DraftSpec, Option, register_kind
 
 EAGLE_PREFIX = "eagle:"
@@ -52,9 +53,8 @@ class EagleKind(DraftKind):
 
     def load(self, spec: DraftSpec, target: Any, *, dtype: Any, device: str) -> EagleDrafter:
         gate = {} if spec.option("min_confidence") is None else {"min_confidence": spec.option("min_confidence")}
-        if getattr(target, "model", None) is None:
-            raise ValueError(f"an EAGLE head reads the target's hidden states, which the backend of {target.name!r} "
-                             "does not expose; use the transformers backend, or draft 'ngram' / 'suffix'")
+        backend = backend_of(target)
+        capabilities_for(target, backend).check_hidden_states(f"draft {spec.name!r}", backend)
         if spec.source is not None:
             return EagleDrafter.from_pretrained(spec.source, target, **gate)
         if not is_embedded_target(target):
