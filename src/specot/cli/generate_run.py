@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from ..api import GenerationInterrupted, generate
+from ..calibration import PassCostCurve
 from ..report import EXACTNESS
 from .main import EXIT_INTERRUPTED, ignore_interrupts, interrupt_status
 
@@ -177,8 +178,6 @@ def pricing_line(pass_cost: dict | None, tree_sizes: list[int]) -> str:
     where the text repeats: drafted at 12 of 80 steps``."""
     if not pass_cost or not pass_cost.get("ratios"):
         return ""
-    from ..calibration import PassCostCurve
-
     curve = PassCostCurve.from_dict(pass_cost, source=str(pass_cost.get("source", "cache")))
     r2, r5 = curve.ratio(2), curve.ratio(5)
     steps, drafted = len(tree_sizes), sum(1 for n in tree_sizes if n > 0)
