@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-import numpy as np
 import torch
-from scipy import stats as sstats
 
+from specot.audit.stats import pooled_chisquare
 from specot.sampling import SamplingConfig, standardize
 
 
@@ -33,20 +32,11 @@ def exact_joint(model, prompt: list[int], length: int, sampling: SamplingConfig)
 def chi_square_pvalue(samples: list[tuple[int, ...]], expected_probs: dict[tuple[int, ...], float],
                       min_expected: float = 5.0) -> float:
     """Pearson chi-square p-value of ``samples`` against ``expected_probs``; cells with expected
-    count below ``min_expected`` are pooled into one cell. A sample outside the support gives 0."""
-    n = len(samples)
+    count below ``min_expected`` are pooled into one cell (:func:`specot.audit.stats.pooled_chisquare`,
+    the audit's implementation). A sample outside the support gives 0."""
     counts = Counter(samples)
     if any(k not in expected_probs for k in counts):
         return 0.0
-    big = [k for k, v in expected_probs.items() if v * n >= min_expected]
-    small = [k for k, v in expected_probs.items() if v * n < min_expected]
-    obs = [counts.get(k, 0) for k in big]
-    exp = [expected_probs[k] * n for k in big]
-    if small:
-        obs.append(sum(counts.get(k, 0) for k in small))
-        exp.append(sum(expected_probs[k] for k in small) * n)
-    obs_a, exp_a = np.array(obs, float), np.array(exp, float)
-    exp_a *= obs_a.sum() / exp_a.sum()
-    if len(obs_a) < 2:
-        return 1.0
-    return float(sstats.chisquare(obs_a, exp_a).pvalue)
+    keys = list(expected_probs)
+    return pooled_chisquare([counts.get(k, 0) for k in keys], [expected_probs[k] for k in keys], min_expected,
+                            merge_rest=False)[2]

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from specot.audit.stats import (END, audit_exact_law, audit_two_sample, compare_greedy, detectable_tv, holm,
+from specot.audit.stats import (END, audit_exact_law, audit_two_sample, compare_greedy, detectable_tv, holm, pooled_chisquare,
                                 pool_cells, recheck)
 
 V = 6
@@ -139,3 +139,12 @@ def test_compare_greedy_labels():
     assert tie.label == "near-tie" and tie.differences[0]["position"] == 2
     assert compare_greedy([[1, 5, 4]], [[1, 2, 3]], lambda i, pre, a, b: 0.7, 1e-3).label == "NOT EXACT"
     assert compare_greedy([[1, 5]], [[1, 2]], None, 1e-3).label == "NOT EXACT"
+
+
+def test_pooled_chisquare_pools_rare_cells():
+    from scipy.stats import chisquare
+
+    obs, probs = [50, 30, 15, 3, 2], [0.5, 0.3, 0.15, 0.03, 0.02]
+    stat, dof, pv = pooled_chisquare(obs, probs, merge_rest=False)  # rest 3 + 2 pooled: expected 5
+    assert dof == 3 and pv == pytest.approx(chisquare([50, 30, 15, 5], [50, 30, 15, 5]).pvalue)
+    assert pooled_chisquare([98, 1, 1], [0.98, 0.01, 0.01])[1] == 0  # one cell left: nothing to test

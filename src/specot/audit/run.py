@@ -142,15 +142,17 @@ def _fmt_p(x: float) -> str:
 
 
 def render_table(rows: Sequence[AuditRow], markdown: bool = True) -> str:
-    """The audit table: engine, method, setting, verdict, Holm-adjusted p-value, TV estimate of the
-    worst position with its 95 % interval (and null level), detectable TV, samples, seconds."""
+    """The audit table: engine, method, setting, verdict, Holm-adjusted p-value, the TV estimate of
+    the position with the smallest adjusted p-value (among those with more than one cell) with its
+    95 % interval and null level, the run's detectable TV, samples, seconds."""
     head = ["engine", "method", "setting", "verdict", "p (Holm)", "TV [95% CI] (null95)", "detectable TV",
             "samples", "reference", "s"]
     lines = []
     for r in rows:
         v = r.verdict
         if isinstance(v, SamplingVerdict):
-            worst = max(v.positions, key=lambda s: s.tv - s.tv_null95) if v.positions else None
+            tested = [s for s in v.positions if s.tests and s.tv_high > 0] or [s for s in v.positions if s.tests]
+            worst = min(tested, key=lambda s: (s.min_adjusted_pvalue, -(s.tv - s.tv_null95))) if tested else None
             tv = (f"pos {worst.position}: {worst.tv:.3f} [{worst.tv_low:.3f}, {worst.tv_high:.3f}] "
                   f"({worst.tv_null95:.3f})" if worst is not None else "-")
             cells = [_fmt_p(v.min_adjusted_pvalue), tv, f"{v.detectable_tv:.3f}", f"{v.n}" + (

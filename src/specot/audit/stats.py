@@ -59,7 +59,7 @@ import numpy as np
 from scipy import optimize
 from scipy import stats as sstats
 
-__all__ = ["END", "CellTest", "PositionSummary", "SamplingVerdict", "GreedyVerdict", "pool_cells",
+__all__ = ["END", "CellTest", "PositionSummary", "SamplingVerdict", "GreedyVerdict", "pool_cells", "pooled_chisquare",
            "goodness_of_fit", "homogeneity", "holm", "detectable_tv", "audit_exact_law",
            "audit_two_sample", "recheck", "compare_greedy", "verdict_from_dict"]
 
@@ -148,7 +148,8 @@ class SamplingVerdict:
         tests: every conditional test, Holm-adjusted.
         positions: per-position summaries.
         min_adjusted_pvalue: the smallest Holm-adjusted p-value (1 without tests).
-        detectable_tv: position 0's detectable TV (the run's headline power).
+        detectable_tv: the smallest detectable TV of the run's tests (its best-powered test: a
+            deviation of that TV in that conditional law is caught with probability ≥ 0.9).
     """
 
     exact: bool
@@ -202,17 +203,18 @@ def _tv(a: np.ndarray, b: np.ndarray) -> float:
     return float(0.5 * np.abs(a / sa - b / sb).sum())
 
 
-def pool_cells(expected: np.ndarray, min_expected: float = 5.0) -> list[np.ndarray]:
+def pool_cells(expected: np.ndarray, min_expected: float = 5.0, merge_rest: bool = True) -> list[np.ndarray]:
     """Group the indices of ``expected [V]`` (expected counts) into chi-square cells: every index
     with expected ≥ ``min_expected`` alone, the others in one pooled cell (last), merged into the
-    smallest cell when its total is below ``min_expected``. Fewer than 2 cells: nothing to test."""
+    smallest cell when its total is below ``min_expected`` (unless ``merge_rest`` is False).
+    Fewer than 2 cells: nothing to test."""
     expected = np.asarray(expected, float)
     big = np.flatnonzero(expected >= min_expected)
     big = big[np.argsort(-expected[big], kind="stable")]
     small = np.flatnonzero(expected < min_expected)
     cells = [np.array([i]) for i in big]
     if small.size:
-        if expected[small].sum() >= min_expected or not cells:
+        if expected[small].sum() >= min_expected or not cells or not merge_rest:
             cells.append(small)
         else:
             cells[-1] = np.concatenate([cells[-1], small])
@@ -226,6 +228,19 @@ def _pearson(obs: np.ndarray, exp: np.ndarray) -> tuple[float, int, float]:
     exp = exp * obs.sum() / exp.sum()
     res = sstats.chisquare(obs, exp)
     return float(res.statistic), len(obs) - 1, float(res.pvalue)
+
+
+def pooled_chisquare(observed: Sequence[float], probs: Sequence[float], min_expected: float = 5.0,
+                     merge_rest: bool = True) -> tuple[float, int, float]:
+    """Pearson's goodness of fit of counts ``observed [C]`` to probabilities ``probs [C]`` with the
+    rare cells pooled (:func:`pool_cells`; expected counts rescaled to the observed total).
+
+    Returns:
+        ``(statistic, dof, pvalue)``; ``(0, 0, 1.0)`` for fewer than 2 cells.
+    """
+    obs, prob = np.asarray(observed, float), np.asarray(probs, float)
+    groups = pool_cells(prob * obs.sum(), min_expected, merge_rest)
+    return _pearson(np.array([obs[g].sum() for g in groups]), np.array([prob[g].sum() for g in groups]))
 
 
 def goodness_of_fit(tokens: Counter, p: np.ndarray, min_expected: float = 5.0
@@ -429,7 +444,7 @@ def _finish(raw: list[dict], kind: str, alpha: float, n: int, n_ref: int, k: int
     exact = min_adj >= alpha and not any(t.outside_support for t in tests)
     return SamplingVerdict(exact=exact, kind=kind, alpha=alpha, n=n, n_ref=n_ref, k=k, tests=tuple(tests),
                            positions=positions, min_adjusted_pvalue=min_adj,
-                           detectable_tv=positions[0].detectable_tv if positions else 1.0)
+                           detectable_tv=min((t.detectable_tv for t in tests), default=1.0))
 
 
 def _summary(j: int, tests: list[CellTest], n_boot: int, rng: np.random.Generator) -> PositionSummary:

@@ -64,6 +64,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--all", action="store_true", help="the audit set of docs/exactness.md")
     p.add_argument("--recheck", default=None, metavar="FILE", help="recompute the verdicts of a saved --out JSON")
     p.add_argument("--json", action="store_true", help="print the run as one JSON object")
+    p.add_argument("--markdown", action="store_true", help="print the table as Markdown (docs/exactness.md)")
     p.add_argument("--out", default=None, help="also write the run's JSON to this file")
 
 

@@ -191,5 +191,5 @@ def cmd_audit(args: argparse.Namespace) -> int:
     text = rows_to_json(rows, meta)
     if args.out and not args.recheck:
         _write(args.out, text)
-    print(text if args.json else render_table(rows, markdown=False))
+    print(text if args.json else render_table(rows, markdown=bool(getattr(args, "markdown", False))))
     return 0 if all(r.verdict.exact for r in rows) else 3
