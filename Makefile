@@ -118,4 +118,5 @@ setup-vllm: $(VENV)/.stamp-base $(VENV_VLLM)/.stamp
 	$(PY) -c "import specot; specot.load_target(None)" > /dev/null
 
 test-vllm: setup-vllm
-	VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=0-1 $(PY_VLLM) -m pytest $(TEST_FLAGS) tests/vllm
+	# one test process per CPU too; tests/vllm/conftest.py binds each process's engines to a core of its own
+	VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=0-1 $(PY_VLLM) -m pytest $(TEST_FLAGS) -n $(TEST_WORKERS) --dist loadfile tests/vllm

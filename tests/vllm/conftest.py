@@ -11,6 +11,12 @@ import os
 
 import pytest
 
+# Under pytest-xdist (`make test-vllm` runs one test process per core), each process's engines get
+# a core of their own: two engines bound to the same two cores would wait on each other's threads.
+if os.environ.get("PYTEST_XDIST_WORKER", "").startswith("gw"):
+    _cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = str(_cores[int(os.environ["PYTEST_XDIST_WORKER"][2:]) % len(_cores)])
+
 PROMPTS = [
     "The quick brown fox jumps over the lazy dog. The quick brown fox jumps over the lazy dog. The quick brown",
     "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef mul(a, b):\n",
