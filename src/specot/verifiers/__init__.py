@@ -30,6 +30,7 @@ from .mentored import MentoredSolution, MentoredVerifier, mentored_solve
 from .block import BlockVerifier, block_expected_accepted, block_output_law, block_weights
 from .traversal import TraversalVerifier, TraversalWORVerifier, traversal_output_law, traversal_weights
 from .importance import ImportanceVerifier, importance_selection
+from .ot import OTPlan, OTVerifier, ot_selection_law
 
 __all__ = [
     "Acceptance",
@@ -73,4 +74,7 @@ __all__ = [
     "traversal_weights",
     "ImportanceVerifier",
     "importance_selection",
+    "OTVerifier",
+    "OTPlan",
+    "ot_selection_law",
 ]

@@ -1,0 +1,420 @@
+"""The exactly optimal verifier for n i.i.d. drafts at full vocabulary (``ot``).
+
+Sources. The problem is SpecTr's OTM-n (Sun et al. 2023): couple the law of the draft set S with p
+so that ``P(Y ∈ S)`` is maximal. Its value is Hu et al.'s ``α* = 1 + min_H [P(H) − q(H)^n]``
+(ICLR 2025, subset selection; :func:`specot.theory.optimal_acceptance`, law ``"iid"``). R. Thomas
+and A. Pal write the same OT as a max-flow problem and solve it with polymatroid theory ("Partial
+Resolution", NeurIPS 2025; "Global Resolution", arXiv 2511.15898); their texts and code were not
+available to this project, so the construction below is derived here, from the same polymatroid
+view, and checked by enumeration against the exact LP (:func:`specot.verifiers.solve_otm_lp`).
+
+Notation: ``φ(c) = 1 − (1 − c)^n`` (the probability that n i.i.d. drafts hit a set of q-mass c),
+``w(s) = φ'(s) = n(1 − s)^{n−1}``. A selection rule picks one drafted token; its marginal x is a
+point of the base polytope of the polymatroid ``h(A) = φ(q(A))``; selecting by x and then running
+single-draft speculative sampling against x (accept with ``min(1, p/x)``, else draw from
+``norm((p − x)_+)``) is lossless for any x and accepts ``Σ_i min(p_i, x_i)`` (Khisti et al.'s
+canonical decomposition).
+
+1. The optimal selection law (closed form). Sort the tokens by ``r = p/q`` descending (ties by
+   id; ``q = 0 < p`` first, ``p = 0`` last), cumulate ``P_k``, ``Q_k``, and take the greatest convex
+   minorant of the points ``(P_k, φ(Q_k))``, k = 0..V (pool-adjacent-violators on the chord slopes,
+   ``scipy.optimize.isotonic_regression``). Its segments are the *levels* ``[b, e)``, with slopes
+   ``λ = (φ(Q_e) − φ(Q_b)) / (P_e − P_b)`` (``∞`` for the tokens with ``p = 0``). The target
+   selection law is ``x_i = λ(i)·p_i``. Proof sketch: within a level ``x/q = λr`` falls along the
+   order while across a level boundary it cannot rise (the minorant is below both neighbouring
+   chords and φ is concave), so every set's x-mass is at most the x-mass of the prefix with the
+   same q-mass, which the minorant bounds by φ: x lies in the base polytope. Levels with ``λ ≤ 1``
+   end at a vertex K of the minorant, so ``Σ min(p, x) = φ(Q_K) + 1 − P_K ≥ 1 + min_H [P(H) −
+   q(H)^n] = α*``; LP duality gives the reverse inequality, hence the acceptance is exactly α*.
+
+2. Realising x with positions. Draft j gets an independent position ``s_j ∈ [0, 1]`` with density
+   ``ρ_{x_j} / q_{x_j}``, where the token densities satisfy ``Σ_i ρ_i = 1`` (so positions are i.i.d.
+   uniform) and the draft with the smallest position is selected. The smallest of n i.i.d. uniforms
+   has density w, so token i is selected with probability ``∫ ρ_i w``. Level ``[b, e)`` owns the
+   positions ``[Q_b, Q_e]`` (a draft in a lower level always wins). Inside a level the token targets
+   ``y_i = λ p_i`` are in convex order below the law of ``w(U)`` (U uniform on the level) — that is
+   what lying above the minorant means — so the level is a martingale transport, built by *shadows*
+   (Beiglböck & Juillet 2016): tokens are processed in q-descending order (ties by sorted index);
+   token k takes the contiguous stretch, in the coordinates of the still-free positions, of mass
+   ``q_k`` whose w-mass is ``y_k`` (unique: the w-mass of a stretch falls as it moves back). The
+   shadow is the convex-order-minimal choice, so the rest of the level stays feasible whatever the
+   order. Only the tokens of the lowest drafted level up to the drafted ones are processed. (The
+   code measures positions by the q-mass that remains after them, ``z = 1 − s``, so the selected draft
+   is the one with the largest z and the tail of the order keeps full relative precision.)
+
+3. Acceptance: the selected token i is accepted with ``min(1, 1/λ(i))``; otherwise the token is
+   drawn from ``norm(p·(1 − λ)_+)`` (the residual lives on levels with ``λ < 1``, which hold no draft
+   when a rejection happens, so the acceptance is ``P(Y ∈ S)`` exactly).
+
+Cost per position: a sort and a PAVA pass, O(V log V); then one shadow per token of the lowest
+drafted level that is at least as heavy as the lightest drafted token there (R tokens, each step
+O(F) in the F free pieces of the level), so heavy drafts are cheap and drafts deep in a flat tail
+are not.
+
+Floating point. All of it runs in float64 on the CPU (p and q are copied there; the level solve
+and the shadows are sequential, so they are numpy/scipy, not torch): suffix sums of q (relative
+error O(V·ε)), the minorant (PAVA; λ carries O(V·ε)), ``z_b^n − z_a^n`` as
+``(z_b − z_a)·Σ_k z_a^k z_b^{n−1−k}`` (no cancellation), each shadow boundary by Newton's method kept
+in its bracket (to ~1e-16 relative), and the selection probabilities by Gauss–Legendre quadrature
+that is exact for their piecewise-polynomial integrands. A token lighter than the float64 spacing
+of its level's coordinates is placed on one ulp there (its own probabilities are off by at most its
+mass, < 1e-16 of the level). The enumeration tests measure the emitted law within 2e-15 of p and
+the acceptance within 1e-13 of the brute-force α* (the HiGHS LP itself is accurate to ~1e-10).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import scipy.optimize
+import torch
+from torch import Tensor
+
+from .._validation import working_dtype
+from ..sampling import draw_uniforms, sample_categorical
+from ._common import check_draft_probs, first_match
+from .base import Acceptance, DraftLaw, Verifier, VerifyOutput, prepare_inputs, register_verifier
+
+__all__ = ["OTVerifier", "OTPlan", "ot_selection_law"]
+
+#: Tokens whose ratios p/q agree to this relative tolerance share a level density (uniform).
+_TIE_RTOL = 1e-14
+
+
+def _zmass(z1: object, z2: object, length: object, n: int) -> object:
+    """``z2^n − z1^n`` for ``z1 ≤ z2`` with ``z2 − z1 = length`` (the w-mass of the positions whose
+    remaining q-mass lies in ``[z1, z2]``), as ``length·Σ_k z1^k z2^{n−1−k}`` (no cancellation)."""
+    s = 0.0
+    zk = 1.0
+    for k in range(n):
+        s = s + zk * z2 ** (n - 1 - k)  # type: ignore[operator]
+        zk = zk * z1  # type: ignore[operator]
+    return length * s  # type: ignore[operator]
+
+
+def _solve_increasing(f, fprime, lo: float, hi: float, t: float) -> float:  # type: ignore[no-untyped-def]
+    """Root of the increasing ``f`` on ``[lo, hi]`` (``f(lo) ≤ 0 ≤ f(hi)``) from ``t``: Newton's
+    method, kept inside the bracket (bisection when a step leaves it)."""
+    for _ in range(100):
+        val = f(t)
+        if val == 0.0:
+            return t
+        if val < 0:
+            lo = t
+        else:
+            hi = t
+        d = fprime(t)
+        nt = t - val / d if d > 0 else 0.5 * (lo + hi)
+        if not lo <= nt <= hi:
+            nt = 0.5 * (lo + hi)
+        if abs(nt - t) <= 2e-16 * abs(t) or hi - lo <= 2e-16 * abs(hi):
+            return nt
+        t = nt
+    return t
+
+
+def _shadow_step(fa: np.ndarray, fb: np.ndarray, ze: float, qk: float, yk: float,
+                 n: int) -> tuple[np.ndarray, float, np.ndarray, np.ndarray]:
+    """One shadow inside a level, in level coordinates ``v`` (remaining q-mass of the level below a
+    position; the value density ``n (ze + v)^{n−1}`` rises with v). The free positions are the
+    sorted intervals ``[fa, fb]``; the token takes the stretch of free length ``qk`` (free coordinate
+    counted from the bottom) whose w-mass is ``yk``. Returns ``(pieces [r, 2], bottom of the stretch,
+    fa', fb')``."""
+    lengths = fb - fa
+    za = ze + fa
+    cm = np.concatenate(([0.0], np.cumsum(lengths)))
+    cv = np.concatenate(([0.0], np.cumsum(_zmass(za, ze + fb, lengths, n))))
+    qk = min(qk, float(cm[-1]))
+    top = float(cm[-1]) - qk
+    last = len(fa) - 1
+
+    def gmass(t: np.ndarray) -> np.ndarray:
+        j = np.minimum(np.searchsorted(cm, t, side="right") - 1, last)
+        return cv[j] + _zmass(za[j], za[j] + (t - cm[j]), t - cm[j], n)
+
+    cand = np.concatenate((cm[cm <= top], cm[cm >= qk] - qk, [0.0, top]))
+    cand.sort()
+    vals = gmass(cand + qk) - gmass(cand)  # non-decreasing in the start t
+    if yk <= vals[0]:
+        t = 0.0
+    elif yk >= vals[-1]:
+        t = top
+    else:
+        i = int(np.searchsorted(vals, yk, side="right")) - 1  # vals[i] <= yk < vals[i + 1]
+        lo, hi = float(cand[i]), float(cand[i + 1])
+        mid = 0.5 * (lo + hi)
+        j1 = min(int(np.searchsorted(cm, mid, side="right")) - 1, last)
+        j2 = min(int(np.searchsorted(cm, mid + qk, side="right")) - 1, last)
+        a1, c1, a2, c2 = float(za[j1]), float(cm[j1]), float(za[j2]), float(cm[j2])
+        base = float(cv[j2] - cv[j1]) - yk
+
+        def f(t: float) -> float:
+            return base + _zmass(a2, a2 + (t + qk - c2), t + qk - c2, n) - _zmass(a1, a1 + (t - c1), t - c1, n)
+
+        def fp(t: float) -> float:
+            return n * ((a2 + (t + qk - c2)) ** (n - 1) - (a1 + (t - c1)) ** (n - 1))
+
+        v0, v1 = float(vals[i]), float(vals[i + 1])
+        t = _solve_increasing(f, fp, lo, hi, lo + (hi - lo) * (yk - v0) / (v1 - v0) if v1 > v0 else mid)
+    j1 = min(int(np.searchsorted(cm, t, side="right")) - 1, last)
+    j2 = min(int(np.searchsorted(cm, t + qk, side="right")) - 1, last)
+    s1 = float(fa[j1] + (t - cm[j1]))
+    s2 = float(min(fa[j2] + (t + qk - cm[j2]), fb[j2]))
+    if j1 == j2:
+        pieces = np.array([[s1, s2]])
+    else:
+        pieces = np.concatenate(([[s1, fb[j1]]], np.stack([fa[j1 + 1:j2], fb[j1 + 1:j2]], -1), [[fa[j2], s2]]))
+    new_a = np.concatenate((fa[:j1], [fa[j1], s2], fa[j2 + 1:]))
+    new_b = np.concatenate((fb[:j1], [s1, fb[j2]], fb[j2 + 1:]))
+    keep = new_b > new_a
+    return pieces[pieces[:, 1] > pieces[:, 0]], s1, new_a[keep], new_b[keep]
+
+
+class _LevelShadows:
+    """The shadows of one level, built incrementally in q-descending order (ties by sorted index)."""
+
+    def __init__(self, plan: "OTPlan", level: int) -> None:
+        self.plan = plan
+        self.b, self.e = int(plan.blocks[level]), int(plan.blocks[level + 1])
+        self.lam = float(plan.lam_level[level])
+        self.ze = float(plan.Z[self.e])
+        self.length = float(np.sum(plan.qs[self.b:self.e]))
+        self.fa = np.array([0.0])
+        self.fb = np.array([self.length])
+        self.last: tuple[float, int] | None = None  # key (−q, index) of the last token processed
+        self.pieces: dict[int, np.ndarray] = {}
+        ps, qs = plan.ps[self.b:self.e], plan.qs[self.b:self.e]
+        ratios = ps / np.where(qs > 0, qs, 1.0)
+        self.uniform = bool(np.all(np.abs(ratios - ratios[0]) <= _TIE_RTOL * abs(ratios[0])))
+
+    def get(self, k: int) -> np.ndarray:
+        """Position pieces ``[r, 2]`` (level coordinates) of the token at sorted index ``k``."""
+        if self.uniform:  # every token has the level's mean value: the uniform density is exact
+            return np.array([[0.0, self.length]])
+        if k not in self.pieces:
+            self._advance((-float(self.plan.qs[k]), k))
+        return self.pieces[k]
+
+    def _advance(self, target: tuple[float, int]) -> None:
+        qs = self.plan.qs[self.b:self.e]
+        idx = np.arange(self.b, self.e)
+        upto = (-qs < target[0]) | ((-qs == target[0]) & (idx <= target[1]))
+        if self.last is not None:
+            upto &= (-qs > self.last[0]) | ((-qs == self.last[0]) & (idx > self.last[1]))
+        sel = idx[upto]
+        for k in sel[np.lexsort((sel, -self.plan.qs[sel]))].tolist():
+            qk = float(self.plan.qs[k])
+            if qk <= 0.0 or self.fa.size == 0:
+                self.pieces[k] = np.zeros((0, 2))
+                continue
+            pieces, s1, self.fa, self.fb = _shadow_step(self.fa, self.fb, self.ze, qk,
+                                                         self.lam * float(self.plan.ps[k]), self.plan.n)
+            if pieces.size == 0:  # lighter than the float64 resolution of the level: one ulp there
+                pieces = np.array([[s1, s1 + max(qk, math.ulp(s1))]])
+            self.pieces[k] = pieces
+        self.last = target
+
+
+def _max_position_law(pieces: list[np.ndarray]) -> np.ndarray:
+    """P(draft j has the largest position) ``[m]`` when draft j's position is uniform on ``pieces[j]``."""
+    m = len(pieces)
+    lengths = np.array([float(np.sum(pc[:, 1] - pc[:, 0])) for pc in pieces])
+    pts = np.unique(np.concatenate([pc.reshape(-1) for pc in pieces]))
+    u, v = pts[:-1], pts[1:]
+    u, v = u[v > u], v[v > u]
+    g = m // 2 + 1  # Gauss–Legendre with g nodes is exact up to degree 2g − 1 ≥ m − 1
+    xg, wg = np.polynomial.legendre.leggauss(g)
+    s = 0.5 * (u + v)[:, None] + 0.5 * (v - u)[:, None] * xg[None, :]  # [S, g]
+    mid = 0.5 * (u + v)
+    dens = np.zeros((m, u.size))
+    cdf = np.zeros((m, u.size, g))
+    for j, pc in enumerate(pieces):
+        inside = np.any((pc[:, :1] <= mid[None, :]) & (mid[None, :] <= pc[:, 1:]), axis=0)
+        below = np.clip(np.minimum(pc[:, 1:], u[None, :]) - pc[:, :1], 0.0, None).sum(0)
+        dens[j] = np.where(inside, 1.0 / lengths[j], 0.0)
+        cdf[j] = np.clip(below[:, None] / lengths[j] + dens[j][:, None] * (s - u[:, None]), 0.0, 1.0)
+    out = np.empty(m)
+    for j in range(m):
+        others = np.prod(np.delete(cdf, j, axis=0), axis=0) if m > 1 else np.ones_like(s)
+        out[j] = float(np.sum(dens[j][:, None] * (0.5 * (v - u))[:, None] * wg[None, :] * others))
+    return out / out.sum()
+
+
+class OTPlan:
+    """The optimal plan for one position: levels, λ, the acceptance α* and the residual.
+
+    Args:
+        p, q: float64 numpy ``[V]`` (normalised here).
+        n: number of i.i.d. drafts.
+
+    Attributes:
+        alpha: the acceptance ``Σ_i p_i min(1, λ_i)`` (= α*).
+        lam: λ per token id ``[V]`` (``inf`` where ``p = 0``), so the selection law is ``λ·p``.
+        residual: ``norm(p·(1 − λ)_+)`` ``[V]`` (p itself when that mass is 0).
+    """
+
+    def __init__(self, p: np.ndarray, q: np.ndarray, n: int) -> None:
+        p = p / p.sum()
+        q = q / q.sum()
+        self.n = n
+        with np.errstate(divide="ignore", invalid="ignore"):
+            key = np.where(q > 0, p / np.where(q > 0, q, 1.0), np.where(p > 0, np.inf, -1.0))
+        self.order = np.argsort(-key)  # ties in an order fixed by (p, q)
+        self.inv = np.empty_like(self.order)
+        self.inv[self.order] = np.arange(p.size)
+        self.ps, self.qs = p[self.order], q[self.order]
+        # Z[k]: the q-mass of the tokens from sorted index k on (suffix sums keep the tail precise)
+        self.Z = np.concatenate((np.cumsum(self.qs[::-1])[::-1], [0.0]))
+        ym = _zmass(self.Z[1:], self.Z[:-1], self.qs, n)  # each token's w-mass in the identity order
+        k0 = int(np.count_nonzero(self.ps > 0))  # tokens with p > 0 come first
+        blocks = list(scipy.optimize.isotonic_regression(ym[:k0] / self.ps[:k0], weights=self.ps[:k0],
+                                                         increasing=True).blocks)
+        if k0 < p.size:
+            blocks.append(p.size)  # the tokens with p = 0: one level, λ = ∞ (always rejected)
+        self.blocks = np.asarray(blocks, dtype=np.int64)
+        sums_y = np.add.reduceat(ym, self.blocks[:-1])
+        sums_p = np.add.reduceat(self.ps, self.blocks[:-1])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            self.lam_level = np.where(sums_p > 0, sums_y / np.where(sums_p > 0, sums_p, 1.0), np.inf)
+        self.level_sorted = np.repeat(np.arange(self.blocks.size - 1), np.diff(self.blocks))
+        lam_sorted = self.lam_level[self.level_sorted]
+        self.lam = np.empty(p.size)
+        self.lam[self.order] = lam_sorted
+        self.alpha = float(np.sum(self.ps * np.minimum(1.0, lam_sorted)))
+        res = p * np.clip(1.0 - self.lam, 0.0, None)
+        self.residual = res / res.sum() if res.sum() > 0 else p
+        self._levels: dict[int, _LevelShadows] = {}
+        self._laws: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
+
+    def selection(self, drafts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(select [n], accept [n])``: P(draft j is selected | drafts) and the probability that draft j,
+        when selected, is accepted (``min(1, 1/λ)``)."""
+        perm = np.argsort(drafts, kind="stable")
+        key = tuple(drafts[perm].tolist())
+        if key not in self._laws:
+            self._laws[key] = self._selection_sorted(np.asarray(key, dtype=np.int64))
+        sel_s, acc_s = self._laws[key]
+        sel, acc = np.empty_like(sel_s), np.empty_like(acc_s)
+        sel[perm], acc[perm] = sel_s, acc_s
+        return sel, acc
+
+    def _selection_sorted(self, drafts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        k = self.inv[drafts]
+        levels = self.level_sorted[k]
+        with np.errstate(divide="ignore"):
+            acc = np.minimum(1.0, 1.0 / self.lam[drafts])
+        sel = np.zeros(drafts.size)
+        lvl = int(levels.min())
+        low = np.flatnonzero(levels == lvl)
+        if np.unique(drafts[low]).size == 1 or not math.isfinite(float(self.lam_level[lvl])):
+            sel[low] = 1.0 / low.size  # one token (or the always-rejected p = 0 level): symmetric
+            return sel, acc
+        shadows = self._levels.get(lvl)
+        if shadows is None:
+            shadows = self._levels[lvl] = _LevelShadows(self, lvl)
+        sel[low] = _max_position_law([shadows.get(int(kk)) for kk in k[low]])
+        return sel, acc
+
+
+def ot_selection_law(p: Tensor, q: Tensor, n: int) -> Tensor:
+    """The optimal selection law ``x = λ·p`` ``[B, V]`` (float64; ``x_i = 0`` where ``p_i = 0`` stands
+    for the always-rejected level) for n i.i.d. drafts: ``Σ_i min(p_i, x_i) = α*``."""
+    p, q, _ = prepare_inputs(p, q)
+    out = torch.empty(p.shape, dtype=torch.float64)
+    pn, qn = p.detach().to(torch.float64).cpu().numpy(), q.detach().to(torch.float64).cpu().numpy()
+    for b in range(p.shape[0]):
+        plan = OTPlan(pn[b], qn[b], n)
+        out[b] = torch.from_numpy(np.where(np.isfinite(plan.lam), plan.lam, 0.0) * pn[b] / pn[b].sum())
+    return out.to(p.device)
+
+
+@register_verifier("ot")
+class OTVerifier(Verifier):
+    """The exactly optimal (OT) verifier for n i.i.d. drafts at full vocabulary (module docstring).
+
+    Lossless, and its acceptance is α* (Hu et al. 2025) at every position. At temperature 0 (p
+    one-hot on t) the token t is a level of its own with ``λ ≤ 1``: a drafted t is accepted with
+    probability 1, otherwise t is emitted.
+
+    Shapes: ``p, q: [B, V]``, ``drafts: [B, n]`` (i.i.d. from q) → tokens ``[B]``, accepted index
+    ``[B]`` (the first draft equal to the emitted token, −1 if none). One plan per distinct
+    (p, q) row (levels: a sort and a PAVA pass, O(V log V)); the shadows of the lowest drafted
+    level are built only up to the drafted tokens, in q-descending order. Randomness: two
+    uniforms per position (the selection, the acceptance) plus one per rejected position.
+
+    Raises:
+        ValueError: a drafted token with ``q(x) = 0``; invalid inputs (see :func:`prepare_inputs`).
+    """
+
+    name = "ot"
+    valid_laws = frozenset({DraftLaw.IID})
+    argmax_at_temperature_0 = True
+
+    @staticmethod
+    def _plans(p: Tensor, q: Tensor, n: int) -> tuple[list[OTPlan], list[int]]:
+        """One plan per row, or one for all rows when every row repeats the first (as in enumeration
+        and Monte-Carlo acceptance, where the cached shadows and laws are then shared)."""
+        B = p.shape[0]
+        same = B > 1 and bool((p == p[:1]).all()) and bool((q == q[:1]).all())
+        rows = 1 if same or B == 1 else B
+        pn = p[:rows].detach().to(torch.float64).cpu().numpy()
+        qn = q[:rows].detach().to(torch.float64).cpu().numpy()
+        return [OTPlan(pn[u], qn[u], n) for u in range(rows)], [0] * B if rows == 1 else list(range(B))
+
+    def _laws(self, p: Tensor, q: Tensor, drafts: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """``(select [B, n], accept [B, n], residual [B, V], drafts)`` in float64 on the CPU (drafts int64)."""
+        p, q, d = prepare_inputs(p, q, drafts)
+        assert d is not None
+        check_draft_probs(q, d, self.name)
+        B, n = d.shape
+        plans, inv = self._plans(p, q, n)
+        dn = d.cpu().numpy()
+        sel = np.empty((B, n))
+        acc = np.empty((B, n))
+        res = np.empty((B, p.shape[1]))
+        for b in range(B):
+            plan = plans[int(inv[b])]
+            sel[b], acc[b] = plan.selection(dn[b])
+            res[b] = plan.residual
+        return torch.from_numpy(sel), torch.from_numpy(acc), torch.from_numpy(res), d.cpu()
+
+    def verify(self, p: Tensor, q: Tensor, drafts: Tensor, generator: torch.Generator | None = None) -> VerifyOutput:
+        sel, acc, res, d = self._laws(p, q, drafts)
+        device = p.device
+        B = d.shape[0]
+        u = draw_uniforms((B, 2), generator, device).cpu()
+        j = sample_categorical(sel, uniforms=u[:, 0])
+        chosen = d.gather(-1, j.unsqueeze(-1)).squeeze(-1)
+        accept = u[:, 1] < acc.gather(-1, j.unsqueeze(-1)).squeeze(-1)
+        tokens = chosen.clone()
+        rej = (~accept).nonzero().squeeze(-1)
+        if rej.numel():
+            tokens[rej] = sample_categorical(res[rej].to(device), generator).cpu()
+        tokens = tokens.to(device)
+        return VerifyOutput(tokens=tokens, accepted_index=first_match(d.to(device), tokens))
+
+    def output_distribution(self, p: Tensor, q: Tensor, drafts: Tensor) -> Tensor:
+        sel, acc, res, d = self._laws(p, q, drafts)
+        a = sel * acc
+        out = (1.0 - a.sum(-1, keepdim=True)).clamp_min(0.0) * res
+        out.scatter_add_(-1, d, a)
+        return out.to(device=p.device, dtype=working_dtype(p, q))
+
+    def accept_probability(self, p: Tensor, q: Tensor, drafts: Tensor) -> Tensor:
+        """``P(emitted token ∈ drafts | drafts)`` ``[B]`` (float64)."""
+        sel, acc, res, d = self._laws(p, q, drafts)
+        n = d.shape[1]
+        first = torch.ones_like(d, dtype=torch.bool)  # count each distinct drafted token once
+        for j in range(1, n):
+            first[:, j] = ~(d[:, :j] == d[:, j:j + 1]).any(-1)
+        a = (sel * acc).sum(-1)
+        return (a + (1.0 - a) * (res.gather(-1, d) * first).sum(-1)).to(p.device)
+
+    def acceptance(self, p: Tensor, q: Tensor, n: int, **kwargs: object) -> Acceptance:
+        """Exact acceptance ``Σ_i p_i min(1, λ_i)`` (= α*) per position ``[B]``."""
+        self.check_construction(DraftLaw.IID, n)
+        p, q, _ = prepare_inputs(p, q)
+        plans, inv = self._plans(p, q, n)
+        val = torch.tensor([plans[int(inv[b])].alpha for b in range(p.shape[0])], dtype=torch.float64)
+        return Acceptance(value=val, stderr=torch.zeros_like(val), exact=True)
