@@ -84,6 +84,23 @@ def test_exact_on_adversarial_distributions(n, data):
     _check_exact(p, q, n)
 
 
+@pytest.mark.parametrize("V,n,seed,scale", [(40, 2, 0, 2.0), (40, 2, 1, 0.5), (64, 2, 3, 3.0), (14, 3, 2, 1.0)])
+def test_exact_with_large_levels(V, n, seed, scale):
+    """Correlated p and q put dozens of tokens into one level, so the emitted law is exact only if
+    the shadows inside that level are (the level sizes are asserted so the test keeps its power)."""
+    g = torch.Generator().manual_seed(seed)
+    z = scale * torch.randn(V, generator=g, dtype=torch.float64)
+    p = torch.softmax(z + 0.5 * torch.randn(V, generator=g, dtype=torch.float64), -1)
+    q = torch.softmax(z + 0.5 * torch.randn(V, generator=g, dtype=torch.float64), -1)
+    plan = ot_module.OTPlan(p.numpy(), q.numpy(), n)
+    assert int(np.diff(plan.blocks).max()) >= 14
+    v = get_verifier("ot")
+    emitted, acc = enumerate_emitted(v, p, q, n, DraftLaw.IID)
+    assert float((emitted - p).abs().max()) < LAW_TOL
+    assert abs(acc - optimal_acceptance(p.numpy(), q.numpy(), n, "iid").alpha) < ALPHA_TOL
+    assert abs(float(v.acceptance(p[None], q[None], n).value[0]) - acc) < LAW_TOL
+
+
 @pytest.mark.parametrize("case", ["point-masses", "disjoint", "p-equals-q", "q-support-below-n", "tiny-masses"])
 def test_exact_on_named_corner_cases(case):
     d = torch.float64
@@ -132,8 +149,8 @@ def test_a_planted_perturbation_is_caught(monkeypatch):
     _check_exact(p, q, 3)  # the real construction passes
     step = ot_module._shadow_step
 
-    def perturbed(fa, fb, ze, qk, yk, n):  # type: ignore[no-untyped-def]
-        return step(fa, fb, ze, qk, yk * (1 + 1e-6), n)
+    def perturbed(free, ze, qk, yk, n):  # type: ignore[no-untyped-def]
+        return step(free, ze, qk, yk * (1 + 1e-6), n)
 
     monkeypatch.setattr(ot_module, "_shadow_step", perturbed)
     with pytest.raises(AssertionError, match="emitted law"):
