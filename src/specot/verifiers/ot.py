@@ -49,7 +49,9 @@ canonical decomposition).
 Cost per position: a sort and a PAVA pass, O(V log V); then one shadow per token of the lowest
 drafted level that is at least as heavy as the lightest drafted token there (R tokens, each step
 O(F) in the F free pieces of the level), so heavy drafts are cheap and drafts deep in a flat tail
-are not.
+are not: on a busy 2-core CPU at V = 49152, n = 4, ~3.5 ms per position for peaked p and q (the
+sort and PAVA take ~2 ms of it), tens of ms for flatter ones, seconds when q is uniform over the
+vocabulary and p is not (one level of ~40k equal-mass tokens).
 
 Floating point. All of it runs in float64 on the CPU (p and q are copied there; the level solve
 and the shadows are sequential, so they are numpy/scipy, not torch): suffix sums of q (relative
