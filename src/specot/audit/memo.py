@@ -128,7 +128,16 @@ class MemoModel:
         for tok, par in zip(tokens, parents):
             paths.append((ctx if par < 0 else paths[par]) + (int(tok),))
         self._ids, self._extra = list(ctx), paths
-        return self.rows([ctx] + paths)
+        keys = [ctx] + paths
+        if any(k not in self._rows for k in keys):  # one real tree pass for the whole tree, its nodes then dropped
+            got = self.real.tree_logits_after(list(ctx), [int(t) for t in tokens], [int(p) for p in parents])
+            self.real.keep_tree_path(len(ctx), [])
+            self.forward_calls += 1
+            self.misses += sum(k not in self._rows for k in keys)
+            for key, row in zip(keys, got):
+                if key not in self._rows:
+                    self._put(key, row)
+        return self.rows(keys)
 
     def keep_tree_path(self, prefix_len: int, positions: Sequence[int]) -> None:
         """Keep ``prefix_len`` positions and then the cached positions ``positions``, as a chain."""
