@@ -159,7 +159,8 @@ def render_table(rows: Sequence[AuditRow], markdown: bool = True) -> str:
                 f"+{v.n_ref}" if v.n_ref else "")]
         else:
             first = v.differences[0] if v.differences else None
-            diff = "-" if first is None else f"first diff at token {first['position']}, gap {first['gap']}"
+            gap = "no logits" if first is None or first["gap"] is None else f"{first['gap']:.3g}"
+            diff = "-" if first is None else f"first diff at token {first['position']}, logit gap {gap}"
             cells = ["-", diff, "-", f"{v.prompts}×{v.tokens} tok"]
         lines.append([r.engine, r.method, r.setting, r.label] + cells + [r.reference, f"{r.seconds:.0f}"])
     if markdown:
