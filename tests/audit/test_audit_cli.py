@@ -51,3 +51,15 @@ def test_one_line_errors(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["audit", "--alpha", "2"])
     assert exc.value.code == 2
+
+
+def test_vllm_harness_verdicts(tmp_path, capsys):
+    data = {"n": 1000, "vocab": 5, "temperature": 0.7, "alpha": 1e-3, "results": {
+        "stock/sampled": {"first": [0.0, 4], "second": [1.0, 0], "accepted_first": 0.0, "exact": False},
+        "fixed/sampled": {"first": [0.3, 4], "second": [0.0009, 4], "accepted_first": 0.34, "exact": False}}}
+    f = tmp_path / "h.json"
+    f.write_text(json.dumps(data))
+    assert main(["audit", "--vllm-harness", str(f)]) == 3
+    out = capsys.readouterr().out
+    assert "| stock/sampled | NOT EXACT | 0 |" in out
+    assert "| fixed/sampled | exact | 0.0018 |" in out  # Holm over the row's two checks: 2 × 0.0009

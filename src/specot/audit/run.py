@@ -15,11 +15,11 @@ from typing import Any, Sequence
 
 from ..sampling import SamplingConfig
 from .adapters import Adapter
-from .stats import (GreedyVerdict, SamplingVerdict, audit_exact_law, audit_two_sample, compare_greedy,
+from .stats import (GreedyVerdict, SamplingVerdict, audit_exact_law, audit_two_sample, compare_greedy, holm,
                     verdict_from_dict)
 
 __all__ = ["AuditRow", "audit_sampling", "audit_greedy", "render_table", "rows_to_json", "recheck_json",
-           "setting_label"]
+           "setting_label", "harness_table"]
 
 
 def setting_label(sampling: SamplingConfig) -> str:
@@ -203,3 +203,23 @@ def recheck_json(text: str) -> tuple[dict[str, Any], list[AuditRow], list[str]]:
         if row.label != d.get("label"):
             changed.append(f"{row.engine} {row.method} {row.setting}: saved {d.get('label')}, recomputed {row.label}")
     return data.get("meta", {}), rows, changed
+
+
+def harness_table(data: dict[str, Any], alpha: float = 1e-3) -> str:
+    """The verdicts of ``python -m specot_vllm.harness`` (its JSON: per sampler × draft, the
+    chi-square p-values of the first and the second token) as a Markdown table, Holm-adjusted over
+    the two checks of each row at family-wise rate ``alpha``.
+
+    Raises:
+        ValueError: ``data`` is not the harness's output (no ``results``).
+    """
+    try:
+        results, n, temp = data["results"], data["n"], data["temperature"]
+    except (KeyError, TypeError):
+        raise ValueError("not the JSON of python -m specot_vllm.harness (no 'results')") from None
+    lines = ["| sampler / draft | verdict | p (Holm) | first draft accepted | requests | T |", "|---|---|---|---|---|---|"]
+    for name, r in results.items():
+        adj = min(holm([float(r["first"][0]), float(r["second"][0])]))
+        label = "exact" if adj >= alpha else "NOT EXACT"
+        lines.append(f"| {name} | {label} | {_fmt_p(adj)} | {float(r['accepted_first']):.4g} | {n} | {temp:g} |")
+    return "\n".join(lines)

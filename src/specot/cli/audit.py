@@ -3,7 +3,9 @@
 * ``specot audit --engine specot|hf|llamacpp|server [--method M ...] [--temperature 0.6 1.0 0]
   [--top-p P] [--top-k K] [--k 3] [--samples N] [--alpha 0.001] [--json] [--out FILE]``
 * ``specot audit --all --out docs/bench/audit.json`` — the set of docs/exactness.md;
-* ``specot audit --recheck FILE.json`` — recompute every verdict from the saved counts.
+* ``specot audit --recheck FILE.json`` — recompute every verdict from the saved counts;
+* ``specot audit --vllm-harness FILE.json`` — the verdicts of vLLM's sampler from the harness's
+  JSON (``.venv-vllm/bin/python -m specot_vllm.harness > FILE.json``).
 
 The statistics and the adapters: :mod:`specot.audit`; the handler (imports torch) is
 :mod:`specot.cli.audit_run`.
@@ -63,6 +65,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reference", default=None, help="the same target served with plain decoding (URL)")
     p.add_argument("--all", action="store_true", help="the audit set of docs/exactness.md")
     p.add_argument("--recheck", default=None, metavar="FILE", help="recompute the verdicts of a saved --out JSON")
+    p.add_argument("--vllm-harness", default=None, metavar="FILE",
+                   help="print the verdicts of a saved `python -m specot_vllm.harness` JSON (vLLM's sampler)")
     p.add_argument("--json", action="store_true", help="print the run as one JSON object")
     p.add_argument("--markdown", action="store_true", help="print the table as Markdown (docs/exactness.md)")
     p.add_argument("--out", default=None, help="also write the run's JSON to this file")

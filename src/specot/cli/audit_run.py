@@ -4,6 +4,7 @@ transformers and, for those engines, llama-cpp-python) and prints the table or t
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import sys
@@ -14,7 +15,8 @@ from typing import Any, Callable
 
 from ..api import load_drafter, load_target
 from ..audit.adapters import Adapter, HFAdapter, LlamaCppPythonAdapter, ServerAdapter, SpecotAdapter
-from ..audit.run import AuditRow, audit_greedy, audit_sampling, recheck_json, render_table, rows_to_json
+from ..audit.run import (AuditRow, audit_greedy, audit_sampling, harness_table, recheck_json, render_table,
+                         rows_to_json)
 from ..models.embedded import embedded_gguf
 from ..sampling import SamplingConfig
 
@@ -168,6 +170,14 @@ def cmd_audit(args: argparse.Namespace) -> int:
     Raises:
         ValueError: a bad combination of options, a saved file that is not an audit.
     """
+    if getattr(args, "vllm_harness", None):
+        try:
+            data = json.loads(Path(args.vllm_harness).read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{args.vllm_harness} is not JSON: {exc}") from None
+        table = harness_table(data, args.alpha)
+        print(table)
+        return 0 if "NOT EXACT" not in table else 3
     if args.recheck:
         meta, rows, changed = recheck_json(Path(args.recheck).read_text(encoding="utf-8"))
         for line in changed:
