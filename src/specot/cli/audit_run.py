@@ -42,6 +42,7 @@ class Job:
     plain: Callable[[], Adapter]
     samples: int
     law_from_plain: bool  # the plain adapter exposes the exact law
+    text_prompt: bool = False  # a server gets the prompt's text (no chat template), not token ids
 
 
 class _Models:
@@ -95,7 +96,7 @@ def _jobs(engine: str, methods: list[str], args: argparse.Namespace, models: _Mo
             vocab: dict[str, int] = {}
             jobs.append(Job(lambda: ServerAdapter(args.server, method=m, vocab=vocab),
                             lambda: ServerAdapter(args.reference, method="plain", vocab=vocab),
-                            args.samples or SAMPLES["server"], False))
+                            args.samples or SAMPLES["server"], False, text_prompt=True))
     return jobs
 
 
@@ -114,12 +115,16 @@ def _prompt_ids(models: _Models, text: str) -> list[int]:
 def _run_jobs(jobs: list[Job], settings: list[SamplingConfig], args: argparse.Namespace, models: _Models,
               note: str) -> list[AuditRow]:
     rows = []
-    prompt = _prompt_ids(models, args.prompt or AUDIT_PROMPT)
     for job in jobs:
         ad = job.make()
+        text = args.prompt or AUDIT_PROMPT
+        # a server continues raw text (no chat template): the default prompts end in a newline,
+        # after which SmolLM2 answers instead of ending at once
+        raw = (lambda p: p if args.prompt else p + "\n")  # noqa: E731
+        prompt: Any = raw(text) if job.text_prompt else _prompt_ids(models, text)
         for s in settings:
             if s.greedy:
-                prompts = [_prompt_ids(models, p) for p in GREEDY_PROMPTS]
+                prompts = [raw(p) if job.text_prompt else _prompt_ids(models, p) for p in GREEDY_PROMPTS]
                 row = audit_greedy(ad, job.plain(), prompts, tokens=GREEDY_TOKENS, note=note)
             elif job.law_from_plain:
                 row = audit_sampling(ad, s, prompt, k=args.k, samples=job.samples, alpha=args.alpha, seed=args.seed,
