@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 
 from .main import DeferredHandler
+from .theory import _pos_int
 
 __all__ = ["register"]
 
@@ -26,13 +27,6 @@ def _unit_open(x: str) -> float:
     v = float(x)
     if not 0.0 < v < 1.0:
         raise argparse.ArgumentTypeError(f"must lie in (0, 1), got {x}")
-    return v
-
-
-def _pos_int(x: str) -> int:
-    v = int(x)
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {x}")
     return v
 
 
