@@ -83,7 +83,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                         "docs/llamacpp.md)")
     p.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=None,
                    help="static KV caches with the model passes replayed as CUDA graphs, one per padded width "
-                        "(default: on with --device cuda; on an H200 a target pass went from 19 to 4 ms; docs/engine.md)")
+                        "(default: on with --device cuda: a small target's pass is bound by kernel launches; docs/engine.md)")
     p.add_argument("--baseline", action="store_true",
                    help="also run autoregressive decoding for the same number of tokens and print the measured speedup")
     p.add_argument("--repeats", type=int, default=1,

@@ -147,10 +147,9 @@ class CausalLM:
         in slots past the cache's new length, which later passes overwrite. Only the real rows are
         returned.
 
-        Why: a pass of a small target is bound by kernel launches on a GPU. On an H200 the 135 M
-        embedded target's 1-token pass took 19.4 ms eagerly and 4.0 ms replayed, an 8-token pass
-        19.9 and 4.2 ms, the replayed logits bit-identical to the eager pass's
-        (``benchmarks/gpu/graph_step.py``, docs/engine.md).
+        Why: a pass of a small target is bound by kernel launches on a GPU; replayed, it runs several
+        times faster with logits bit-identical to the eager pass's (``benchmarks/gpu/graph_step.py``;
+        docs/results.md, "GPU runs").
 
         Off CUDA the same padded passes run eagerly (that is how the CPU tests check them). If a
         capture fails the wrapper warns once and runs plain eager passes from then on. Off by

@@ -73,8 +73,7 @@ def warm_up(plan: DecodingPlan, target: Any, drafter: Drafter | None, prompt_ids
             config: GenerationConfig, verifier: AnyVerifier) -> None:
     """Run the plan briefly (16 tokens, and 2 autoregressive ones) with its own generator, so that
     every CUDA graph it meets is captured before a timed run: the first timed run would otherwise
-    pay every capture and the baseline none (on an H200 a first pair measured 0.26× against 0.95×
-    for the next four)."""
+    pay every capture and the baseline none (docs/results.md, "GPU runs")."""
     warm = dataclasses.replace(config, max_new_tokens=min(config.max_new_tokens, 16))
     g = make_generator(0, target.device)
     run_plan(plan, target, drafter, prompt_ids, warm, verifier, generator=g)

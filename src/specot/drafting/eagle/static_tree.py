@@ -4,7 +4,7 @@
 (Li et al. 2024, EAGLE-2, Sec. 4.1 "expansion" and 4.2 "re-ranking") with host logic between the
 draft passes: a host read per depth, Python lists and a KV cache that grows by concatenation. On a
 GPU that is about 620 small operations per draft and costs more than a target pass replayed as a
-CUDA graph (docs/engine.md, the H200 measurements of the EAGLE draft).
+CUDA graph (docs/results.md, "GPU runs": the EAGLE draft).
 :class:`StaticTreeDraft` builds the same tree with a fixed shape at every step:
 
 * the head's keys and values live in one static buffer ``[L, kv, S, d]``: slot ``p`` holds the
