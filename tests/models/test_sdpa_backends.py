@@ -3,7 +3,7 @@
 
 CI has no GPU, so these tests check the backend flags the context sets (PyTorch keeps them on CPU
 builds too) and that the target's passes and the EAGLE head's attention run inside it; the speed
-itself was measured on an H200 (docs/engine.md, "An H200, eager")."""
+itself was measured on a GPU (docs/results.md, "GPU runs: An H200, eager")."""
 
 from __future__ import annotations
 
