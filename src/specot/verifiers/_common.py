@@ -65,6 +65,16 @@ def first_match(drafts: Tensor, tokens: Tensor) -> Tensor:
     return torch.where(match.any(-1), first, torch.full_like(first, -1))
 
 
+def first_occurrences(drafts: Tensor) -> Tensor:
+    """bool ``[B, n]``: True where ``drafts[b, j]`` differs from every earlier draft of row b (each
+    distinct drafted token counted once)."""
+    n = drafts.shape[1]
+    first = torch.ones_like(drafts, dtype=torch.bool)
+    for j in range(1, n):
+        first[:, j] = ~(drafts[:, :j] == drafts[:, j:j + 1]).any(-1)
+    return first
+
+
 def sequential_output_law(a: Tensor, residual: Tensor, drafts: Tensor) -> Tensor:
     """Exact ``π(y | drafts)`` ``[B, V]`` of a verifier that tries drafts in order, accepting draft j
     with probability ``a[:, j]`` (``a [B, n]``, float64) and otherwise drawing from ``residual [B, V]``.

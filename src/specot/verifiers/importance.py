@@ -50,6 +50,7 @@ from ._common import (
     check_draft_probs,
     exact_or_monte_carlo_acceptance,
     first_match,
+    first_occurrences,
     gather1,
 )
 from .base import Acceptance, DraftLaw, Verifier, VerifyOutput, prepare_inputs, register_verifier
@@ -208,10 +209,7 @@ class ImportanceVerifier(Verifier):
         """``P(emitted token ∈ drafts | drafts)`` ``[B]`` (float64): the selected draft is accepted,
         or the correction lands on a drafted token."""
         s, a, res, d = self._parts(p, q, drafts)
-        n = d.shape[1]
-        first = torch.ones_like(d, dtype=torch.bool)  # count each distinct drafted token once
-        for j in range(1, n):
-            first[:, j] = ~(d[:, :j] == d[:, j : j + 1]).any(-1)
+        first = first_occurrences(d)  # count each distinct drafted token once
         acc = (s * a).sum(-1)
         return acc + (1.0 - acc) * (res.gather(-1, d) * first).sum(-1)
 

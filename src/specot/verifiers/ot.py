@@ -75,7 +75,7 @@ from torch import Tensor
 
 from .._validation import working_dtype
 from ..sampling import draw_uniforms, sample_categorical
-from ._common import check_draft_probs, first_match
+from ._common import check_draft_probs, first_match, first_occurrences
 from .base import Acceptance, DraftLaw, Verifier, VerifyOutput, prepare_inputs, register_verifier
 
 __all__ = ["OTVerifier", "OTPlan", "ot_selection_law"]
@@ -441,10 +441,7 @@ class OTVerifier(Verifier):
     def accept_probability(self, p: Tensor, q: Tensor, drafts: Tensor) -> Tensor:
         """``P(emitted token ∈ drafts | drafts)`` ``[B]`` (float64)."""
         plans, sel, acc, d = self._laws(p, q, drafts)
-        n = d.shape[1]
-        first = torch.ones_like(d, dtype=torch.bool)  # count each distinct drafted token once
-        for j in range(1, n):
-            first[:, j] = ~(d[:, :j] == d[:, j:j + 1]).any(-1)
+        first = first_occurrences(d)  # count each distinct drafted token once
         a = (sel * acc).sum(-1)
         res = self._residuals(plans, list(range(d.shape[0])))
         return (a + (1.0 - a) * (res.gather(-1, d) * first).sum(-1)).to(p.device)
