@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from ..api import GenerationInterrupted, generate
-from ..calibration import PassCostCurve
+from ..calibration import PassCostCurve, break_even_alpha
 from ..report import EXACTNESS
 from .main import EXIT_INTERRUPTED, ignore_interrupts, interrupt_status
 
@@ -181,10 +181,10 @@ def pricing_line(pass_cost: dict | None, tree_sizes: list[int]) -> str:
     curve = PassCostCurve.from_dict(pass_cost, source=str(pass_cost.get("source", "cache")))
     r2, r5 = curve.ratio(2), curve.ratio(5)
     steps, drafted = len(tree_sizes), sum(1 for n in tree_sizes if n > 0)
-    need = max(0.0, r2 - 1.0)  # one draft token pays for a 2-token pass when accepted this often
+    need = break_even_alpha(1, curve)  # one draft token pays for a 2-token pass when accepted this often
     head = (f"[pass cost] here a 2-token pass costs {r2:.2f} one-token passes and a 5-token pass {r5:.2f} "
             f"({curve.source}; specot calibrate): ")
-    if need >= 1.0:
+    if need is None:
         return head + f"no draft can pay for a wider pass, so every step is plain: drafted at {drafted} of {steps} steps"
     where = "where the text repeats" if need >= 0.4 else "wherever a draft is likely"
     return head + (f"a draft token pays only if accepted >= {need:.0%} of the time, so drafts go {where}: "
