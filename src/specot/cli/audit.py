@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 
-from .main import DeferredHandler
+from .command import DeferredHandler
 from .theory import _pos_int
 
 __all__ = ["register"]

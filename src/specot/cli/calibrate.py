@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .main import DeferredHandler
+from .command import DeferredHandler
 
 __all__ = ["register"]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from ..api import GenerationInterrupted, generate
 from ..calibration import PassCostCurve, break_even_alpha
 from ..report import EXACTNESS
-from .main import EXIT_INTERRUPTED, ignore_interrupts, interrupt_status
+from .command import EXIT_INTERRUPTED, ignore_interrupts, interrupt_status
 
 __all__ = ["run"]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from .main import DeferredHandler
+from .command import DeferredHandler
 
 __all__ = ["register"]
 
