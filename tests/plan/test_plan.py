@@ -9,6 +9,7 @@ import torch
 import specot.plan as P
 from specot.drafting import EagleDrafter, HybridDrafter, ModelDrafter, NGramDrafter, SuffixDrafter, TreeSpec
 from specot.laws import DraftLaw
+from specot.verifiers import LAW_VERIFIERS
 from specot.plan.auto import AUTO_MIN_CONFIDENCE_GREEDY, auto_choice
 from specot.plan.draft import _REGISTRY, DraftKind, DraftSpec, TreeSupport, register_kind
 
@@ -125,6 +126,50 @@ def test_chains_trees_and_the_verifier_each_gets():
     assert (hy.tree.law, hy.verifier.name, hy.describe()) == (DraftLaw.GREEDY, "greedy", "suffix+distilled, tree 3x2")
     assert P.make_plan("suffix+distilled").tree is None  # chains without tree options
     assert P.make_plan("none").draft is None
+
+
+#: Tree shapes of every kind: chains, K sequences, prefix trees, an uneven topology.
+_SHAPES = [("seq", 1, 1), ("seq", 1, 3), ("seq", 2, 1), ("seq", 3, 2), ("prefix", (2, 1)), ("prefix", (2, 2, 1)),
+           ("prefix", (1, 2)), ("topology", ((0,), (1,), (0, 0), (0, 1), (1, 0)))]
+
+
+def _tree(shape: tuple, law: DraftLaw) -> TreeSpec:
+    if shape[0] == "seq":
+        return TreeSpec.sequences(shape[1], shape[2], law)
+    if shape[0] == "prefix":
+        return TreeSpec.prefix(shape[1], law)
+    return TreeSpec.topology(shape[1], law)
+
+
+@pytest.mark.parametrize("law", list(DraftLaw))
+@pytest.mark.parametrize("shape", _SHAPES, ids=str)
+def test_the_plan_and_the_engine_pick_one_default_verifier(monkeypatch, law, shape):
+    """The default verifier is decided in one place (:func:`specot.engine.default_verifier_for`):
+    the plan of a draft model and :func:`specot.engine.tree_generate` without a verifier pick the
+    same one for every tree shape and law."""
+    import specot.engine.generate as G
+    from specot.engine import GenerationConfig, default_verifier_for, tree_generate
+
+    try:
+        spec = _tree(shape, law)
+    except ValueError:  # e.g. more than 2 children per node under SpecHub's law
+        pytest.skip(f"{shape} is not a {law.value} tree")
+    used = []
+    monkeypatch.setattr(G, "decode", lambda *a, verifier, **k: used.append(verifier.name))
+    tree_generate(tiny_lm(0), tiny_lm(1), [1, 2], spec, GenerationConfig(max_new_tokens=2))
+    plan = P.make_plan("distilled", tree=spec)
+    assert plan.verifier.name == used[0] == default_verifier_for(spec)
+    assert used[0] == ("speculative" if spec.max_drafts_per_node() == 1 else LAW_VERIFIERS[law])
+
+
+@pytest.mark.parametrize("draft", ["suffix", "suffix+distilled"])
+@pytest.mark.parametrize("drafts", [1, 2, 3])
+def test_a_drafter_with_its_own_law_gets_that_laws_verifier_even_for_chains(draft, drafts):
+    from specot.engine import default_verifier_for
+
+    plan = P.make_plan(draft, drafts=drafts, gamma=2)
+    assert plan.verifier.name == default_verifier_for(plan.tree, fixed_law=True) == "greedy"
+    assert default_verifier_for(plan.tree) == ("greedy" if drafts > 1 else "speculative")
 
 
 @pytest.mark.parametrize("kwargs, error, match", [

@@ -91,10 +91,24 @@ def autoregressive_generate(
     return speculative_generate(target, None, prompt_ids, config, generator=generator, on_tokens=on_tokens)
 
 
-def default_verifier_for(spec: TreeSpec) -> str:
-    """The verifier a tree uses when none is named (:func:`specot.verifiers.default_verifier`):
-    ``speculative`` for chains, else the optimal verifier of the tree's law."""
-    return default_verifier(spec.law, spec.max_drafts_per_node())
+def default_verifier_for(spec: TreeSpec, *, fixed_law: bool = False) -> str:
+    """THE verifier a draft tree gets when none is named — the plan (:func:`specot.plan.make_plan`)
+    and :func:`tree_generate` both ask here: ``speculative`` (Leviathan et al. 2023) for one draft
+    per node, else the optimal verifier of the tree's law (:data:`specot.verifiers.LAW_VERIFIERS`:
+    Hu et al. 2025 for GREEDY, SpecTr's k-Seq for IID, RRS without replacement for WOR, SpecHub's).
+
+    Args:
+        spec: the tree construction; its :meth:`~specot.drafting.TreeSpec.max_drafts_per_node`
+            counts the drafts a node is verified with.
+        fixed_law: the drafter draws every tree under one law of its own (suffix decoding and
+            ``suffix+MODEL``: :attr:`specot.plan.TreeSupport.laws`), so its trees get that law's
+            verifier even at one child per node — the one verifier of every tree it drafts.
+
+    Returns:
+        a verifier registry name (:func:`specot.verifiers.get_verifier`).
+    """
+    drafts = spec.max_drafts_per_node()
+    return default_verifier(spec.law, max(2, drafts) if fixed_law else drafts)
 
 
 def tree_generate(

@@ -19,11 +19,11 @@ import torch
 
 from .._validation import check_count, check_device
 from ..drafting.tree import TreeSpec, default_law_for, parse_tree_spec
+from ..engine.generate import default_verifier_for
 from ..engine.types import GenerationConfig
 from ..laws import DraftLaw
 from ..models.device import resolve_dtype
 from ..sampling import SamplingConfig
-from ..verifiers.base import LAW_VERIFIERS, default_verifier
 from .auto import auto_choice
 from ..models.protocol import TargetModel
 from .backends import capabilities_for, check_target_source, choose_backend, get_backend, peek_vocab_and_context
@@ -155,8 +155,8 @@ def _shape(draft: DraftSpec, ver: VerifierSpec, *, gamma: int | None, drafts: in
     else:
         built.check_construction(DraftLaw.IID, 1)
         return None, ver
-    if ver.is_default and (trees.laws or spec.max_drafts_per_node() > 1):
-        ver = VerifierSpec(default_verifier(spec.law, max(2, spec.max_drafts_per_node())))
+    if ver.is_default:
+        ver = VerifierSpec(default_verifier_for(spec, fixed_law=bool(trees.laws)))
     if ver.name == "otm" and "law" not in dict(ver.params):
         ver = VerifierSpec("otm", tuple(sorted({**dict(ver.params), "law": spec.law}.items())))
     spec.check_verifier(ver.build())
