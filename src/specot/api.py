@@ -47,7 +47,7 @@ from .plan import DecodingPlan, get_backend, make_plan, parse_draft, run_plan
 from .plan.auto import auto_choice
 from .plan.backends import peek_vocab_and_context
 from .plan.run import prepare_cache, warm_up
-from .plan.verify import check_otm_size, verifier_info
+from .plan.verify import verifier_info
 from .report import EXACTNESS, GenerateReport, GenerationInterrupted, TokenStream
 from .sampling import SamplingConfig
 
@@ -198,8 +198,8 @@ def generate(
     _check_context(target, max_new_tokens)
 
     tgt = load_target(target, dtype=plan.dtype, device=plan.device, backend=plan.backend)
+    plan.check_vocab(tgt.vocab_size, cfg.sampling)
     ver = plan.verifier.build()
-    check_otm_size(ver, tgt.vocab_size, cfg.sampling)
     drafter = plan.draft.load(tgt, dtype=plan.dtype, device=plan.device) if plan.draft is not None else None
     ids = tgt.encode_prompt(text_or_ids, chat=chat) if isinstance(text_or_ids, str) else text_or_ids
     if not ids:

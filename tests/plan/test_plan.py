@@ -336,3 +336,19 @@ def test_the_suffix_drafter_prices_its_budget_with_the_targets_pass_cost():
         P.parse_draft("suffix", suffix_min_match=0)
     with pytest.raises(ValueError, match="suffix_kappa.*draft 'ngram'"):
         P.parse_draft("ngram", suffix_kappa=0.1)
+
+
+def test_the_embedded_targets_declared_vocabulary_and_context_are_its_files():
+    """The plan checks the embedded target against numbers declared beside the backends; they are
+    the GGUF file's own (read here: the metadata takes seconds to parse, which the plan avoids)."""
+    gguf = pytest.importorskip("gguf")
+    from specot.models.embedded import embedded_gguf
+    from specot.plan.backends import EMBEDDED_VOCAB_AND_CONTEXT, peek_vocab_and_context
+
+    try:
+        directory, name = embedded_gguf()
+    except FileNotFoundError:
+        pytest.skip("the embedded model's package is not installed")
+    fields = gguf.GGUFReader(str(directory / name)).fields
+    declared = tuple(int(fields[k].parts[fields[k].data[0]][0]) for k in ("llama.vocab_size", "llama.context_length"))
+    assert declared == EMBEDDED_VOCAB_AND_CONTEXT == peek_vocab_and_context(None) == peek_vocab_and_context("smollm2")

@@ -18,11 +18,15 @@ from ..models.embedded import EMBEDDED_TARGET, is_embedded_target, load_embedded
 from ..models.loading import check_model_source, load_model
 from ..models.protocol import Capabilities, TargetModel, capabilities_of
 
-__all__ = ["BACKEND_ENTRY_POINTS", "Backend", "capabilities_for", "available_backends", "get_backend", "check_target_source",
+__all__ = ["BACKEND_ENTRY_POINTS", "EMBEDDED_VOCAB_AND_CONTEXT", "Backend", "capabilities_for", "available_backends", "get_backend", "check_target_source",
            "peek_vocab_and_context", "is_embedded", "choose_backend", "backend_of"]
 
 #: Entry-point group through which another package adds a target backend (a :class:`Backend`).
 BACKEND_ENTRY_POINTS = "specot.backends"
+#: The embedded target's vocabulary size and context length (SmolLM2-135M-Instruct), as its GGUF
+#: file declares them (``llama.vocab_size``, ``llama.context_length``): the plan's checks read them
+#: from here because parsing the file's metadata takes seconds; a test reads the file and compares.
+EMBEDDED_VOCAB_AND_CONTEXT = (49152, 8192)
 
 
 @dataclass(frozen=True)
@@ -161,11 +165,13 @@ def _file_backend(target: str) -> str | None:
 
 
 def peek_vocab_and_context(target: Any) -> tuple[int | None, int | None]:
-    """(vocabulary size, context length) of the target without loading it, where known."""
+    """(vocabulary size, context length) of the target without loading it, where known: a loaded
+    target's own, the embedded target's declared ones (:data:`EMBEDDED_VOCAB_AND_CONTEXT`), a model
+    directory's ``config.json`` (``vocab_size``, ``max_position_embeddings``); else ``None``."""
     if isinstance(target, TargetModel):
         return target.vocab_size, target.max_context
     if target is None or target == EMBEDDED_TARGET:
-        return 49152, 8192  # SmolLM2-135M-Instruct
+        return EMBEDDED_VOCAB_AND_CONTEXT
     cfg = Path(str(target)).expanduser() / "config.json"
     if cfg.is_file():
         try:

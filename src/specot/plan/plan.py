@@ -97,6 +97,17 @@ class DecodingPlan:
         gate = self.min_confidence
         return f"{self.draft.name}, {shape}" + (f", min_confidence {gate:g}" if gate is not None else "")
 
+    def check_vocab(self, vocab: int | None, sampling: SamplingConfig) -> None:
+        """The plan's check that needs the target's vocabulary size V: the ``otm`` verifier's exact
+        LP only for a draft support it can build (:func:`~specot.plan.verify.check_otm_size`).
+        :func:`make_plan` makes it where V is known before the load (the model's files); the caller
+        makes it again with the loaded target's V (``None``: unknown, nothing refused).
+
+        Raises:
+            ValueError: ``otm`` over a draft support above :data:`specot.verifiers.otm.MAX_OTM_SETS`.
+        """
+        check_otm_size(self.verifier.build(), vocab, sampling)
+
     def to_dict(self) -> dict[str, Any]:
         """The plan as JSON-ready data (results and reports record it)."""
         return {"draft": None if self.draft is None else self.draft.name, "describe": self.describe(),
@@ -253,7 +264,7 @@ def make_plan(draft: Any = "auto", *, target: Any = None, backend: str = "auto",
         capabilities_for(target, backend).check_hidden_states(f"draft {spec.name!r}", backend)
     tree_spec, ver = _shape(spec, ver, gamma=gamma, drafts=drafts, tree=tree, tree_law=tree_law)
     _check_size(tree_spec, common["gamma"], gamma_schedule)
-    vocab, _ = peek_vocab_and_context(target)
-    check_otm_size(ver.build(), vocab, SamplingConfig(temperature=temperature, top_k=top_k))
-    return DecodingPlan(spec, tree_spec, **{**common, "verifier": ver})
+    plan = DecodingPlan(spec, tree_spec, **{**common, "verifier": ver})
+    plan.check_vocab(peek_vocab_and_context(target)[0], SamplingConfig(temperature=temperature, top_k=top_k))
+    return plan
 
