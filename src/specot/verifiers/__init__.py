@@ -31,6 +31,7 @@ from .block import BlockVerifier, block_expected_accepted, block_output_law, blo
 from .traversal import TraversalVerifier, TraversalWORVerifier, traversal_output_law, traversal_weights
 from .importance import ImportanceVerifier, importance_selection
 from .ot import OTPlan, OTVerifier, ot_selection_law
+from .gbv import GBVVerifier, gbv_expected_accepted, gbv_output_law, paths_to_tree
 
 __all__ = [
     "Acceptance",
@@ -77,4 +78,8 @@ __all__ = [
     "OTVerifier",
     "OTPlan",
     "ot_selection_law",
+    "GBVVerifier",
+    "gbv_output_law",
+    "gbv_expected_accepted",
+    "paths_to_tree",
 ]
