@@ -9,8 +9,8 @@ Protocol (per temperature T):
    the positions the draft would face when the target generates.
 2. For every number of drafts n, draft law (``iid``, ``wor``, ``greedy``; n = 1 is one draw, law
    ``single``) and lossless verifier valid for that law (``speculative`` at n = 1; ``kseq``,
-   ``rrs`` and ``importance`` for iid; ``rrs_wor`` for wor; ``greedy`` for greedy), the acceptance
-   per position is computed **exactly** where a closed form exists (speculative, kseq, rrs, greedy)
+   ``rrs``, ``importance`` and ``ot`` for iid; ``rrs_wor`` for wor; ``greedy`` for greedy), the acceptance
+   per position is computed **exactly** where a closed form exists (speculative, kseq, rrs, ot, greedy)
    and otherwise (``rrs_wor``, ``importance``: :data:`MC_VERIFIERS`) as a Rao–Blackwellised
    Monte-Carlo average of ``P(accept | drafts)`` over ``mc_samples`` draft tuples per position
    (``acceptance_method`` says which). ``importance`` (Khisti et al., ICLR 2025: importance-weighted
@@ -111,7 +111,9 @@ __all__ = [
 
 #: Lossless verifiers benchmarked for each draft law (n >= 2); n = 1 uses ``speculative``.
 #: ``importance`` is valid for i.i.d. drafts only (its selection marginal assumes independent draws).
-LAW_VERIFIERS: dict[str, tuple[str, ...]] = {"iid": ("kseq", "rrs", "importance"), "wor": ("rrs_wor",),
+#: ``ot`` (the exactly optimal i.i.d. verifier, :mod:`specot.verifiers.ot`) has an exact closed-form
+#: acceptance, α*_iid itself, so its row's gap is zero up to rounding: the row the others are read against.
+LAW_VERIFIERS: dict[str, tuple[str, ...]] = {"iid": ("kseq", "rrs", "importance", "ot"), "wor": ("rrs_wor",),
                                              "greedy": ("greedy",)}
 #: Verifiers without a closed-form acceptance at these vocabulary sizes (n >= 2): Rao–Blackwellised
 #: Monte-Carlo over ``mc_samples`` draft tuples per position. (``importance``'s own ``acceptance`` is
