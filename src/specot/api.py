@@ -46,12 +46,16 @@ from .models.protocol import TargetModel
 from .plan import DecodingPlan, get_backend, make_plan, parse_draft, run_plan
 from .plan.auto import auto_choice
 from .plan.backends import peek_vocab_and_context
+from .plan.kinds.ngram import NGRAM_OPTIONS
 from .plan.run import prepare_cache, warm_up
 from .plan.verify import verifier_info
 from .report import EXACTNESS, GenerateReport, GenerationInterrupted, TokenStream
 from .sampling import SamplingConfig
 
 __all__ = ["generate", "load_target", "load_drafter", "GenerateReport", "GenerationInterrupted"]
+
+#: The n-gram table's text when none is named: the drafter kinds' default (``"pydoc"``).
+_NGRAM_CORPUS = NGRAM_OPTIONS["ngram_corpus"].default
 
 
 def load_target(spec: str | Path | TargetModel | None = None, *, dtype: str | torch.dtype = "auto",
@@ -81,7 +85,7 @@ def load_target(spec: str | Path | TargetModel | None = None, *, dtype: str | to
 
 
 def load_drafter(spec: str | Path | Drafter | Any, target: TargetModel, *, dtype: str | torch.dtype = "auto",
-                 device: str = "cpu", ngram_n: int | None = None, ngram_corpus: str | None = "pydoc",
+                 device: str = "cpu", ngram_n: int | None = None, ngram_corpus: str | None = _NGRAM_CORPUS,
                  min_confidence: float | None = None) -> Drafter:
     """The drafter named by ``spec`` for ``target``: ``"auto"`` (the drafter of ``draft="auto"``),
     any draft name of :func:`specot.plan.parse_draft` (``"ngram"``, ``"suffix"``, ``"eagle"``,
@@ -100,10 +104,17 @@ def load_drafter(spec: str | Path | Drafter | Any, target: TargetModel, *, dtype
     """
     if isinstance(spec, str) and spec == "auto":
         spec = auto_choice(target).draft
-    draft = parse_draft(spec, ngram_n=ngram_n, ngram_corpus="none" if ngram_corpus is None else ngram_corpus,
-                        min_confidence=min_confidence)
+    draft = parse_draft(spec, **_drafter_options(ngram_n, ngram_corpus), min_confidence=min_confidence)
     draft.check()
     return draft.load(target, dtype=dtype, device=device)
+
+
+def _drafter_options(ngram_n: int | None, ngram_corpus: str | None) -> dict[str, Any]:
+    """The model-free drafters' options of both front doors (:func:`generate`, :func:`load_drafter`,
+    and ``specot generate`` through :func:`generate`) as the drafter kinds take them
+    (:data:`specot.plan.kinds.ngram.NGRAM_OPTIONS`): ``ngram_n`` ``None`` is unset (the kind's
+    default), ``ngram_corpus`` ``None`` is no table (``"none"``: prompt lookup only)."""
+    return {"ngram_n": ngram_n, "ngram_corpus": "none" if ngram_corpus is None else ngram_corpus}
 
 
 def _prompt(prompt: Any, chat: bool | None) -> str | list[int]:
@@ -155,7 +166,7 @@ def generate(
     verifier_params: dict[str, Any] | None = None, baseline: bool = False, chat: bool | None = None,
     dtype: str | torch.dtype = "auto", device: str = "cpu", on_text: Callable[[str], None] | None = None,
     drafts: int | None = None, tree: Any = None, tree_law: str | None = None, ngram_n: int | None = None,
-    ngram_corpus: str | None = "pydoc", repeats: int = 1, generator: torch.Generator | None = None,
+    ngram_corpus: str | None = _NGRAM_CORPUS, repeats: int = 1, generator: torch.Generator | None = None,
     cuda_graphs: bool | None = None, backend: str = "auto", plan: DecodingPlan | None = None,
 ) -> GenerateReport:
     """Speculative decoding of ``prompt`` (text, chat-templated for instruct models unless
@@ -192,8 +203,7 @@ def generate(
     plan = plan or make_plan(
         draft, target=target, backend=backend, device=device, dtype=dtype, temperature=temperature, gamma=gamma,
         gamma_schedule=gamma_schedule, drafts=drafts, tree=tree, tree_law=tree_law, verifier=verifier,
-        verifier_params=verifier_params, top_k=top_k, ngram_n=ngram_n,
-        ngram_corpus="none" if ngram_corpus is None else ngram_corpus,
+        verifier_params=verifier_params, top_k=top_k, **_drafter_options(ngram_n, ngram_corpus),
         cache="auto" if cuda_graphs is None else ("cuda_graphs" if cuda_graphs else "dynamic"))
     _check_context(target, max_new_tokens)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 
+from . import catalog
 from .command import DeferredHandler
 from .theory import _pos_int
 
@@ -39,7 +40,7 @@ def _k(x: str) -> int:
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--engine", choices=ENGINES, default="specot", help="the engine audited (default specot)")
-    p.add_argument("--backend", choices=("transformers", "llamacpp"), default="llamacpp",
+    p.add_argument("--backend", choices=catalog.backend_names(), default="llamacpp",
                    help="specot's backend (default llamacpp)")
     p.add_argument("--method", nargs="+", default=None,
                    help="specot: speculative kseq rrs importance greedy; hf: assisted prompt-lookup; "

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from . import catalog
 from .command import DeferredHandler
 
 __all__ = ["register"]
@@ -40,7 +41,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                     "auto plan prices its drafts with this curve.",
     )
     p.add_argument("--backend", default="auto",
-                   help="'llamacpp', 'transformers' or 'auto' (default: llamacpp where installed, else transformers)")
+                   help=f"'auto' (default: llamacpp where installed, else transformers) or an installed backend: "
+                        f"{', '.join(catalog.backend_names())}")
     p.add_argument("--target", default=None,
                    help="target model: 'smollm2' (embedded default), a .gguf file (llamacpp), a local directory or hub "
                         "id (transformers)")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from . import catalog
 from .command import DeferredHandler
 
 __all__ = ["register"]
@@ -30,18 +31,15 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--target", default=None,
                    help="target model: 'smollm2' (embedded default), a local directory, a hub id, or a .gguf file "
                         "(the llama.cpp backend)")
+    kinds = "; ".join(f"'{syntax}' ({summary})" for syntax, summary in catalog.DRAFTS)
+    added = [n for n in catalog.draft_names() if n not in {s for s, _ in catalog.DRAFTS}]
     p.add_argument("--draft", default="auto",
                    help="'auto' (default: the fastest plan measured: for the embedded target on a CPU 'suffix+eagle' "
-                        "trees, 2 children x depth 3 (3 x 6 at temperature 0); elsewhere 'ngram'), "
-                        "'eagle' (the shipped EAGLE-3 "
-                        "head of the embedded target), 'eagle:PATH', 'distilled', "
-                        "'ngram', 'suffix' (suffix decoding: model-free draft trees from every earlier occurrence of "
-                        "the current suffix, verified by the greedy verifier), 'suffix+MODEL' (suffix trees where the "
-                        "text repeats, the draft model MODEL elsewhere, e.g. 'suffix+eagle'), or a draft model "
-                        "directory / hub id sharing the target's tokenizer")
-    p.add_argument("--ngram-n", type=int, default=3, help="longest n-gram matched by the n-gram drafter (default 3)")
-    p.add_argument("--ngram-corpus", default="pydoc",
-                   help="text for the n-gram drafter's table: 'pydoc' (default, pydoc_data.topics), a file, or 'none'")
+                        "trees, 2 children x depth 3 (3 x 6 at temperature 0); elsewhere 'ngram'), 'none' "
+                        f"(autoregressive), or: {kinds}" + (f"; installed: {', '.join(added)}" if added else ""))
+    for name, (flag, default, text) in catalog.DRAFT_FLAGS.items():  # the drafter options, as their kinds declare
+        p.add_argument(flag, dest=name, type=type(default) if isinstance(default, int) else str, default=None,
+                       help=f"{text} (default {default})")
     p.add_argument("--gamma", type=int, default=None,
                    help="draft length γ (default 4): the chain length, or the depth of a draft tree "
                         "(a --tree with expansion factors sets it)")
@@ -52,23 +50,29 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus mass in (0, 1] (default 1 = off)")
     p.add_argument("--max-new-tokens", type=int, default=128, help="exact cap on new tokens (default 128)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    law_verifiers = ", ".join(f"{v} ({law})" for law, v in catalog.LAW_VERIFIERS.items())
     p.add_argument("--verifier", default="speculative",
-                   help="verifier name (default speculative, lossless; a tree without one gets its law's: greedy, rrs_wor or kseq); lenient is LOSSY (needs --lenience); with "
-                        "--drafts/--tree any verifier valid for the construction: kseq, rrs, rrs_wor, greedy, spechub. "
-                        "otm is the exact LP optimum, a reference for tiny vocabularies (tests, specot theory "
-                        "alpha --verifiers): it is refused for real vocabularies (e.g. 49152 tokens) unless "
-                        "--top-k bounds the draft support")
+                   help=f"verifier: {', '.join(catalog.VERIFIERS)}. Default speculative (lossless); a tree with "
+                        f"several drafts per node gets its law's optimal one: {law_verifiers}. With --drafts/--tree "
+                        f"any verifier valid for the construction. LOSSY: {', '.join(catalog.LOSSY_VERIFIERS)} (their "
+                        "parameters given explicitly: --lenience, --verifier-param). otm is the exact LP optimum, a "
+                        "reference for tiny vocabularies (tests, specot theory alpha --verifiers): it is refused for "
+                        "real vocabularies (e.g. 49152 tokens) unless --top-k bounds the draft support")
     p.add_argument("--lenience", type=float, default=None,
                    help="lenience l in (0, 1], required by and only allowed with --verifier lenient (lossy: "
                         "pi(y) <= p(y)/l)")
     p.add_argument("--verifier-param", action="append", default=[], metavar="NAME=VALUE",
                    help="another parameter of the chosen verifier (repeatable), e.g. --verifier mentored "
                         "--verifier-param D=0.1; parameters the verifier does not take are refused")
-    p.add_argument("--drafts", type=int, default=None, help="multi-draft: K draft sequences per step (tree decoding)")
+    laws = ", ".join(catalog.LAW_VERIFIERS)
+    p.add_argument("--drafts", type=int, default=None,
+                   help="multi-draft tree decoding: the number of drafts n, as n draft sequences branching at the "
+                        "root, each of length --gamma (a drafter that builds its own trees, suffix: n children per "
+                        "node at most, depth --gamma)")
     p.add_argument("--tree", default=None,
-                   help="draft tree construction: iid | wor | greedy | spechub | prefix:2,2,1 | LAW:k1,..,kL | "
-                        "topology:FILE.json | eagle (default: K sequences under the verifier's draft law)")
-    p.add_argument("--tree-law", default=None, help="draft law of a topology/eagle tree: iid, wor, greedy, spechub")
+                   help=f"draft tree construction: {' | '.join(catalog.LAW_VERIFIERS)} | prefix:2,2,1 | LAW:k1,..,kL | "
+                        "topology:FILE.json | eagle (default: n sequences under the verifier's draft law)")
+    p.add_argument("--tree-law", default=None, help=f"draft law of a topology/eagle tree: {laws}")
     p.add_argument("--raw", action="store_true", help="send the prompt as raw text, without the chat template")
     p.add_argument("--dtype", default="auto",
                    help="auto (default: bfloat16 with native bf16 matmuls, else float32), float32, bfloat16, float16; "
@@ -76,11 +80,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                         "near-ties)")
     p.add_argument("--device", default="cpu", help="torch device: cpu (default), cuda, cuda:N")
     p.add_argument("--backend", default="auto",
-                   help="target backend: auto (default: llama.cpp for a .gguf target, and for the embedded target "
-                        "on a CPU when the plan is automatic and specot[llamacpp] is installed; else transformers), "
-                        "transformers, llamacpp (a .gguf file, or the embedded GGUF as it ships, run in its own "
-                        "weights: greedy equals autoregressive up to near-ties; n-gram and suffix drafts; "
-                        "docs/llamacpp.md)")
+                   help="target backend: auto (default: the backend that loads the target's kind of file, llama.cpp "
+                        "for a .gguf file; for the embedded target on a CPU when the plan is automatic, an installed "
+                        f"backend marked for it, llama.cpp; else transformers), or one of: "
+                        f"{', '.join(catalog.backend_names())} (llamacpp comes with specot[llamacpp]: docs/llamacpp.md)")
     p.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=None,
                    help="static KV caches with the model passes replayed as CUDA graphs, one per padded width "
                         "(default: on with --device cuda: a small target's pass is bound by kernel launches; docs/engine.md)")

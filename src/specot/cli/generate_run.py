@@ -10,6 +10,7 @@ from pathlib import Path
 from ..api import GenerationInterrupted, generate
 from ..calibration import PassCostCurve, break_even_alpha
 from ..report import EXACTNESS
+from . import catalog
 from .command import EXIT_INTERRUPTED, ignore_interrupts, interrupt_status
 
 __all__ = ["run"]
@@ -120,15 +121,14 @@ def run(args: argparse.Namespace) -> int:
                          "slower); drop it or pass --device cuda")
     prompt = args.prompt if args.prompt is not None else _read_prompt(args.prompt_file)
     params = _verifier_params(args)
-    corpus = None if args.ngram_corpus == "none" else args.ngram_corpus
+    draft_options = {name: getattr(args, name) for name in catalog.DRAFT_FLAGS if getattr(args, name) is not None}
     stream = None if args.json else (lambda s: (sys.stdout.write(s), sys.stdout.flush()))
     kwargs = dict(
         target=args.target, draft=args.draft, gamma=args.gamma, gamma_schedule=args.gamma_schedule,
         temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
         seed=args.seed, verifier=args.verifier, verifier_params=params, baseline=args.baseline,
         chat=False if args.raw else None, dtype=args.dtype, device=args.device, backend=args.backend, cuda_graphs=args.cuda_graphs, on_text=stream, drafts=args.drafts,
-        tree=args.tree, tree_law=args.tree_law, ngram_n=args.ngram_n, ngram_corpus=corpus,
-        repeats=args.repeats,
+        tree=args.tree, tree_law=args.tree_law, repeats=args.repeats, **draft_options,
     )
     try:
         report = generate(prompt, **kwargs)

@@ -48,12 +48,14 @@ class Option:
         flag: the CLI flag that sets it (named in error messages).
         inert: values that change nothing for a draft that does not take the option (``"none"`` for
             an n-gram corpus), so they are accepted there too.
+        help: what it sets, for the CLI's help (an option with a ``flag``).
     """
 
     default: Any
     check: Callable[[Any], Any] = lambda v: v
     flag: str | None = None
     inert: tuple[Any, ...] = ()
+    help: str = ""
 
 
 @dataclass(frozen=True)
@@ -133,6 +135,7 @@ class DraftKind(ABC):
     Attributes:
         name: the registry key (``DraftSpec.kind``).
         syntax: how the kind is written, for help and error messages (``"eagle | eagle:PATH"``).
+        summary: what it drafts, in a few words (``specot generate --help`` lists it beside the syntax).
         options: the options it takes (name → :class:`Option`).
         classes: the :class:`Drafter` classes whose ready instances are this kind.
         order: kinds are tried in increasing order (a model directory or hub id matches any name,
@@ -143,6 +146,7 @@ class DraftKind(ABC):
 
     name: str = ""
     syntax: str = ""
+    summary: str = ""
     options: Mapping[str, Option] = {}
     classes: tuple[type, ...] = ()
     order: int = 0

@@ -25,6 +25,7 @@ def _check_min_confidence(v: Any) -> float:
 class EagleKind(DraftKind):
     name = "eagle"
     syntax = "eagle | eagle:PATH"
+    summary = "the shipped EAGLE-3 head of the embedded target, or one at PATH (reads the target's hidden states)"
     classes = (EagleDrafter,)
     hidden_states = True
     #: τ of the head's confidence gate: a node is expanded only while its path's cumulative draft

@@ -24,6 +24,7 @@ def _model_kinds() -> list[DraftKind]:
 class HybridKind(DraftKind):
     name = "hybrid"
     syntax = "suffix+MODEL"
+    summary = "suffix trees where the text repeats, the draft model MODEL elsewhere, e.g. 'suffix+eagle'"
     options = NGRAM_OPTIONS  # the suffix drafter's; the model's options go to the model
     classes = (HybridDrafter,)
 

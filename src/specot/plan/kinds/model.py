@@ -16,6 +16,7 @@ from ..draft import DraftKind, DraftSpec, register_kind
 class ModelKind(DraftKind):
     name = "model"
     syntax = "distilled | DIR | HUB_ID"
+    summary = "a draft model sharing the target's tokenizer: the shipped distilled draft, a directory or a hub id"
     classes = (ModelDrafter, CausalLM)
     order = 10  # any name may be a directory or a hub id: tried after the named kinds
 

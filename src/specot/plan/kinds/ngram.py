@@ -12,14 +12,18 @@ from ..draft import DraftKind, DraftSpec, Option, TreeSupport, register_kind
 
 #: The options of the model-free drafters: the longest n-gram matched and the table's text.
 NGRAM_OPTIONS = {
-    "ngram_n": Option(3, lambda v: check_count(v, "ngram_n", "--ngram-n"), "--ngram-n"),
-    "ngram_corpus": Option("pydoc", check_corpus, "--ngram-corpus", inert=("none",)),
+    "ngram_n": Option(3, lambda v: check_count(v, "ngram_n", "--ngram-n"), "--ngram-n",
+                      help="longest n-gram matched by the model-free drafters (ngram, suffix)"),
+    "ngram_corpus": Option("pydoc", check_corpus, "--ngram-corpus", inert=("none",),
+                           help="text of the model-free drafters' n-gram table: 'pydoc' (pydoc_data.topics), a file, "
+                                "or 'none'"),
 }
 
 
 class NGramKind(DraftKind):
     name = "ngram"
     syntax = "ngram"
+    summary = "prompt lookup plus an n-gram table; model-free chains"
     options = NGRAM_OPTIONS
     classes = (NGramDrafter,)
 

@@ -51,6 +51,8 @@ def pass_cost(target: Any) -> dict[str, Any]:
 class SuffixKind(DraftKind):
     name = "suffix"
     syntax = "suffix"
+    summary = ("suffix decoding: model-free draft trees from every earlier occurrence of the current suffix, "
+               "verified by the greedy verifier")
     options = SUFFIX_OPTIONS
     classes = (SuffixDrafter,)
 
