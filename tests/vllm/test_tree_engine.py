@@ -36,10 +36,11 @@ def engine(reference):
 
 
 def _set_break(worker, kv_move: bool = True) -> bool:
-    """In the worker: skip (or restore) the KV compaction after verification."""
-    from specot_vllm import tree
+    """In the worker: skip (or restore) the KV compaction after verification — the tree runner's
+    ``move_slots`` replaced by one that moves nothing (a deliberately broken engine)."""
+    from specot_vllm import tree_attn, tree_runner
 
-    tree.BREAK["kv_move"] = kv_move
+    tree_runner.move_slots = tree_attn.move_slots if kv_move else (lambda kv_caches, src, dst: None)
     return True
 
 
