@@ -160,8 +160,18 @@ def test_stats_are_consistent(tiny_target, tiny_draft):
     assert st.block_efficiency == pytest.approx(50 / st.target_calls)
     assert st.accepted + st.iterations >= 50  # every iteration emits accepted drafts + one token (the last may be cut)
     assert st.tried_at[0] >= st.tried_at[-1]
-    assert 0 <= st.acceptance_rate <= 1 and st.tokens_per_s > 0
+    assert st.accepted_per_drafted == pytest.approx(st.accepted / st.drafted) and st.tokens_per_s > 0
     assert st.to_dict()["block_efficiency"] == st.block_efficiency
+    assert st.to_dict()["accepted_per_drafted"] == st.accepted_per_drafted and "acceptance_rate" not in st.to_dict()
+
+
+def test_the_old_name_of_accepted_per_drafted_reads_it_and_warns():
+    from specot.engine import GenerationStats
+
+    st = GenerationStats(drafted=8, accepted=2)
+    with pytest.warns(DeprecationWarning, match="accepted_per_drafted"):
+        assert st.acceptance_rate == st.accepted_per_drafted == 0.25
+    assert GenerationStats().accepted_per_drafted == 0.0
 
 
 def test_prompt_longer_than_context_raises():

@@ -21,7 +21,7 @@ def _fmt_stats(title: str, st: dict) -> str:
     return (
         f"[{title}] {st['new_tokens']} tokens in {st['total_time_s']:.2f} s = {st['tokens_per_s']:.1f} tokens/s | "
         f"target calls {st['target_calls']} | block efficiency {st['block_efficiency']:.2f} | "
-        f"acceptance {st['acceptance_rate']:.2f} (per position: {acc}) | "
+        f"accepted/drafted {st['accepted_per_drafted']:.2f} (acceptance per position: {acc}) | "
         f"draft {st['draft_time_s']:.2f} s, target {st['target_time_s']:.2f} s"
     )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -56,8 +57,8 @@ class GenerationStats:
         target_calls: serial forward passes of the target (prefill included).
         draft_calls: draft forward passes (or n-gram lookups).
         iterations: draft-verify iterations (equals ``target_calls`` for speculative decoding).
-        drafted: draft tokens proposed in total.
-        accepted: draft tokens accepted in total.
+        drafted: draft tokens proposed in total (every node of every draft tree).
+        accepted: draft tokens accepted in total (their ratio: :attr:`accepted_per_drafted`).
         accepted_at: per draft position i (0-based), how many times position i was accepted.
         tried_at: per draft position i, how many times a draft token stood at position i and was
             verified (positions after the first rejection are not counted).
@@ -86,9 +87,19 @@ class GenerationStats:
         return self.new_tokens / self.target_calls if self.target_calls else 0.0
 
     @property
-    def acceptance_rate(self) -> float:
-        """Accepted / drafted tokens (0 when nothing was drafted)."""
+    def accepted_per_drafted(self) -> float:
+        """Accepted draft tokens ÷ drafted tokens (0 when nothing was drafted): the share of the draft
+        tree's nodes that were committed. Not the acceptance rate α of the verifiers
+        (``Verifier.acceptance``: the probability that the emitted token is a draft): a tree drafts
+        many nodes per position and commits at most one, so for trees the two differ widely."""
         return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Deprecated name of :attr:`accepted_per_drafted` (it is not the acceptance rate α)."""
+        warnings.warn("GenerationStats.acceptance_rate is accepted / drafted tokens, not the acceptance rate α; "
+                      "read accepted_per_drafted", DeprecationWarning, stacklevel=2)
+        return self.accepted_per_drafted
 
     @property
     def acceptance_per_position(self) -> list[float]:
@@ -132,7 +143,7 @@ class GenerationStats:
         d = asdict(self)
         d.update(
             block_efficiency=self.block_efficiency,
-            acceptance_rate=self.acceptance_rate,
+            accepted_per_drafted=self.accepted_per_drafted,
             acceptance_per_position=self.acceptance_per_position,
             tokens_per_s=self.tokens_per_s,
             overhead_time_s=self.overhead_time_s,
