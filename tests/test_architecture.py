@@ -273,6 +273,66 @@ def test_no_import_cycles_in_the_core_even_through_function_bodies():
     assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
 
 
+def test_the_vllm_integration_has_no_import_cycle_even_through_deferred_imports():
+    """Within ``specot_vllm`` no module imports one that imports it back, counting the imports in
+    function bodies too (the integration defers its vLLM imports, not its own modules' order): the
+    adapter imports the logic modules, they never import the adapter or each other in a circle."""
+    pkg = "specot_vllm"
+    if not (SRC / pkg).is_dir():
+        return
+    paths = [p for p in _modules(pkg) if p.name != "__init__.py"]
+    modules = {_module_name(p) for p in paths}
+    graph = {_module_name(p): _module_level_imports(p, modules, in_functions=True) for p in paths}
+    assert graph[f"{pkg}.adapter"]  # the graph was read
+    cycles = _cycles(graph)
+    assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+    assert not [m for m, deps in graph.items() if f"{pkg}.adapter" in deps and m not in (f"{pkg}.harness", f"{pkg}.cli")]
+
+
+def _replaced_attributes(source: str, where: str, owners: tuple[str, ...]) -> list[str]:
+    """``name.attr = ...`` and ``setattr(name, ...)`` in ``source`` where ``name`` was imported from
+    a module under one of ``owners`` (``import vllm.x as name``, ``from vllm.x import name``)."""
+    tree = ast.parse(source)
+    foreign: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            foreign.update((a.asname or a.name.split(".")[0]) for a in node.names if a.name.split(".")[0] in owners)
+        elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] in owners:
+            foreign.update(a.asname or a.name for a in node.names)
+    found = []
+    for node in ast.walk(tree):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, (ast.AugAssign, ast.AnnAssign)) else []
+        for t in targets:
+            for el in (t.elts if isinstance(t, ast.Tuple) else [t]):
+                if isinstance(el, ast.Attribute) and isinstance(el.value, ast.Name) and el.value.id in foreign:
+                    found.append(f"{where}:{node.lineno} {el.value.id}.{el.attr} = ...")
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr"
+                and node.args and isinstance(node.args[0], ast.Name) and node.args[0].id in foreign):
+            found.append(f"{where}:{node.lineno} setattr({node.args[0].id}, ...)")
+    return found
+
+
+def test_the_replaced_attribute_finder_finds_them():
+    source = "import vllm.a as m\nfrom vllm.b import C\nimport os\nm.f = 1\nC.g, x = 2, 3\nsetattr(C, 'h', 4)\nos.sep = '/'\n"
+    assert len(_replaced_attributes(source, "probe.py", ("vllm",))) == 3
+
+
+def test_only_the_vllm_adapter_replaces_vllm_code():
+    """Every replacement of vLLM's (and the standard library's) code in ``specot_vllm`` is in
+    ``specot_vllm/adapter.py``, where each names the upstream extension point that would remove it."""
+    pkg = SRC / "specot_vllm"
+    if not pkg.is_dir():
+        return
+    bad = [hit for p in _modules("specot_vllm") if p.name != "adapter.py"
+           for hit in _replaced_attributes(p.read_text(encoding="utf-8"), str(p.relative_to(SRC)),
+                                           ("vllm", "importlib", "torch"))]
+    assert not bad, bad
+    adapter = (pkg / "adapter.py").read_text(encoding="utf-8").splitlines()
+    replaced = [i for i, line in enumerate(adapter) if "_replace(" in line and not line.lstrip().startswith("def ")]
+    assert replaced and all(adapter[i - 1].lstrip().startswith("# Removed by:") for i in replaced), replaced
+
+
 #: Size limits: a function longer than this many lines, or a module longer than that, is split.
 MAX_FUNCTION_LINES = 100
 MAX_MODULE_LINES = 800
