@@ -122,11 +122,7 @@ def hf_tokenizer_view(tokenizer: Any, vocab_size: int | None = None, name: str =
     """
     size = int(vocab_size or len(tokenizer))
     known = min(size, len(tokenizer))
-    toks = tokenizer.convert_ids_to_tokens(list(range(known)))
-    byte_level = "Ġ" in tokenizer.get_vocab() or "ByteLevel" in repr(getattr(
-        getattr(tokenizer, "backend_tokenizer", None), "decoder", None))
-    table = _byte_decoder()
-    pieces = [_piece_bytes(t or "", byte_level, table) for t in toks] + [b""] * (size - known)
+    toks = [t or "" for t in tokenizer.convert_ids_to_tokens(list(range(known)))]
     special = set(int(i) for i in getattr(tokenizer, "all_special_ids", []) if int(i) < size)
     for i, tok in getattr(tokenizer, "added_tokens_decoder", {}).items():
         if getattr(tok, "special", False) and int(i) < size:
@@ -140,13 +136,19 @@ def hf_tokenizer_view(tokenizer: Any, vocab_size: int | None = None, name: str =
     plain = encode("a")
     cut = len(with_specials) - len(plain)
     prefix = tuple(with_specials[:cut]) if cut > 0 and with_specials[cut:] == plain else ()
-    view = TokenizerView(name or type(tokenizer).__name__, tuple(pieces), frozenset(special), encode, prefix)
-    for probe in _PROBES:
-        got = view.text_bytes(encode(probe))
-        if got != probe.encode("utf-8"):
-            raise ValueError(f"cannot read the token strings of tokenizer {view.name!r}: its pieces give {got[:40]!r} "
-                             f"for {probe[:40]!r}; cross-vocabulary drafting needs byte-level BPE or SentencePiece tokens")
-    return view
+    label = name or type(tokenizer).__name__
+    encoded = [(probe, encode(probe)) for probe in _PROBES]
+    table = _byte_decoder()
+    got = b""
+    for byte_level in (True, False):  # the reading under which the pieces spell the probe texts
+        pieces = [_piece_bytes(t, byte_level, table) for t in toks] + [b""] * (size - known)
+        view = TokenizerView(label, tuple(pieces), frozenset(special), encode, prefix)
+        bad = [(p, got) for p, ids in encoded if (got := view.text_bytes(ids)) != p.encode("utf-8")]
+        if not bad:
+            return view
+    probe, got = bad[0]
+    raise ValueError(f"cannot read the token strings of tokenizer {label!r}: its pieces give {got[:40]!r} for "
+                     f"{probe[:40]!r}; cross-vocabulary drafting needs byte-level BPE or SentencePiece tokens")
 
 
 @dataclass(frozen=True)
