@@ -119,12 +119,12 @@ class DecodingPlan:
 
 def resolve_tree_spec(tree: str | TreeSpec | None, *, drafts: int | None, gamma: int | None,
                       verifier: Any, tree_law: str | None = None) -> TreeSpec:
-    """The :class:`TreeSpec` of the tree options (``specot generate --drafts K --gamma L --tree ...``).
+    """The :class:`TreeSpec` of the tree options (``specot generate --drafts n --gamma γ --tree ...``).
 
     ``tree`` is a :class:`TreeSpec` or a CLI form (:func:`specot.drafting.parse_tree_spec`);
-    ``None`` means K = ``drafts`` sequences of draft length γ = ``gamma``. Where the form does not
-    name the law (``None``, ``topology:FILE`` without one, ``eagle``), it is ``tree_law`` or else
-    the verifier's own (:func:`specot.drafting.default_law_for`). Forms without expansion factors
+    ``None`` means n = ``drafts`` draft sequences of draft length γ = ``gamma`` branching at the
+    root. Where the form does not name the law (``None``, ``topology:FILE`` without one,
+    ``eagle``), it is ``tree_law`` or else the verifier's own (:func:`specot.drafting.default_law_for`). Forms without expansion factors
     take γ = ``gamma`` (default 4); forms with factors take γ from them (a ``gamma`` that differs
     is refused).
     """
@@ -147,7 +147,7 @@ def _shape(draft: DraftSpec, ver: VerifierSpec, *, gamma: int | None, drafts: in
     built = build_verifier(ver.name, dict(ver.params))
     if trees.own_shape:  # the drafter builds its own trees (suffix decoding): children and depth only
         if tree is not None:
-            raise ValueError(f"the {draft.name} drafter builds its own draft trees; use drafts=K (children per node) "
+            raise ValueError(f"the {draft.name} drafter builds its own draft trees; use drafts=n (children per node) "
                              "and gamma (depth), not tree=")
         law = next(iter(trees.laws or {DraftLaw.GREEDY}))
         spec = TreeSpec.sequences(drafts or trees.default_children, DEFAULT_GAMMA if gamma is None else gamma, law)
@@ -160,7 +160,7 @@ def _shape(draft: DraftSpec, ver: VerifierSpec, *, gamma: int | None, drafts: in
             asked = str(tree.law.value if isinstance(tree, TreeSpec) else tree or names).partition(":")[0].lower()
             if asked not in {law.value for law in trees.laws}:
                 raise ValueError(f"a {draft.name} draft drafts {names.upper()}-law trees; use tree={names!r} or "
-                                 f"drafts=K, not {tree!r}")
+                                 f"drafts=n, not {tree!r}")
             tree, drafts, tree_law = tree or names, drafts or trees.default_children, names
         spec = resolve_tree_spec(tree, drafts=drafts, gamma=gamma, verifier=built, tree_law=tree_law)
     else:
@@ -177,7 +177,7 @@ def _shape(draft: DraftSpec, ver: VerifierSpec, *, gamma: int | None, drafts: in
 def _check_size(tree: TreeSpec | None, gamma: int, schedule: str) -> None:
     nodes = tree.num_slots if tree is not None else gamma * (2 if schedule == "heuristic" else 1)
     if nodes > MAX_TREE_NODES:
-        what = (f"a draft tree of {nodes} nodes ({tree.max_drafts_per_node()} drafts per node, depth {tree.depth})"
+        what = (f"a draft tree of {nodes} nodes (up to {tree.max_drafts_per_node()} drafts per node, depth {tree.depth})"
                 if tree is not None else f"a draft chain of up to {nodes} tokens (gamma {gamma})")
         raise ValueError(f"{what} is above the limit of {MAX_TREE_NODES} draft tokens per target pass: a pass over "
                          "that many costs more than it can save; lower --drafts / --gamma")
