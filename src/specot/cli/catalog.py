@@ -18,6 +18,7 @@ DRAFTS: tuple[tuple[str, str], ...] = (
     ('ngram', 'prompt lookup plus an n-gram table; model-free chains'),
     ('suffix', 'suffix decoding: model-free draft trees from every earlier occurrence of the current suffix, verified by the greedy verifier'),
     ('suffix+MODEL', "suffix trees where the text repeats, the draft model MODEL elsewhere, e.g. 'suffix+eagle'"),
+    ('xvocab:PATH | xvocab-slem:PATH', 'a draft model with another tokenizer (GGUF file, model directory or gemma3-270m)'),
     ('distilled | DIR | HUB_ID', "a draft model sharing the target's tokenizer: the shipped distilled draft, a directory or a hub id"),
 )
 #: The drafter options that have a CLI flag: ``{option: (flag, default, help)}``.
