@@ -4,7 +4,7 @@ request's tree, and specot's multi-draft verifiers decide what each request keep
 vLLM's scheduler, paged KV cache and batching stay as they are; a request's tree travels through
 them as a flattened chain of its N nodes (parents first), so the scheduler reserves ``1 + N``
 slots and accounts ``1 + accepted`` tokens as for a chain. What changes, in the worker process
-(:class:`TreeRunner`, one per model runner, called from the model-runner methods that
+(:class:`specot_vllm.tree_runner.TreeRunner`, one per model runner, called from the model-runner methods that
 :mod:`specot_vllm.adapter` replaces, active only in a tree deployment, :func:`tree_mode`; every
 read of the runner's internals goes through the adapter's view of it):
 
