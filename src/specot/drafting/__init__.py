@@ -1,5 +1,5 @@
 """Drafting: the one drafter protocol, draft-tree shapes, draft models, the n-gram and suffix drafters,
-and the hybrid of a suffix drafter with a draft model."""
+the hybrid of a suffix drafter with a draft model, and drafting with a draft of another tokenizer."""
 
 from .base import DraftOutcome, DraftSchedule, DraftTree, Drafter
 from .eagle import Eagle3Head, EagleDrafter
@@ -7,6 +7,7 @@ from .hybrid import HybridDrafter
 from .model import ModelDrafter, check_vocab_compatible, draft_tree_from_model
 from .ngram import NGramDrafter, NGramTable
 from .suffix import NGramCounts, SuffixDrafter, SuffixIndex
+from .xvocab import XVocabDrafter
 from .tree import EAGLE_DEFAULT_TREE, TreeSpec, default_law_for, load_topology, parse_tree_spec
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "NGramTable",
     "SuffixDrafter",
     "HybridDrafter",
+    "XVocabDrafter",
     "NGramCounts",
     "SuffixIndex",
     "TreeSpec",
