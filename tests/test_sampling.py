@@ -109,3 +109,79 @@ def test_sample_categorical_reproducible():
     a = sample_categorical(p, torch.Generator().manual_seed(1))
     b = sample_categorical(p, torch.Generator().manual_seed(1))
     assert torch.equal(a, b)
+
+
+# ---------------------------------------------------------------- sample_logits_row (the one-row fast path)
+def _torch_row_sample(x: torch.Tensor, cfg: SamplingConfig, g: torch.Generator) -> int:
+    return int(sample_categorical(standardize(x[None], cfg), g)[0])
+
+
+@pytest.mark.parametrize("V", [3, 256, 257, 49152])
+@pytest.mark.parametrize("T", [0.0, 0.7, 1.0])
+def test_sample_logits_row_draws_what_the_torch_path_draws(V, T):
+    """Same uniforms, the same tokens but where rounding splits them (the two CDFs differ by float32
+    rounding of each probability, so a uniform in the far tail can land on a neighbouring
+    near-zero-mass token: at most 3 of 300 seeded draws here, 0 at temperature 0), and the generator
+    ends in the same state (one uniform per draw, temperature 0 included)."""
+    from specot.sampling import sample_logits_row
+    rng = np.random.default_rng(V)
+    x = torch.from_numpy((rng.standard_normal(V) * 3).astype(np.float32))
+    x[rng.integers(0, V, size=max(1, V // 4))] = -math.inf  # masked tokens
+    cfg = SamplingConfig(temperature=T)
+    g1, g2 = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
+    fast = [sample_logits_row(x, cfg, g1) for _ in range(300)]
+    slow = [_torch_row_sample(x, cfg, g2) for _ in range(300)]
+    assert sum(a != b for a, b in zip(fast, slow)) <= (0 if T == 0 else 3)
+    assert torch.equal(torch.rand(4, generator=g1), torch.rand(4, generator=g2))
+    assert all(math.isfinite(float(x[t])) for t in fast)  # never a zero-probability token
+
+
+def test_sample_logits_row_law_chi_square():
+    """Seeded chi-square of 20,000 draws against softmax(x / T) on 600 tokens (3 blocks of the
+    two-level CDF, the last one ragged), with rare cells pooled; false-failure rate 1e-4."""
+    from specot.sampling import sample_logits_row
+    rng = np.random.default_rng(3)
+    x = torch.from_numpy((rng.standard_normal(600) * 2).astype(np.float32))
+    cfg = SamplingConfig(temperature=0.8)
+    p = torch.softmax(x.double() / 0.8, -1).numpy()
+    g = torch.Generator().manual_seed(11)
+    n = 20_000
+    counts = np.bincount([sample_logits_row(x, cfg, g) for _ in range(n)], minlength=600)
+    big = p * n >= 5
+    obs = np.append(counts[big], counts[~big].sum())
+    exp = np.append(p[big] * n, p[~big].sum() * n)
+    assert sstats.chisquare(obs, exp).pvalue > 1e-4
+
+
+def test_sample_logits_row_a_planted_wrong_law_fails_the_chi_square():
+    """The chi-square above can fail: draws at temperature 1 tested against softmax(x / 0.8)."""
+    from specot.sampling import sample_logits_row
+    rng = np.random.default_rng(3)
+    x = torch.from_numpy((rng.standard_normal(600) * 2).astype(np.float32))
+    p = torch.softmax(x.double() / 0.8, -1).numpy()
+    g = torch.Generator().manual_seed(11)
+    counts = np.bincount([sample_logits_row(x, SamplingConfig(1.0), g) for _ in range(20_000)], minlength=600)
+    big = p * 20_000 >= 5
+    obs = np.append(counts[big], counts[~big].sum())
+    exp = np.append(p[big] * 20_000, p[~big].sum() * 20_000)
+    assert sstats.chisquare(obs, exp).pvalue < 1e-4
+
+
+def test_sample_logits_row_edges():
+    from specot.sampling import sample_logits_row
+    g = torch.Generator().manual_seed(0)
+    one = torch.full((1000,), -math.inf)
+    one[777] = 0.0
+    assert {sample_logits_row(one, SamplingConfig(1.0), g) for _ in range(20)} == {777}
+    ties = torch.tensor([1.0, 5.0, 5.0, 2.0])
+    assert sample_logits_row(ties, SamplingConfig(0.0), g) == 1  # first maximal index
+    for bad, msg in ((torch.tensor([0.0, math.nan, 1.0]), "NaN"), (torch.tensor([0.0, math.inf]), "NaN or"),
+                     (torch.full((5,), -math.inf), "entirely -inf")):
+        with pytest.raises(ValueError, match=msg):
+            sample_logits_row(bad, SamplingConfig(1.0), g)
+    # top-k / top-p / float64 take the torch path: same tokens as it
+    x = torch.randn(300, generator=torch.Generator().manual_seed(1))
+    for cfg, row in ((SamplingConfig(1.0, top_k=5), x), (SamplingConfig(1.0, top_p=0.5), x),
+                     (SamplingConfig(1.0), x.double())):
+        g1, g2 = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+        assert [sample_logits_row(row, cfg, g1) for _ in range(50)] == [_torch_row_sample(row, cfg, g2) for _ in range(50)]

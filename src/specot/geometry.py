@@ -152,6 +152,8 @@ def common_prefix_length(cached: Sequence[int], context: Sequence[int], limit: i
     bound = min(len(cached), len(context) - 1)
     if limit is not None:
         bound = min(bound, limit)
+    if list(cached[:bound]) == list(context[:bound]):  # the usual case, one C-speed comparison
+        return bound
     common = 0
     while common < bound and cached[common] == context[common]:
         common += 1

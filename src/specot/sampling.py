@@ -14,12 +14,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from ._validation import check_generator
 
-__all__ = ["SamplingConfig", "standardize", "sample_categorical", "draw_uniforms"]
+__all__ = ["SamplingConfig", "standardize", "sample_categorical", "sample_logits_row", "draw_uniforms"]
 
 
 @dataclass(frozen=True)
@@ -161,3 +162,51 @@ def sample_categorical(probs: Tensor, generator: torch.Generator | None = None, 
     # reaches the total, which has mass (the cdf rises there) — O(log V), no pass over V.
     last = torch.searchsorted(cdf, total.contiguous(), right=False).squeeze(-1)  # [...]
     return torch.minimum(idx, last)
+
+
+_BLOCK = 256  # tokens per block of the two-level inverse CDF in :func:`sample_logits_row`
+
+
+def sample_logits_row(logits: Tensor, config: SamplingConfig, generator: torch.Generator | None = None) -> int:
+    """One token from the adjusted distribution of ONE row of logits ``[V]``: the law of
+    ``sample_categorical(standardize(logits[None], config), generator)``, with the same
+    consumption of ``generator`` (one float64 uniform, also at temperature 0), for the decoding
+    loop's one-row steps on the CPU.
+
+    A float32 CPU row without top-k / top-p is sampled in numpy, a few array passes instead of about
+    twenty torch operations (their dispatch, not the arithmetic, is what a one-token step pays):
+    weights ``w = exp((x - max) / T)``, then a two-level inverse CDF (float64 sums of blocks of
+    :data:`_BLOCK` tokens, then a cumulative sum inside the chosen block). Token i is drawn with
+    probability ``w_i / sum(w)`` up to float rounding, as in :func:`standardize`, and a
+    zero-probability token is never returned. The drawn token can differ from the torch path's for
+    the same uniform only where the uniform falls within rounding of a boundary of the CDF.
+    Temperature 0 returns the first maximal index. Anything else (another dtype or device, top-k,
+    top-p, a row :func:`standardize` refuses) takes the torch path, with its errors.
+
+    Raises:
+        ValueError: NaN or ``+inf`` logits, or a row that is entirely ``-inf`` (from
+            :func:`standardize`).
+    """
+    if (logits.dim() != 1 or logits.device.type != "cpu" or logits.dtype != torch.float32
+            or (config.top_k and config.top_k < logits.shape[-1]) or config.top_p < 1.0):
+        return int(sample_categorical(standardize(logits[None], config), generator)[0])
+    a = logits.detach().numpy()
+    top = int(a.argmax())  # numpy's argmax returns the first NaN if there is one
+    m = float(a[top])
+    if not math.isfinite(m):  # NaN, +inf or a row of -inf: the torch path raises its error
+        return int(sample_categorical(standardize(logits[None], config), generator)[0])
+    u = float(draw_uniforms((1,), generator)[0])  # drawn at temperature 0 too, as sample_categorical
+    if config.temperature == 0:
+        return top
+    w = np.exp((a - np.float32(m)) * np.float32(1.0 / config.temperature))  # [V] float32, max 1
+    block_mass = np.cumsum(np.add.reduceat(w, np.arange(0, w.shape[0], _BLOCK), dtype=np.float64))  # [V / _BLOCK]
+    t = u * float(block_mass[-1])
+    b = min(int(np.searchsorted(block_mass, t, side="right")), block_mass.shape[0] - 1)
+    while block_mass[b] <= (block_mass[b - 1] if b else 0.0):  # rounding past the end: last block with mass
+        b -= 1
+    t -= float(block_mass[b - 1]) if b else 0.0
+    cdf = np.cumsum(w[b * _BLOCK:(b + 1) * _BLOCK], dtype=np.float64)  # [_BLOCK]
+    j = int(np.searchsorted(cdf, t, side="right"))
+    if j >= cdf.shape[0]:  # rounding: the first index where the block's CDF reaches its total (it rises there)
+        j = int(np.searchsorted(cdf, cdf[-1], side="left"))
+    return b * _BLOCK + j

@@ -46,6 +46,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -53,7 +54,7 @@ from ..drafting.base import DraftOutcome, DraftSchedule, DraftTree, Drafter
 from ..drafting.tree import TreeSpec
 from ..models.protocol import TargetModel
 from .._validation import check_generator, check_prob_values, trusted_inputs
-from ..sampling import sample_categorical, standardize
+from ..sampling import sample_categorical, sample_logits_row, standardize
 from ..verifiers.base import AnyVerifier, SequenceVerifier
 from .types import GenerationConfig, GenerationResult, GenerationStats
 
@@ -228,7 +229,7 @@ def verify_draft_tree(tree: DraftTree, logits: Tensor, sampling, verifier: AnyVe
     # is the empty tree), so one draw from p per node and a walk down the matching children
     draws_from_p = tree.size == 0 or (tree.deterministic and getattr(verifier, "lossless", False))
     if draws_from_p and logits.device.type == "cpu":  # node by node along the walk
-        return _walk(tree, lambda n: int(sample_categorical(standardize(logits[n:n + 1], sampling), generator)[0]))
+        return _walk(tree, lambda n: sample_logits_row(logits[n], sampling, generator))
     if draws_from_p:  # all rows at once, the one host read
         return _walk(tree, sample_categorical(standardize(logits, sampling), generator).tolist().__getitem__)
     if tree.q is not None and not tree.q_standardized:  # a drafter's own q: checked once, here
@@ -247,6 +248,12 @@ def _verify_argmax(tree: DraftTree, logits: Tensor) -> TreeStep | None:
     ``None`` when a row's maximum is not finite (NaN, +inf, all −inf): the caller's
     :func:`standardize` then raises its error."""
     x = logits.to(torch.float32)  # exact for bf16/fp16; a float32 argmax is also the faster one on a CPU
+    if x.device.type == "cpu":  # numpy's argmax: a few microseconds a row where torch's dispatch costs tens
+        a = x.detach().numpy()  # [1 + N, V]
+        top_np = a.argmax(-1)  # first maximal index; the first NaN where a row holds one
+        if not np.isfinite(a[np.arange(a.shape[0]), top_np]).all():
+            return None
+        return _walk(tree, top_np.tolist().__getitem__)
     top = x.argmax(-1)  # [1 + N]
     best = x.gather(-1, top[:, None])[:, 0]
     flat = torch.where(torch.isfinite(best), top, -1).tolist()  # the one host read
