@@ -261,8 +261,36 @@ def _create_engine_config(original: Callable) -> Callable:
             if spec is None:
                 log.warning("additional_config['specot'] is set but speculative decoding is off: nothing to verify")
             announce_verifier(cfg)
+            _gate_vllm_method(config, cfg)
         return config
     return create_engine_config
+
+
+def _gate_vllm_method(config: Any, cfg: Any) -> None:
+    """vLLM's own ``ngram`` method under specot's settings: ``draft_max_batch`` becomes vLLM's own
+    batch-size schedule (``num_speculative_tokens_per_batch_size``, γ = 0 after larger steps), unless
+    the deployment set that schedule itself. vLLM's ``suffix`` method cannot be gated that way
+    (its proposer asserts the full γ every step)."""
+    from .config import SpecotConfigError, draft_max_batch, ngram_schedule
+    from .observe import log
+
+    spec = config.speculative_config
+    method = getattr(spec, "method", None)
+    if method == "suffix":
+        log.info("specot draft_max_batch does not apply to vLLM's suffix method (it drafts at every batch size)")
+    if method != "ngram":
+        return
+    if spec.num_speculative_tokens_per_batch_size is not None:
+        if cfg.draft_max_batch is not None:
+            raise SpecotConfigError("additional_config['specot']['draft_max_batch'] and speculative_config's "
+                                    "num_speculative_tokens_per_batch_size both set a batch-size schedule: keep one")
+        return
+    gamma = spec.num_speculative_tokens
+    m, source = draft_max_batch(cfg, gamma, cpu=config.device_config.device_type == "cpu")
+    schedule = None if m is None else ngram_schedule(m, gamma, config.scheduler_config.max_num_seqs)
+    # vLLM's own extension point (dynamic speculative decoding): the scheduler looks gamma up per batch size.
+    spec.num_speculative_tokens_per_batch_size = schedule
+    log.info("specot: vLLM's ngram drafts after steps of at most %s requests (%s): %s", m, source, schedule)
 
 
 def _install_engine_args() -> None:

@@ -23,6 +23,12 @@ or ``LLM(..., additional_config={"specot": {...}})``. Keys:
   ``specot_vllm.SuffixProposer`` / ``specot_vllm.SuffixTreeProposer`` custom-class proposers.
 * ``depth``: the deepest node of a draft tree (``SuffixTreeProposer``; default: the node budget
   ``num_speculative_tokens``).
+* ``draft_max_batch``: the largest number of requests in a step after which specot's proposers
+  still draft (an integer >= 1); after a step of more requests they propose nothing, so the next
+  step is a plain decoding step. Default (:func:`default_draft_max_batch`): on the CPU, the largest
+  batch whose drafted pass stays within :data:`CPU_FLAT_TOKENS` tokens (γ = 4: 3; trees of 12
+  nodes: 1); on other devices none (drafts at every batch size). With vLLM's own ``ngram`` method
+  the same value becomes vLLM's batch-size schedule (:func:`ngram_schedule`).
 
 :func:`parse_config` checks every key, nested ones included, when vLLM builds the engine
 configuration (before any engine process starts); a bad one is a :class:`SpecotConfigError` (a
@@ -52,11 +58,12 @@ from specot.sampling import SamplingConfig
 from specot.verifiers import LAW_VERIFIERS, DraftLaw, Verifier, available_verifiers, default_verifier, get_verifier
 
 __all__ = ["SpecotVllmConfig", "SpecotConfigError", "CHAIN_VERIFIERS", "TREE_VERIFIERS", "chain_verifiers",
-           "tree_verifiers", "parse_config", "tree_config", "checkpoint_ratio", "q_temperature_ratio"]
+           "tree_verifiers", "parse_config", "tree_config", "checkpoint_ratio", "q_temperature_ratio",
+           "CPU_FLAT_TOKENS", "default_draft_max_batch", "draft_max_batch", "ngram_schedule"]
 
 #: The draft laws of the tree proposer's trees: its own (GREEDY) and its redraws (IID, WOR).
 TREE_LAWS = (DraftLaw.GREEDY, DraftLaw.IID, DraftLaw.WOR)
-_KEYS = ("verifier", "verifier_params", "q_temperature_ratio", "suffix", "depth")
+_KEYS = ("verifier", "verifier_params", "q_temperature_ratio", "suffix", "depth", "draft_max_batch")
 
 
 def chain_verifiers() -> tuple[str, ...]:
@@ -109,6 +116,8 @@ class SpecotVllmConfig:
         suffix: keyword arguments of the suffix drafter.
         tree: draft trees (the tree proposer) rather than chains.
         depth: the deepest tree node, or ``None`` (the node budget).
+        draft_max_batch: the largest batch after whose steps the proposers draft, or ``None``
+            (:func:`default_draft_max_batch`).
     """
 
     verifier: str = "speculative"
@@ -117,6 +126,7 @@ class SpecotVllmConfig:
     suffix: Mapping[str, Any] = field(default_factory=dict)
     tree: bool = False
     depth: int | None = None
+    draft_max_batch: int | None = None
 
     def build_verifier(self):
         """The :class:`specot.verifiers.Verifier` instance, or ``None`` for ``"vllm"``.
@@ -241,6 +251,16 @@ def _check_suffix(suffix: Mapping[str, Any]) -> None:
         raise SpecotConfigError(f"{_where('suffix')} = {dict(suffix)!r}: {e}") from None
 
 
+def _check_draft_max_batch(raw: Mapping[str, Any]) -> int | None:
+    """``draft_max_batch``, checked: absent or an integer >= 1."""
+    m = raw.get("draft_max_batch")
+    if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
+        raise SpecotConfigError(f"{_where('draft_max_batch')} = {m!r}; use an integer >= 1 (the largest number of "
+                                "requests in a step after which the proposers still draft), or leave it out for "
+                                "the device's default")
+    return m
+
+
 def _scalars(raw: Mapping[str, Any], tree: bool) -> tuple[int | None, float | None]:
     """(``depth``, ``q_temperature_ratio``), checked."""
     depth = raw.get("depth")
@@ -274,7 +294,8 @@ def parse_config(additional_config: Mapping[str, Any] | None, *, tree: bool = Fa
     Raises:
         SpecotConfigError: a :class:`ValueError` whose message is one line naming the bad value and
             the fix (an unknown key at any level or verifier, bad parameters, a lossy verifier
-            without its parameter stated, a ratio that is not a finite number > 0).
+            without its parameter stated, a ratio that is not a finite number > 0, a
+            ``draft_max_batch`` that is not an integer >= 1).
     """
     if not additional_config or "specot" not in additional_config:
         return None
@@ -289,11 +310,12 @@ def parse_config(additional_config: Mapping[str, Any] | None, *, tree: bool = Fa
     depth, ratio = _scalars(raw, tree)
     _check_verifier_params(verifier, params)
     _check_suffix(suffix)
+    max_batch = _check_draft_max_batch(raw)
     if tree and nodes is not None and suffix.get("max_nodes", 0) > nodes:
         raise SpecotConfigError(f"{_where('suffix', 'max_nodes')} = {suffix['max_nodes']} exceeds "
                                 f"num_speculative_tokens = {nodes}; raise num_speculative_tokens")
     return SpecotVllmConfig(verifier=verifier, verifier_params=params, q_temperature_ratio=ratio,
-                            suffix=suffix, tree=tree, depth=depth)
+                            suffix=suffix, tree=tree, depth=depth, draft_max_batch=max_batch)
 
 
 def tree_config(additional_config: Mapping[str, Any] | None, vocab: int | None = None) -> SpecotVllmConfig:
@@ -332,3 +354,41 @@ def q_temperature_ratio(cfg: SpecotVllmConfig | None, draft_model_config: Any) -
     if r is None:
         r = checkpoint_ratio(draft_model_config)
     return float(r) if r else 1.0
+
+
+#: On the CPU, the pass width (tokens) up to which a pass of the target costs about one of one
+#: token. From vLLM's plain decoding in the quiet run of 2026-11-26 (docs/results.md, 2-core AMD
+#: EPYC, bf16, SmolLM2-135M): a step of 8 requests took 38 ms against 37 ms for one, a step of 32
+#: took 78 ms; 16 tokens is where the line between them reaches about 1.35 of one pass, the block
+#: efficiency specot's suffix chains reach at T = 1 (1.36).
+CPU_FLAT_TOKENS = 16
+
+
+def default_draft_max_batch(gamma: int, cpu: bool) -> int | None:
+    """The default ``draft_max_batch`` (a documented constant, not measured at start): on the CPU
+    the largest batch B whose drafted pass, ``B · (1 + γ)`` tokens, stays within
+    :data:`CPU_FLAT_TOKENS` (at least 1: drafts at batch 1 always); elsewhere ``None`` (no
+    gate: no device but this CPU was measured).
+
+    Args:
+        gamma: the draft length γ (chains) or node budget N (trees), ``num_speculative_tokens``.
+        cpu: the deployment runs on the CPU.
+    """
+    return max(1, CPU_FLAT_TOKENS // (1 + max(0, int(gamma)))) if cpu else None
+
+
+def draft_max_batch(cfg: SpecotVllmConfig | None, gamma: int, cpu: bool) -> tuple[int | None, str]:
+    """(the ``draft_max_batch`` in force, where it came from: ``"set"`` or ``"default"``);
+    ``None``: drafts at every batch size."""
+    if cfg is not None and cfg.draft_max_batch is not None:
+        return cfg.draft_max_batch, "set"
+    return default_draft_max_batch(gamma, cpu), "default"
+
+
+def ngram_schedule(max_batch: int, gamma: int, max_num_seqs: int) -> list[tuple[int, int, int]] | None:
+    """vLLM's own batch-size schedule (``speculative_config.num_speculative_tokens_per_batch_size``,
+    ``(first batch, last batch, γ)`` ranges) that drafts γ tokens after steps of at most
+    ``max_batch`` requests and none after larger ones; ``None`` when no batch exceeds it."""
+    if max_batch >= max_num_seqs:
+        return None
+    return [(1, max_batch, gamma), (max_batch + 1, max_num_seqs, 0)]

@@ -14,6 +14,13 @@ no request ids. One drafter is kept per batch row; its suffix index extends incr
 row continues the same sequence and is rebuilt when another request took the row
 (:meth:`specot.drafting.SuffixIndex.sync`). The acceptance of the previous proposal (committed
 tokens − 1) feeds the drafter's calibrated budget.
+
+Batch-size gate: after a step of more than ``draft_max_batch`` requests
+(:func:`specot_vllm.config.draft_max_batch`) a proposer proposes nothing, so the next step is a
+plain decoding step for every request (vLLM then schedules one token per request and samples with
+its own sampler, as without speculation). On a compute-bound CPU a batch already fills the cores,
+and a scored draft token costs nearly a decoded one. The gate depends on the batch size only, so
+any lossless verifier keeps the output law exact.
 """
 
 from __future__ import annotations
@@ -51,6 +58,21 @@ class SuffixProposer:
         self._last: dict[int, tuple[int, Any]] = {}  # row -> (context length, the tree proposed there)
         eos = getattr(getattr(vllm_config.model_config, "hf_config", None), "eos_token_id", None)
         self._stop = frozenset([eos] if isinstance(eos, int) else (eos or []))
+        self.draft_max_batch = self._gate(vllm_config)
+
+    def _gate(self, vllm_config: Any) -> int | None:
+        """The ``draft_max_batch`` in force (``None``: drafts at every batch size), logged once."""
+        from .config import draft_max_batch
+        from .observe import log, trace
+
+        device = getattr(getattr(vllm_config, "device_config", None), "device_type", None)
+        m, source = draft_max_batch(self._cfg, self.k, cpu=str(device) == "cpu")
+        what = "every batch size" if m is None else f"steps of at most {m} requests (none after larger ones)"
+        why = "set by additional_config['specot']['draft_max_batch']" if source == "set" else (
+            f"default on {device or 'this device'} for num_speculative_tokens = {self.k}")
+        log.info("specot %s drafts after %s: %s", type(self).__name__, what, why)
+        trace("draft_max_batch", proposer=type(self).__name__, value=m, source=source)
+        return m
 
     def load_model(self, *args: Any, **kwargs: Any) -> None:
         """No model to load (vLLM calls this on every drafter)."""
@@ -103,10 +125,14 @@ class SuffixProposer:
 
     def propose(self, sampled_token_ids: list[list[int]], num_tokens_no_spec: np.ndarray, token_ids_cpu: np.ndarray,
                 slot_mappings: Any = None) -> list[list[int]]:
-        """Draft token ids per request (``[]``: no draft, a plain target step)."""
+        """Draft token ids per request (``[]``: no draft, a plain target step); none at all after a
+        step of more than :attr:`draft_max_batch` requests (module docstring)."""
         from specot.sampling import SamplingConfig
 
         out: list[list[int]] = []
+        if self.draft_max_batch is not None and len(sampled_token_ids) > self.draft_max_batch:
+            self._last.clear()  # nothing proposed: nothing to learn from the next step
+            return [[] for _ in sampled_token_ids]
         greedy = SamplingConfig(temperature=0.0)
         for i, sampled in enumerate(sampled_token_ids):
             n = int(num_tokens_no_spec[i])
