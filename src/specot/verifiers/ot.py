@@ -185,18 +185,98 @@ def _shadow_step(free: tuple[np.ndarray, np.ndarray, np.ndarray], ze: float, qk:
     return pieces[pieces[:, 1] > pieces[:, 0]], s1, (new_a[keep], new_b[keep], new_v[keep])
 
 
+#: A level's tokens are passed one shadow at a time while at most this many precede the wanted one;
+#: beyond that the shadow of all of them is built at once (:func:`_group_shadow`).
+_GROUP_MIN = 16
+
+
+def _roots(M: np.ndarray, Y: np.ndarray, lo: np.ndarray, hi: np.ndarray, n: int, guess: np.ndarray) -> np.ndarray:
+    """``z ∈ [lo, hi]`` with ``z^n − (z − M)^n = Y`` per entry ``[m]`` (the left side rises with z):
+    vectorised Newton kept in the bracket, until the step or the residual is at float64 noise."""
+    t = np.clip(guess, lo, hi)
+    lo, hi = lo.copy(), hi.copy()
+    noise = 8.0 * n * np.finfo(np.float64).eps * np.maximum(Y, 1e-300)
+    for _ in range(200):
+        f = _zmass(t - M, t, M, n) - Y
+        lo = np.where(f <= 0, t, lo)
+        hi = np.where(f >= 0, t, hi)
+        d = n * (t ** (n - 1) - (t - M) ** (n - 1))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            nt = t - f / d
+        nt = np.where((nt >= lo) & (nt <= hi), nt, 0.5 * (lo + hi))
+        busy = (np.abs(f) > noise) & (np.abs(nt - t) > 2e-16 * t) & (hi - lo > 2e-16 * hi)
+        t = nt
+        if not busy.any():
+            break
+    return t
+
+
+def _group_shadow(qh: np.ndarray, yh: np.ndarray, ze: float, length: float,
+                  n: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """The shadow of a group of a level's tokens in its positions, built at once.
+
+    ``qh, yh [R]``: the tokens' q-masses and w-mass targets ``λ·p``, in the sorted (p/q-descending)
+    order. Their shadow (Beiglböck & Juillet 2016; whatever order they are processed in) is the
+    positions of a set of disjoint intervals, each holding a run of consecutive tokens with exactly
+    their q-mass and w-mass. With ``u`` = the top of a run's interval (``z = ze + v``) plus the
+    q-mass of the group before the run, the runs are the blocks of the isotonic regression
+    (non-increasing ``u``) whose block equation is ``Σ_run g_i(u) = 0``, ``g_i(u) = (u − S_i)^n −
+    (u − S_{i+1})^n − y_i`` (S: cumulative q-mass): blocks do not overlap iff ``u`` does not rise,
+    and a run is a shadow (its tokens are in convex order below its interval) iff every prefix of
+    it has ``Σ g ≥ 0`` — PAVA's conditions. Solved by Newton steps on PAVA: weighted least-squares
+    PAVA (scipy) of the linearised ``g``, then each block's exact root (:func:`_roots`), until the
+    blocks repeat; then the block roots satisfy the exact conditions (the least-squares PAVA's are
+    theirs at the linearisation point). Returns ``(bottom, top) [r]`` ascending, in level
+    coordinates, or None when the blocks do not settle (the caller builds the shadows one by one).
+    """
+    S = np.concatenate(([0.0], np.cumsum(qh)))
+    top = ze + length
+    u = np.clip((yh / qh / n) ** (1.0 / (n - 1)) + 0.5 * qh, ze + qh, top) + S[:-1]  # each token's own stretch
+    prev: np.ndarray | None = None
+    for _ in range(50):
+        zhi, zlo = u - S[:-1], u - S[1:]
+        g = _zmass(zlo, zhi, qh, n) - yh
+        c = n * (zhi ** (n - 1) - zlo ** (n - 1))
+        if not np.all(c > 0):
+            return None
+        fit = scipy.optimize.isotonic_regression(u - g / c, weights=c, increasing=False)
+        blocks = np.asarray(fit.blocks, dtype=np.int64)
+        a, b = blocks[:-1], blocks[1:]
+        M = S[b] - S[a]
+        zb = _roots(M, np.add.reduceat(yh, a), ze + M, np.full(a.size, top), n, fit.x[a] - S[a])
+        u = np.repeat(zb + S[a], b - a)
+        if prev is not None and np.array_equal(prev, blocks):
+            hi = zb - ze
+            lo = np.maximum(hi - M, 0.0)
+            return lo[::-1].copy(), np.minimum(hi, length)[::-1].copy()
+        prev = blocks
+    return None
+
+
+def _complement(lo: np.ndarray, hi: np.ndarray, ze: float, length: float,
+                n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The free positions of a level ``(fa, fb, fv)`` outside the ascending intervals ``[lo, hi]``."""
+    fa = np.concatenate(([0.0], hi))
+    fb = np.maximum(np.concatenate((lo, [length])), fa)
+    keep = fb > fa
+    fa, fb = fa[keep], fb[keep]
+    return fa, fb, _zmass(ze + fa, ze + fb, fb - fa, n)
+
+
 class _LevelShadows:
     """The shadows of one level, built incrementally in q-descending order (ties by sorted index)."""
 
     def __init__(self, plan: "OTPlan", level: int) -> None:
         self.plan = plan
+        self.level = level
         self.b, self.e = int(plan.blocks[level]), int(plan.blocks[level + 1])
         self.lam = float(plan.lam_level[level])
         self.ze = float(plan.Z[self.e])
         self.length = float(np.sum(plan.qs[self.b:self.e]))
-        self.free = (np.array([0.0]), np.array([self.length]),
-                     np.array([float(np.sum(plan.ym[self.b:self.e]))]))
+        self.total = float(np.sum(plan.ym[self.b:self.e]))  # the level's w-mass
+        self.free = (np.array([0.0]), np.array([self.length]), np.array([self.total]))
         self.last: tuple[float, int] | None = None  # key (−q, index) of the last token processed
+        self._done = 0  # tokens processed so far (the state `free` is after them)
         self.pieces: dict[int, np.ndarray] = {}
         ps, qs = plan.ps[self.b:self.e], plan.qs[self.b:self.e]
         ratios = ps / np.where(qs > 0, qs, 1.0)
@@ -207,8 +287,48 @@ class _LevelShadows:
         if self.uniform:  # every token has the level's mean value: the uniform density is exact
             return np.array([[0.0, self.length]])
         if k not in self.pieces:
-            self._advance((-float(self.plan.qs[k]), k))
+            key = (-float(self.plan.qs[k]), k)
+            qs = self.plan.qs[self.b:self.e]
+            before = (qs > -key[0]) | ((qs == -key[0]) & (np.arange(self.b, self.e) < k))
+            passed = self.last is not None and key < self.last
+            if not passed and (self.plan.n == 1 or int(before.sum()) - self._done <= _GROUP_MIN):
+                self._advance(key)
+            else:
+                self._group(k, before, commit=not passed)
         return self.pieces[k]
+
+    def _group(self, k: int, before: np.ndarray, commit: bool) -> None:
+        """The pieces of token k from the shadow of all tokens before it (:func:`_group_shadow`),
+        then its own shadow step; with ``commit`` the one-by-one state continues after k."""
+        plan = self.plan
+        qh = plan.qs[self.b:self.e][before]
+        free = (np.array([0.0]), np.array([self.length]), np.array([self.total]))  # the whole level
+        if qh.size:
+            yh = self.lam * plan.ps[self.b:self.e][before]
+            shadow = _group_shadow(qh, yh, self.ze, self.length, plan.n)
+            if shadow is None:  # not settled: one by one (from scratch if k was passed)
+                if commit:
+                    self._advance((-float(plan.qs[k]), k))
+                else:
+                    fresh = _LevelShadows(plan, self.level)
+                    fresh._advance((-float(plan.qs[k]), k))
+                    self.pieces[k] = fresh.pieces[k]
+                return
+            free = _complement(*shadow, self.ze, self.length, plan.n)
+        self.pieces[k], free = self._step(k, free)
+        if commit:
+            self.free, self.last, self._done = free, (-float(plan.qs[k]), k), qh.size + 1
+
+    def _step(self, k: int, free: tuple[np.ndarray, np.ndarray, np.ndarray]
+              ) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Token k's shadow in the free positions: ``(pieces [r, 2], free')``."""
+        qk = float(self.plan.qs[k])
+        if qk <= 0.0 or free[0].size == 0:
+            return np.zeros((0, 2)), free
+        pieces, s1, free = _shadow_step(free, self.ze, qk, self.lam * float(self.plan.ps[k]), self.plan.n)
+        if pieces.size == 0:  # lighter than the float64 resolution of the level: one ulp there
+            pieces = np.array([[s1, s1 + max(qk, math.ulp(s1))]])
+        return pieces, free
 
     def _advance(self, target: tuple[float, int]) -> None:
         qs = self.plan.qs[self.b:self.e]
@@ -218,15 +338,8 @@ class _LevelShadows:
             upto &= (-qs > self.last[0]) | ((-qs == self.last[0]) & (idx > self.last[1]))
         sel = idx[upto]
         for k in sel[np.lexsort((sel, -self.plan.qs[sel]))].tolist():
-            qk = float(self.plan.qs[k])
-            if qk <= 0.0 or self.free[0].size == 0:
-                self.pieces[k] = np.zeros((0, 2))
-                continue
-            pieces, s1, self.free = _shadow_step(self.free, self.ze, qk, self.lam * float(self.plan.ps[k]),
-                                                 self.plan.n)
-            if pieces.size == 0:  # lighter than the float64 resolution of the level: one ulp there
-                pieces = np.array([[s1, s1 + max(qk, math.ulp(s1))]])
-            self.pieces[k] = pieces
+            self.pieces[k], self.free = self._step(k, self.free)
+        self._done += int(sel.size)
         self.last = target
 
 
@@ -343,6 +456,8 @@ class OTPlan:
         shadows = self._levels.get(lvl)
         if shadows is None:
             shadows = self._levels[lvl] = _LevelShadows(self, lvl)
+        for kk in sorted(set(k[low].tolist()), key=lambda t: (-float(self.qs[t]), t)):  # heavier first
+            shadows.get(kk)
         sel[low] = _max_position_law([shadows.get(int(kk)) for kk in k[low]])
         return sel, acc
 
