@@ -66,6 +66,7 @@ the acceptance within 1e-13 of the brute-force α* (the HiGHS LP itself is accur
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -87,11 +88,11 @@ _TIE_RTOL = 1e-14
 def _zmass(z1: object, z2: object, length: object, n: int) -> object:
     """``z2^n − z1^n`` for ``z1 ≤ z2`` with ``z2 − z1 = length`` (the w-mass of the positions whose
     remaining q-mass lies in ``[z1, z2]``), as ``length·Σ_k z1^k z2^{n−1−k}`` (no cancellation)."""
-    s = 0.0
-    zk = 1.0
-    for k in range(n):
-        s = s + zk * z2 ** (n - 1 - k)  # type: ignore[operator]
+    s: object = 1.0  # Σ_{k ≤ m} z1^k z2^{m−k} = z2·(the same for m − 1) + z1^m: positive terms, no powers
+    zk: object = 1.0
+    for _ in range(n - 1):
         zk = zk * z1  # type: ignore[operator]
+        s = s * z2 + zk  # type: ignore[operator]
     return length * s  # type: ignore[operator]
 
 
@@ -289,7 +290,8 @@ class _LevelShadows:
         if k not in self.pieces:
             key = (-float(self.plan.qs[k]), k)
             qs = self.plan.qs[self.b:self.e]
-            before = (qs > -key[0]) | ((qs == -key[0]) & (np.arange(self.b, self.e) < k))
+            before = qs > -key[0]
+            before[:k - self.b] |= qs[:k - self.b] == -key[0]
             passed = self.last is not None and key < self.last
             if not passed and (self.plan.n == 1 or int(before.sum()) - self._done <= _GROUP_MIN):
                 self._advance(key)
@@ -343,6 +345,12 @@ class _LevelShadows:
         self.last = target
 
 
+@functools.lru_cache(maxsize=None)
+def _leggauss(g: int) -> tuple[np.ndarray, np.ndarray]:
+    """Gauss–Legendre nodes and weights on [−1, 1] ``([g], [g])`` (cached)."""
+    return np.polynomial.legendre.leggauss(g)
+
+
 def _max_position_law(pieces: list[np.ndarray]) -> np.ndarray:
     """P(draft j has the largest position) ``[m]`` when draft j's position is uniform on ``pieces[j]``."""
     m = len(pieces)
@@ -351,7 +359,7 @@ def _max_position_law(pieces: list[np.ndarray]) -> np.ndarray:
     u, v = pts[:-1], pts[1:]
     u, v = u[v > u], v[v > u]
     g = m // 2 + 1  # Gauss–Legendre with g nodes is exact up to degree 2g − 1 ≥ m − 1
-    xg, wg = np.polynomial.legendre.leggauss(g)
+    xg, wg = _leggauss(g)
     s = 0.5 * (u + v)[:, None] + 0.5 * (v - u)[:, None] * xg[None, :]  # [S, g]
     mid = 0.5 * (u + v)
     dens = np.zeros((m, u.size))
@@ -384,9 +392,24 @@ class OTPlan:
         p = p / p.sum()
         q = q / q.sum()
         self.n = n
-        with np.errstate(divide="ignore", invalid="ignore"):
-            key = np.where(q > 0, p / np.where(q > 0, q, 1.0), np.where(p > 0, np.inf, -1.0))
-        self.order = np.argsort(-key)  # ties in an order fixed by (p, q)
+        self._p = p
+        both = (p > 0) & (q > 0)
+        self.cid: np.ndarray | None = None  # token id -> index in the solved vocabulary (None: the same)
+        if not both.all():  # only the tokens in both supports are ordered one by one (module docstring)
+            ids = np.flatnonzero(both)
+            m = ids.size
+            self.cid = np.full(p.size, m + 1, dtype=np.int64)  # p = 0: one always-rejected token
+            self.cid[ids] = np.arange(m)
+            p_only = (p > 0) & ~both
+            self.cid[p_only] = m  # q = 0 < p: one never-drafted token
+            p = np.concatenate((p[ids], [float(np.sum(p[p_only])), 0.0]))
+            q = np.concatenate((q[ids], [0.0, float(np.sum(q[~both & (q > 0)]))]))
+        if np.array_equal(p, q):  # one level with λ = 1 (ratio 1 throughout): no sort needed
+            self.order = np.arange(p.size)
+        else:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                key = np.where(q > 0, p / np.where(q > 0, q, 1.0), np.where(p > 0, np.inf, -1.0))
+            self.order = np.argsort(-key)  # ties in an order fixed by (p, q)
         self.inv = np.empty_like(self.order)
         self.inv[self.order] = np.arange(p.size)
         self.ps, self.qs = p[self.order], q[self.order]
@@ -394,18 +417,21 @@ class OTPlan:
         self.Z = np.concatenate((np.cumsum(self.qs[::-1])[::-1], [0.0]))
         self.ym = ym = _zmass(self.Z[1:], self.Z[:-1], self.qs, n)  # each token's w-mass in the identity order
         k0 = int(np.count_nonzero(self.ps > 0))  # tokens with p > 0 come first
-        blocks = list(scipy.optimize.isotonic_regression(ym[:k0] / self.ps[:k0], weights=self.ps[:k0],
-                                                         increasing=True).blocks)
-        if k0 < p.size:
-            blocks.append(p.size)  # the tokens with p = 0: one level, λ = ∞ (always rejected)
-        self.blocks = np.asarray(blocks, dtype=np.int64)
+        blocks = np.asarray(scipy.optimize.isotonic_regression(ym[:k0] / self.ps[:k0], weights=self.ps[:k0],
+                                                               increasing=True).blocks, dtype=np.int64)
+        if k0 < p.size:  # the tokens with p = 0: one level, λ = ∞ (always rejected)
+            blocks = np.append(blocks, np.int64(p.size))
+        self.blocks = blocks
         sums_y = np.add.reduceat(ym, self.blocks[:-1])
         sums_p = np.add.reduceat(self.ps, self.blocks[:-1])
         with np.errstate(divide="ignore", invalid="ignore"):
             self.lam_level = np.where(sums_p > 0, sums_y / np.where(sums_p > 0, sums_p, 1.0), np.inf)
-        self._p = p
         self._levels: dict[int, _LevelShadows] = {}
         self._laws: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
+
+    def sorted_index(self, tokens: np.ndarray) -> np.ndarray:
+        """The sorted indices of token ids ``[m]``."""
+        return self.inv[tokens if self.cid is None else self.cid[tokens]]
 
     def level_of(self, k: np.ndarray) -> np.ndarray:
         """The level of the tokens at sorted indices ``k``."""
@@ -416,7 +442,7 @@ class OTPlan:
         """λ per token id ``[V]`` (``inf`` where ``p = 0``)."""
         out = np.empty(self.order.size)
         out[self.order] = np.repeat(self.lam_level, np.diff(self.blocks))
-        return out
+        return out if self.cid is None else out[self.cid]
 
     @property
     def alpha(self) -> float:
@@ -443,7 +469,7 @@ class OTPlan:
         return sel, acc
 
     def _selection_sorted(self, drafts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        k = self.inv[drafts]
+        k = self.sorted_index(drafts)
         levels = self.level_of(k)
         with np.errstate(divide="ignore"):
             acc = np.minimum(1.0, 1.0 / self.lam_level[levels])
