@@ -16,7 +16,12 @@ prompts repeats them, which flatters drafters that share what they learn across 
 * ``tokens_per_s``: generated tokens / wall seconds of the ``generate`` call;
 * ``block_efficiency``: generated tokens per target forward pass of a decoding request, from vLLM's
   own counters: ``1 + accepted draft tokens / verification steps`` (1 for plain decoding);
-* ``acceptance_rate``: accepted / drafted tokens.
+* ``acceptance_rate``: accepted / drafted tokens;
+* ``draft_tokens``, ``verification_steps``: drafted tokens and steps that verified drafts (vLLM's
+  counters): 0 where the batch-size gate held every step.
+
+The ``specot-*`` methods run with the plugin's batch-size gate (``draft_max_batch``: its default
+for the device, or ``--draft-max-batch N``; a number at least the largest batch turns it off).
 
 Speed is a property of a quiet machine: every JSON records the date, the commit, the machine and
 the versions; one run per machine, nothing timed in tests.
@@ -100,7 +105,8 @@ def _cell(llm: Any, prompt_pool: list[str], batch: int, temperature: float, max_
             "temperature": temperature, "tokens": tokens, "wall_s": round(wall, 4),
             "tokens_per_s": round(tokens / wall, 3),
             "block_efficiency": round(1.0 + d["num_accepted_tokens"] / steps, 4) if steps else 1.0,
-            "acceptance_rate": round(d["num_accepted_tokens"] / d["num_draft_tokens"], 4) if d["num_draft_tokens"] else None}
+            "acceptance_rate": round(d["num_accepted_tokens"] / d["num_draft_tokens"], 4) if d["num_draft_tokens"] else None,
+            "draft_tokens": int(d["num_draft_tokens"]), "verification_steps": int(steps)}
 
 
 def _machine() -> dict[str, Any]:
@@ -131,6 +137,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--prompts", nargs="+", default=None, metavar="JSONL",
                     help="JSON-lines prompt files (default: the 8 built-in prompts); give at least as many "
                          "prompts as the largest batch")
+    ap.add_argument("--draft-max-batch", type=int, default=None, metavar="N",
+                    help="additional_config.specot.draft_max_batch of the specot-* methods: no drafts after steps of "
+                         "more than N requests (default: the plugin's default for the device; a number >= the "
+                         "largest batch turns the gate off)")
     ap.add_argument("--out", default=None, help="JSON file (default: print only)")
     args = ap.parse_args(argv)
     try:
@@ -148,8 +158,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         if find_spec("arctic_inference") is None:
             ap.error("vllm-suffix needs arctic-inference==0.1.1 (pip install -e 'src/specot_vllm[bench]')")
     if any(b < 1 for b in args.batches) or any(t < 0 for t in args.temperatures) or args.max_tokens < 1 or args.gamma < 1 \
-            or args.tree_nodes < 1 or args.min_requests < 1:
-        ap.error("batch sizes, --max-tokens, --gamma, --tree-nodes and --min-requests must be >= 1, temperatures >= 0")
+            or args.tree_nodes < 1 or args.min_requests < 1 or (args.draft_max_batch is not None and args.draft_max_batch < 1):
+        ap.error("batch sizes, --max-tokens, --gamma, --tree-nodes, --min-requests and --draft-max-batch must be >= 1, "
+                 "temperatures >= 0")
     try:
         args.prompt_pool = load_prompts(args.prompts) if args.prompts else list(PROMPTS)
     except ValueError as e:
@@ -173,6 +184,13 @@ def main(argv: list[str] | None = None) -> int:
     bar = tqdm(total=len(args.methods) * len(args.batches) * len(args.temperatures), desc="vllm bench", file=sys.stderr)
     for method in args.methods:
         spec, extra = engines.speculative_config(method, args.tree_nodes if method.startswith("specot-tree") else args.gamma)
+        gate = None
+        if extra is not None:  # the plugin's batch-size gate, as set or its CPU default
+            from .config import default_draft_max_batch
+
+            if args.draft_max_batch is not None:
+                extra["specot"]["draft_max_batch"] = args.draft_max_batch
+            gate = extra["specot"].get("draft_max_batch") or default_draft_max_batch(spec["num_speculative_tokens"], True)
         t0 = time.perf_counter()
         llm = engines.make_llm(spec, extra, dtype=args.dtype, seed=args.seed, disable_log_stats=False,
                                max_num_seqs=max(args.batches))
@@ -182,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
             for batch in args.batches:
                 for temp in args.temperatures:
                     cell = _cell(llm, args.prompt_pool, batch, temp, args.max_tokens, args.seed, args.min_requests)
-                    result["cells"].append({"method": method, "engine_start_s": round(start_s, 1), **cell,
+                    result["cells"].append({"method": method, "engine_start_s": round(start_s, 1), "draft_max_batch": gate,
+                                            **cell,
                                             "load_average": load_average()})
                     bar.set_postfix_str(f"{method} b={batch} T={temp}: {cell['tokens_per_s']} tok/s")
                     bar.update()
