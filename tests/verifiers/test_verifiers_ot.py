@@ -314,3 +314,143 @@ def test_full_vocabulary_conditional_acceptance_averages_to_alpha_star():
     alpha = float(v.acceptance(p, q, n).value[0])
     se = float(acc.std()) / math.sqrt(S)
     assert abs(float(acc.mean()) - alpha) <= 5 * se + 1e-12, (float(acc.mean()), alpha, se)
+
+
+def _correlated(V: int, seed: int, scale: float, noise: float = 0.5) -> tuple[torch.Tensor, torch.Tensor]:
+    """p and q from shared logits plus independent noise: long levels of similar ratios."""
+    g = torch.Generator().manual_seed(seed)
+    z = scale * torch.randn(V, generator=g, dtype=torch.float64)
+    p = torch.softmax(z + noise * torch.randn(V, generator=g, dtype=torch.float64), -1)
+    q = torch.softmax(z + noise * torch.randn(V, generator=g, dtype=torch.float64), -1)
+    return p, q
+
+
+def _count_group_shadows(monkeypatch) -> list[int]:  # type: ignore[no-untyped-def]
+    """Route every shadow through the group construction and count its calls."""
+    calls = [0]
+    group = ot_module._group_shadow
+
+    def counted(*args):  # type: ignore[no-untyped-def]
+        calls[0] += 1
+        return group(*args)
+
+    monkeypatch.setattr(ot_module, "_GROUP_MIN", -1)
+    monkeypatch.setattr(ot_module, "_group_shadow", counted)
+    return calls
+
+
+@pytest.mark.parametrize("V,n,seed,scale", [(40, 2, 0, 2.0), (64, 2, 3, 3.0), (14, 3, 2, 1.0), (16, 3, 6, 0.5),
+                                            (8, 4, 4, 1.0), (7, 4, 7, 0.3)])
+def test_group_shadows_are_exact(V, n, seed, scale, monkeypatch):
+    """The shadow of all tokens before a drafted one, built at once (isotonic regression with the
+    level's block equation), gives the exact law: emitted law p to 1e-10, acceptance α* (HiGHS LP to
+    1e-9 where it is small enough, brute force / prefix scan to 1e-12). The group path is forced
+    and must have been taken."""
+    p, q = _correlated(V, seed, scale)
+    calls = _count_group_shadows(monkeypatch)
+    v = get_verifier("ot")
+    emitted, acc = enumerate_emitted(v, p, q, n, DraftLaw.IID)
+    assert calls[0] > 0
+    assert float((emitted - p).abs().max()) < LAW_TOL
+    assert abs(acc - optimal_acceptance(p.numpy(), q.numpy(), n, "iid").alpha) < ALPHA_TOL
+    if V**n <= 4096:
+        assert abs(acc - _lp_value(p, q, n)) < LP_TOL
+
+
+def test_a_planted_perturbation_of_the_group_shadow_is_caught(monkeypatch):
+    """Enumeration fails for a group construction whose blocks hold a relative 1e-6 too much w-mass."""
+    p, q = _correlated(14, 2, 1.0)
+    calls = _count_group_shadows(monkeypatch)
+    v = get_verifier("ot")
+    emitted, _ = enumerate_emitted(v, p, q, 3, DraftLaw.IID)
+    assert calls[0] > 0 and float((emitted - p).abs().max()) < LAW_TOL
+    roots = ot_module._roots
+    monkeypatch.setattr(ot_module, "_roots", lambda M, Y, lo, hi, n, guess: roots(M, Y * (1 + 1e-6), lo, hi, n, guess))
+    emitted, _ = enumerate_emitted(v, p, q, 3, DraftLaw.IID)
+    assert float((emitted - p).abs().max()) > 1e-8
+
+
+def _pieces_both_ways(plan, level: int, tokens: list[int], monkeypatch) -> list[tuple[np.ndarray, np.ndarray]]:  # type: ignore[no-untyped-def]
+    """Each token's position pieces from the group construction and from one shadow at a time."""
+    out = []
+    for k in tokens:
+        monkeypatch.setattr(ot_module, "_GROUP_MIN", -1)
+        group = ot_module._LevelShadows(plan, level).get(k)
+        monkeypatch.setattr(ot_module, "_GROUP_MIN", 10**9)
+        seq = ot_module._LevelShadows(plan, level).get(k)
+        out.append((group, seq))
+    return out
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 8])
+def test_group_shadow_equals_one_shadow_at_a_time(n, monkeypatch):
+    """V = 3000, one level of thousands of tokens: for tokens hundreds deep in the q order, the
+    group construction gives the same position pieces as the token-by-token shadows to 1e-11 (the
+    difference is the rounding the one-by-one steps accumulate); a construction that stops early
+    (one linearised PAVA step) or perturbs a block would differ by far more."""
+    p, q = _correlated(3000, 11, 1.0, noise=0.3)
+    plan = ot_module.OTPlan(p.numpy(), q.numpy(), n)
+    level = int(np.argmax(np.diff(plan.blocks)))
+    b, e = int(plan.blocks[level]), int(plan.blocks[level + 1])
+    assert e - b >= 1000
+    by_q = b + np.lexsort((np.arange(b, e), -plan.qs[b:e]))
+    tokens = [int(by_q[r]) for r in (0, 3, 17, 60, 250, 600)]
+    for group, seq in _pieces_both_ways(plan, level, tokens, monkeypatch):
+        assert group.shape == seq.shape
+        assert float(np.abs(group - seq).max()) < 1e-11
+    roots = ot_module._roots
+    monkeypatch.setattr(ot_module, "_roots", lambda M, Y, lo, hi, n, guess: roots(M, Y * (1 + 1e-9), lo, hi, n, guess))
+    group, seq = _pieces_both_ways(plan, level, [tokens[-1]], monkeypatch)[0]
+    assert group.shape != seq.shape or float(np.abs(group - seq).max()) > 1e-10
+
+
+def test_support_union_and_q_equals_p_are_exact():
+    """Tokens outside one of the supports are solved as two aggregate tokens (q = 0 < p: never
+    drafted; p = 0: always rejected), and q = p skips the sort: both exact by enumeration."""
+    d = torch.float64
+    cases = [
+        (torch.tensor([0.0, 0.3, 0.2, 0.0, 0.1, 0.0, 0.4, 0.0], dtype=d),  # p = 0 on 0, 3, 5, 7
+         torch.tensor([0.1, 0.0, 0.3, 0.2, 0.15, 0.0, 0.25, 0.0], dtype=d)),  # q = 0 on 1, 5, 7
+        (torch.tensor([0.0, 0.5, 0.2, 0.3, 0.0], dtype=d), torch.tensor([0.0, 0.5, 0.2, 0.3, 0.0], dtype=d)),
+        (torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=d), torch.tensor([0.0, 0.0, 1.0, 0.0], dtype=d)),  # one-hot q
+        (torch.tensor([0.6, 0.4, 0.0, 0.0], dtype=d), torch.tensor([0.0, 0.0, 0.7, 0.3], dtype=d)),  # disjoint
+    ]
+    for p, q in cases:
+        plan = ot_module.OTPlan(p.numpy(), q.numpy(), 3)
+        assert plan.cid is not None
+        _check_exact(p, q, 3)
+    p = torch.softmax(torch.randn(7, generator=torch.Generator().manual_seed(1), dtype=d), -1)
+    plan = ot_module.OTPlan(p.numpy(), p.numpy(), 3)
+    assert plan.cid is None and np.array_equal(plan.order, np.arange(7)) and plan.lam_level.tolist() == [1.0]
+    assert _check_exact(p, p.clone(), 3) == pytest.approx(1.0, abs=1e-15)
+
+
+def test_top_k_supports_at_full_vocabulary():
+    """V = 49152, top-50 p and q (float32, as a model gives them): α* from the reduced problem equals
+    specot.theory's prefix scan over the full vocabulary to 1e-12, for n = 2, 4, 8."""
+    p, q = _peaked(1, 49152, 3)
+    p, q = p.float(), q.float()
+    for t in (p, q):
+        t.mul_((t >= t.topk(50, -1).values[:, -1:]).float())
+        t.div_(t.sum(-1, keepdim=True))
+    v = get_verifier("ot")
+    pd, qd = (t[0].double().numpy() for t in (p, q))
+    for n in (2, 4, 8):
+        alpha = optimal_acceptance(pd / pd.sum(), qd / qd.sum(), n, "iid").alpha
+        assert abs(float(v.acceptance(p, q, n).value[0]) - alpha) < 1e-12
+
+
+def test_ratio_order_is_the_exact_float64_order():
+    """The packed-word sort orders tokens exactly by the float64 ratio p/q (descending; q = 0 < p
+    first, p = 0 last; ties by index), also where ratios collide in float32, overflow or underflow."""
+    rng = np.random.default_rng(0)
+    values_p = [0.0, 1e-45, 1e-30, 0.1, 0.1 + 1e-9, 0.3, 1.0]
+    values_q = [0.0, 1e-45, 1e-300, 0.1, 0.2, 1.0]
+    for _ in range(300):
+        V = int(rng.integers(1, 40))
+        p = rng.choice(values_p, size=V) * rng.choice([1.0, 1.0 + 1e-12], size=V)
+        q = rng.choice(values_q, size=V)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            key = np.where(p > 0, p / q, -1.0)
+        expected = np.lexsort((np.arange(V), -key))
+        assert np.array_equal(ot_module._ratio_order(p, q), expected)

@@ -506,6 +506,9 @@ class OTPlan:
         shadows = self._levels.get(lvl)
         if shadows is None:
             shadows = self._levels[lvl] = _LevelShadows(self, lvl)
+        if shadows.uniform:  # every token of the level has the same position law: symmetric
+            sel[low] = 1.0 / low.size
+            return sel, acc
         for kk in sorted(set(k[low].tolist()), key=lambda t: (-float(self.qs[t]), t)):  # heavier first
             shadows.get(kk)
         sel[low] = _max_position_law([shadows.get(int(kk)) for kk in k[low]])
