@@ -62,7 +62,7 @@ def test_theory_speed_runs_through_the_cli(tmp_path, monkeypatch, capsys):
 
 def test_verifier_speed_runs_through_the_cli(tmp_path, monkeypatch, capsys):
     row = {"verifier": "kseq", "law": "iid", "B": 1, "n": 2, "ms_per_call": 1.0, "ms_per_position": 1.0, "repeats": 5}
-    monkeypatch.setattr(verifier_speed, "measure", lambda quick: [row] if quick else [])
+    monkeypatch.setattr(verifier_speed, "measure", lambda quick, only=None: [row] if quick and only is None else [])
     out = tmp_path / "speed.json"
     assert main(["bench", "verifier-speed", "--quick", "--out", str(out)]) == 0
     assert "kseq" in capsys.readouterr().out
