@@ -96,6 +96,18 @@ def _zmass(z1: object, z2: object, length: object, n: int) -> object:
     return length * s  # type: ignore[operator]
 
 
+def _zmass_slope(z1: np.ndarray, z2: np.ndarray, length: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(z2^n − z1^n, n·(z2^{n−1} − z1^{n−1}))`` ``([m], [m])``, both by :func:`_zmass`'s sums (n ≥ 2)."""
+    s: np.ndarray | float = 1.0
+    prev: np.ndarray | float = 0.0
+    zk: np.ndarray | float = 1.0
+    for _ in range(n - 1):
+        zk = zk * z1
+        prev = s
+        s = s * z2 + zk
+    return length * s, n * length * prev
+
+
 def _solve_increasing(f, fprime, lo: float, hi: float, t: float) -> float:  # type: ignore[no-untyped-def]
     """Root of the increasing ``f`` on ``[lo, hi]`` (``f(lo) ≤ 0 ≤ f(hi)``) from ``t``: Newton's
     method, kept inside the bracket (bisection when a step leaves it)."""
@@ -198,10 +210,10 @@ def _roots(M: np.ndarray, Y: np.ndarray, lo: np.ndarray, hi: np.ndarray, n: int,
     lo, hi = lo.copy(), hi.copy()
     noise = 8.0 * n * np.finfo(np.float64).eps * np.maximum(Y, 1e-300)
     for _ in range(200):
-        f = _zmass(t - M, t, M, n) - Y
+        f, d = _zmass_slope(t - M, t, M, n)
+        f = f - Y
         lo = np.where(f <= 0, t, lo)
         hi = np.where(f >= 0, t, hi)
-        d = n * (t ** (n - 1) - (t - M) ** (n - 1))
         with np.errstate(divide="ignore", invalid="ignore"):
             nt = t - f / d
         nt = np.where((nt >= lo) & (nt <= hi), nt, 0.5 * (lo + hi))
@@ -235,9 +247,8 @@ def _group_shadow(qh: np.ndarray, yh: np.ndarray, ze: float, length: float,
     u = np.clip((yh / qh / n) ** (1.0 / (n - 1)) + 0.5 * qh, ze + qh, top) + S[:-1]  # each token's own stretch
     prev: np.ndarray | None = None
     for _ in range(50):
-        zhi, zlo = u - S[:-1], u - S[1:]
-        g = _zmass(zlo, zhi, qh, n) - yh
-        c = n * (zhi ** (n - 1) - zlo ** (n - 1))
+        mass, c = _zmass_slope(u - S[1:], u - S[:-1], qh, n)
+        g = mass - yh
         if not np.all(c > 0):
             return None
         fit = scipy.optimize.isotonic_regression(u - g / c, weights=c, increasing=False)
@@ -303,10 +314,11 @@ class _LevelShadows:
         """The pieces of token k from the shadow of all tokens before it (:func:`_group_shadow`),
         then its own shadow step; with ``commit`` the one-by-one state continues after k."""
         plan = self.plan
-        qh = plan.qs[self.b:self.e][before]
+        ids = self.b + np.flatnonzero(before)
+        qh = plan.qs.take(ids)
         free = (np.array([0.0]), np.array([self.length]), np.array([self.total]))  # the whole level
         if qh.size:
-            yh = self.lam * plan.ps[self.b:self.e][before]
+            yh = self.lam * plan.ps.take(ids)
             shadow = _group_shadow(qh, yh, self.ze, self.length, plan.n)
             if shadow is None:  # not settled: one by one (from scratch if k was passed)
                 if commit:
