@@ -178,6 +178,12 @@ def generate(
     plan measured, :mod:`specot.plan.auto`), ``"none"``, a draft name, a draft model or a
     :class:`Drafter`. ``baseline`` / ``repeats``: also decode autoregressively for as many tokens,
     ``repeats`` pairs, the median speedup in ``report.speedup`` (:func:`specot.measure.measure_speedup`).
+    ``drafts`` (``--drafts``): one number n whose meaning is the drafter's — for a draft model the
+    fixed tree of ``tree`` (n drafts at the root, each a sequence of draft length γ:
+    :meth:`~specot.drafting.TreeSpec.sequences`); for EAGLE's dynamic trees n children per node,
+    depth γ; for ``suffix`` the ``children`` of its :class:`~specot.drafting.TreeBudget`
+    (children per node × depth γ, the tree its own); for ``suffix+MODEL`` both, under the GREEDY
+    law (:func:`specot.plan.make_plan`).
     ``cuda_graphs``: static KV caches replayed as CUDA graphs (default: on CUDA). ``backend``:
     ``"auto"`` (for an automatic plan of the embedded target on a CPU the fastest installed backend,
     llama.cpp where ``specot[llamacpp]`` is installed; else ``"transformers"``), or a backend name.

@@ -52,7 +52,7 @@ def test_auto_choice_for_the_embedded_target():
     def plan(target=None, device="cpu", **kw):
         got = auto_choice(target, device, dtype=kw.pop("dtype", "bfloat16"), **kw)
         assert isinstance(got, AutoChoice)
-        return (got.draft, got.drafts, got.gamma, got.min_confidence)
+        return (got.draft, got.children, got.gamma, got.min_confidence)
 
     tau = AUTO_MIN_CONFIDENCE_GREEDY
     assert 0 < tau < 1
@@ -104,7 +104,7 @@ def test_auto_decodes_suffix_eagle_trees_in_bf16_and_the_plan_is_exact_in_float3
     assert auto_choice(bf16) == AutoChoice("suffix+eagle", 2, 3)
     prompt = "Write a Python function that returns the squares of a list of numbers."
     rep = specot.generate(prompt, target=bf16, temperature=0.0, max_new_tokens=16)
-    assert rep.draft == f"suffix+eagle, tree 3x6, min_confidence {AUTO_MIN_CONFIDENCE_GREEDY:g}"
+    assert rep.draft == f"suffix+eagle, tree greedy 3×6, min_confidence {AUTO_MIN_CONFIDENCE_GREEDY:g}"
     assert rep.result.method == "tree"
     f32 = specot.load_embedded_target(dtype="float32")
     assert isinstance(specot.load_drafter("auto", f32), HybridDrafter if prepacking_available(torch.float32) else NGramDrafter)

@@ -30,11 +30,11 @@ def test_constructions_shapes():
 
 
 def test_parse_forms(tmp_path):
-    assert parse_tree_spec("iid", drafts=3, gamma=2) == TreeSpec.sequences(3, 2)
-    assert parse_tree_spec("wor", drafts=3, gamma=2).law == DraftLaw.WOR
+    assert parse_tree_spec("iid", n=3, gamma=2) == TreeSpec.sequences(3, 2)
+    assert parse_tree_spec("wor", n=3, gamma=2).law == DraftLaw.WOR
     assert parse_tree_spec("greedy:3,1").paths == TreeSpec.prefix([3, 1], "greedy").paths
     assert parse_tree_spec("prefix:2,2,1").paths == TreeSpec.prefix([2, 2, 1]).paths
-    assert parse_tree_spec(None, drafts=2, gamma=3, law="wor") == TreeSpec.sequences(2, 3, "wor")
+    assert parse_tree_spec(None, n=2, gamma=3, law="wor") == TreeSpec.sequences(2, 3, "wor")
     assert parse_tree_spec("eagle", law="greedy").paths == TreeSpec.topology(EAGLE_DEFAULT_TREE, "iid").paths
     f = tmp_path / "tree.json"
     f.write_text(json.dumps([[0], [1], [0, 0], [0, 1], [1, 0]]))

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import specot.plan as P
-from specot.drafting import EagleDrafter, HybridDrafter, ModelDrafter, NGramDrafter, SuffixDrafter, TreeSpec
+from specot.drafting import EagleDrafter, HybridDrafter, ModelDrafter, NGramDrafter, SuffixDrafter, TreeBudget, TreeSpec
 from specot.laws import DraftLaw
 from specot.verifiers import LAW_VERIFIERS
 from specot.plan.auto import AUTO_MIN_CONFIDENCE_GREEDY, auto_choice
@@ -113,7 +113,8 @@ def test_chains_trees_and_the_verifier_each_gets():
     assert P.make_plan("ngram", gamma=5).describe() == "ngram, chain"
     assert P.make_plan("ngram").gamma == 4 and P.make_plan("ngram").tree is None
     suffix = P.make_plan("suffix", gamma=3, drafts=2)
-    assert (suffix.tree.law, suffix.tree.max_drafts_per_node(), suffix.tree.depth) == (DraftLaw.GREEDY, 2, 3)
+    assert suffix.tree == TreeBudget(children=2, depth=3, law=DraftLaw.GREEDY)  # a budget, not a shape
+    assert suffix.describe() == "suffix, budget 2 children × depth 3"
     assert suffix.verifier.name == "greedy"  # optimal for a deterministic tree
     for tree, law, verifier in (("wor", DraftLaw.WOR, "rrs_wor"), ("iid", DraftLaw.IID, "kseq"),
                                 ("greedy", DraftLaw.GREEDY, "greedy"), ("spechub", DraftLaw.SPECHUB, "spechub")):
@@ -123,7 +124,7 @@ def test_chains_trees_and_the_verifier_each_gets():
     otm = P.make_plan("distilled", drafts=2, tree="wor", verifier="otm", top_k=4)
     assert dict(otm.verifier.params)["law"] == DraftLaw.WOR  # the exact LP for the tree's own law
     hy = P.make_plan("suffix+distilled", drafts=3, gamma=2)
-    assert (hy.tree.law, hy.verifier.name, hy.describe()) == (DraftLaw.GREEDY, "greedy", "suffix+distilled, tree 3x2")
+    assert (hy.tree.law, hy.verifier.name, hy.describe()) == (DraftLaw.GREEDY, "greedy", "suffix+distilled, tree greedy 3×2")
     assert P.make_plan("suffix+distilled").tree is None  # chains without tree options
     assert P.make_plan("none").draft is None
 
@@ -219,9 +220,9 @@ def test_the_plan_is_frozen_and_records_itself():
 # --------------------------------------------------------------------------- auto
 def test_auto_on_the_embedded_target_on_a_cpu():
     t1 = P.make_plan("auto", dtype="bfloat16")
-    assert t1.describe() == "suffix+eagle, tree 2x3" and t1.verifier.name == "greedy"
+    assert t1.describe() == "suffix+eagle, tree greedy 2×3" and t1.verifier.name == "greedy"
     t0 = P.make_plan("auto", dtype="bfloat16", temperature=0)
-    assert t0.describe() == f"suffix+eagle, tree 3x6, min_confidence {AUTO_MIN_CONFIDENCE_GREEDY:g}"
+    assert t0.describe() == f"suffix+eagle, tree greedy 3×6, min_confidence {AUTO_MIN_CONFIDENCE_GREEDY:g}"
     assert P.make_plan("auto", dtype="bfloat16", temperature=0, gamma=4).tree.depth == 4
     # the caller's verifier: chains; another tree law: the EAGLE head alone, which drafts any law
     assert P.make_plan("auto", dtype="bfloat16", verifier="block").describe() == "suffix+eagle, chain"
@@ -293,7 +294,7 @@ def test_auto_picks_a_marked_backend_only_for_an_automatic_embedded_plan(monkeyp
                    auto_default=True)
     _with_backend(monkeypatch, fast)
     plan = P.make_plan("auto", temperature=0)
-    assert plan.backend == "fast" and plan.describe() == "suffix, tree 1x3"  # the backend's own auto rule
+    assert plan.backend == "fast" and plan.describe() == "suffix, budget 1 child × depth 3"  # the backend's own auto rule
     assert dict(plan.draft.options)["suffix_kappa"] == 0.1
     # anything less than a fully automatic plan of the embedded target on a CPU stays on transformers
     for kw in (dict(dtype="float32"), dict(draft="ngram"), dict(drafts=2), dict(verifier="block")):

@@ -66,9 +66,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                         "--verifier-param D=0.1; parameters the verifier does not take are refused")
     laws = ", ".join(catalog.LAW_VERIFIERS)
     p.add_argument("--drafts", type=int, default=None,
-                   help="multi-draft tree decoding: the number of drafts n, as n draft sequences branching at the "
-                        "root, each of length --gamma (a drafter that builds its own trees, suffix: n children per "
-                        "node at most, depth --gamma)")
+                   help="multi-draft tree decoding, one number n whose meaning is the drafter's: a draft model "
+                        "(a directory, distilled, xvocab) draws the fixed tree of --tree: n drafts at the root, each "
+                        "continued to a sequence of length --gamma (with factors, n = k1*..*kL); eagle's dynamic "
+                        "trees take n children per node, depth --gamma, at most n*gamma nodes; suffix builds its own "
+                        "trees within a budget of n children per node and depth --gamma; suffix+MODEL: both readings, "
+                        "GREEDY law. n-gram drafts chains only")
     p.add_argument("--tree", default=None,
                    help=f"draft tree construction: {' | '.join(catalog.LAW_VERIFIERS)} | prefix:2,2,1 | LAW:k1,..,kL | "
                         "topology:FILE.json | eagle (default: n sequences under the verifier's draft law)")

@@ -8,7 +8,7 @@ from .model import ModelDrafter, check_vocab_compatible, draft_tree_from_model
 from .ngram import NGramDrafter, NGramTable
 from .suffix import NGramCounts, SuffixDrafter, SuffixIndex
 from .xvocab import XVocabDrafter
-from .tree import EAGLE_DEFAULT_TREE, TreeSpec, default_law_for, load_topology, parse_tree_spec
+from .tree import EAGLE_DEFAULT_TREE, DraftShape, TreeBudget, TreeSpec, default_law_for, load_topology, parse_tree_spec
 
 __all__ = [
     "Drafter",
@@ -28,6 +28,8 @@ __all__ = [
     "NGramCounts",
     "SuffixIndex",
     "TreeSpec",
+    "TreeBudget",
+    "DraftShape",
     "EAGLE_DEFAULT_TREE",
     "parse_tree_spec",
     "load_topology",

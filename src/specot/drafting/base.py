@@ -3,9 +3,10 @@
 Every drafter — a draft model, the n-gram drafter, feature-level (EAGLE-style) drafters — speaks
 this protocol with the decoding loop (:func:`specot.engine.decode`):
 
-1. :meth:`Drafter.start` once per generation: the prompt, the draft-tree shape (a
-   :class:`~specot.drafting.tree.TreeSpec`; a chain of γ tokens is ``TreeSpec.sequences(1, γ)``)
-   and the draft-length schedule.
+1. :meth:`Drafter.start` once per generation: the prompt, the draft-tree shape and the
+   draft-length schedule. The shape is a fixed :class:`~specot.drafting.tree.TreeSpec` (a chain of
+   γ tokens is ``TreeSpec.sequences(1, γ)``) or a :class:`~specot.drafting.tree.TreeBudget`
+   (children per node and depth) for a drafter that builds its own trees.
 2. :meth:`Drafter.propose` each iteration: a :class:`DraftTree` after the committed context, at
    most ``max_depth`` deep. An empty tree (the root only) asks for a plain target step.
 3. :meth:`Drafter.update` after verification: a :class:`DraftOutcome` with the accepted path, the
@@ -31,7 +32,7 @@ from ..laws import DraftLaw
 from ..sampling import SamplingConfig
 
 if TYPE_CHECKING:  # annotations only: tree.py imports this module
-    from .tree import TreeSpec
+    from .tree import DraftShape
 
 __all__ = ["DraftTree", "DraftOutcome", "DraftSchedule", "Drafter", "greedy_q", "strict_weights"]
 
@@ -207,7 +208,8 @@ class Drafter(ABC):
         name: label used in statistics.
         hidden_layers: the target's hidden-state layers this drafter reads (``None``: none); the
             engine then hands them over in :class:`DraftOutcome`.
-        spec: the draft-tree shape of the current generation (set by :meth:`start`).
+        spec: the draft-tree shape of the current generation (set by :meth:`start`): a
+            :class:`~specot.drafting.TreeSpec` or a :class:`~specot.drafting.TreeBudget`.
         schedule: the draft-length schedule of the current generation.
         stop_tokens: token ids after which nothing is drafted (EOS), set by :meth:`start`.
         draft_time_s: wall time spent in :meth:`propose` since :meth:`reset_stats` (the draft's
@@ -221,7 +223,7 @@ class Drafter(ABC):
     def __init__(self) -> None:
         self.draft_time_s = 0.0
         self.calls = 0
-        self.spec: TreeSpec | None = None
+        self.spec: DraftShape | None = None
         self.schedule = DraftSchedule(1)
         self.stop_tokens: frozenset[int] = frozenset()
 
@@ -235,10 +237,23 @@ class Drafter(ABC):
         """Device of the drafter's tensors (``None`` for a host-only drafter such as n-gram)."""
         return None
 
-    def start(self, prompt_ids: Sequence[int], spec: "TreeSpec", schedule: DraftSchedule | None = None,
+    def start(self, prompt_ids: Sequence[int], spec: "DraftShape", schedule: DraftSchedule | None = None,
               stop_tokens: frozenset[int] = frozenset()) -> None:
         """Begin a generation: forget per-sequence state, set the tree shape, the draft-length
-        schedule and the stop tokens (EOS: a draft node holding one is never expanded)."""
+        schedule and the stop tokens (EOS: a draft node holding one is never expanded).
+
+        ``spec`` is either kind of :data:`~specot.drafting.tree.DraftShape`:
+
+        * a :class:`~specot.drafting.TreeSpec` — a fixed topology whose children are drawn under
+          its law (draft models: :class:`~specot.drafting.ModelDrafter`; EAGLE with
+          ``dynamic=False``). A drafter that builds its own trees reads it as the budget
+          :meth:`TreeBudget.of <specot.drafting.TreeBudget.of>` gives (its widest node, its depth);
+        * a :class:`~specot.drafting.TreeBudget` — at most ``children`` per node and ``depth``
+          levels, the tree the drafter's own (:class:`~specot.drafting.SuffixDrafter`,
+          :class:`~specot.drafting.HybridDrafter`, EAGLE's dynamic trees). A drafter of fixed
+          topologies only refuses it (``TypeError``).
+
+        Either way ``spec.depth`` is the draft length γ the default schedule starts from."""
         self.reset()
         self.spec = spec
         self.schedule = schedule if schedule is not None else DraftSchedule(spec.depth)

@@ -43,7 +43,7 @@ import torch
 from ..sampling import SamplingConfig
 from .base import DraftOutcome, DraftSchedule, DraftTree, Drafter
 from .suffix import SuffixDrafter
-from .tree import TreeSpec
+from .tree import DraftShape
 
 __all__ = ["HybridDrafter"]
 
@@ -110,8 +110,12 @@ class HybridDrafter(Drafter):
         self._skipped = 0  # iterations without a suffix tree since the model drafter last drafted
         self.choices: list[str] = []  # "suffix" / "model" / "none" per proposal (for reports)
 
-    def start(self, prompt_ids: Sequence[int], spec: TreeSpec, schedule: DraftSchedule | None = None,
+    def start(self, prompt_ids: Sequence[int], spec: DraftShape, schedule: DraftSchedule | None = None,
               stop_tokens: frozenset[int] = frozenset()) -> None:
+        """:meth:`Drafter.start` of both drafters, each with its own schedule: the suffix drafter
+        reads ``spec`` as its budget (:meth:`TreeBudget.of <specot.drafting.TreeBudget.of>`); the
+        model drafter draws ``spec`` (a :class:`~specot.drafting.TreeSpec`; an EAGLE drafter's
+        dynamic trees take a :class:`~specot.drafting.TreeBudget` too)."""
         super().start(prompt_ids, spec, schedule, stop_tokens)
         for d in (self.suffix, self.model):  # each its own schedule (a shared one would advance twice)
             d.start(prompt_ids, spec, DraftSchedule(self.schedule.gamma, self.schedule.kind), stop_tokens)

@@ -18,8 +18,8 @@ from .._validation import trusted_inputs
 from ..laws import DraftLaw, sample_drafts
 from ..models.hf import CausalLM
 from ..sampling import SamplingConfig, standardize
-from .base import DraftOutcome, DraftTree, Drafter
-from .tree import Path_, TreeSpec
+from .base import DraftOutcome, DraftSchedule, DraftTree, Drafter
+from .tree import DraftShape, Path_, TreeBudget, TreeSpec
 
 __all__ = ["ModelDrafter", "as_drafter", "check_vocab_compatible", "draft_tree_from_model"]
 
@@ -183,6 +183,20 @@ class ModelDrafter(Drafter):
     def reset(self) -> None:
         self.model.reset()
         self._draft_pos = {}
+
+    def start(self, prompt_ids: Sequence[int], spec: DraftShape, schedule: DraftSchedule | None = None,
+              stop_tokens: frozenset[int] = frozenset()) -> None:
+        """:meth:`Drafter.start`. A draft model draws fixed shapes: a :class:`TreeSpec`, or a
+        :class:`TreeBudget` of one child per node (a chain of its depth).
+
+        Raises:
+            TypeError: a :class:`TreeBudget` of more than one child per node.
+        """
+        if isinstance(spec, TreeBudget):
+            if not spec.is_chain():
+                raise TypeError(f"a ModelDrafter draws fixed tree shapes: give it a TreeSpec, not a {spec.label()}")
+            spec = TreeSpec.sequences(1, spec.depth)
+        super().start(prompt_ids, spec, schedule, stop_tokens)
 
     def propose(self, context: Sequence[int], max_depth: int, sampling: SamplingConfig,
                 generator: torch.Generator | None = None) -> DraftTree:

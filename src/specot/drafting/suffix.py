@@ -82,8 +82,9 @@ import torch
 from .._validation import check_count
 from ..laws import DraftLaw
 from ..sampling import SamplingConfig
-from .base import DraftOutcome, DraftTree, Drafter, greedy_q
+from .base import DraftOutcome, DraftSchedule, DraftTree, Drafter, greedy_q
 from .ngram import NGramTable
+from .tree import DraftShape, TreeBudget
 
 __all__ = ["SuffixIndex", "SuffixDrafter", "NGramCounts"]
 
@@ -320,7 +321,9 @@ class SuffixDrafter(Drafter):
         max_n: longest suffix matched (the index depth), default 8.
         min_n: shortest suffix matched, default 1.
         max_nodes: node budget (hard cap on the tree size), default 24.
-        children: children per node, at most (also cut to the tree spec's widest node).
+        children: children per node, at most (also cut to the budget's ``children``: the
+            :class:`~specot.drafting.TreeBudget` handed to :meth:`start`, or the one a
+            :class:`~specot.drafting.TreeSpec` gives, :meth:`TreeBudget.of <specot.drafting.TreeBudget.of>`).
         max_occurrences: occurrences read per proposal (most recent first, longest match first).
         match_weight: an occurrence matching m tokens weighs ``match_weight ** m`` (default 2).
         recency: the r-th most recent occurrence of one match length weighs ``recency ** r`` more
@@ -409,7 +412,11 @@ class SuffixDrafter(Drafter):
         corpus continuation of frequency f is scored g·f given its parent (prior g = 0.3)."""
         return (self._corpus_acc + 0.3) / (self._corpus_freq + 1.0)
 
-    def start(self, prompt_ids, spec, schedule=None, stop_tokens=frozenset()) -> None:  # type: ignore[override]
+    def start(self, prompt_ids: Sequence[int], spec: DraftShape, schedule: DraftSchedule | None = None,
+              stop_tokens: frozenset[int] = frozenset()) -> None:
+        """:meth:`Drafter.start`: ``spec`` is the budget (a :class:`~specot.drafting.TreeBudget`, or a
+        :class:`~specot.drafting.TreeSpec` read as :meth:`TreeBudget.of <specot.drafting.TreeBudget.of>`
+        gives); the prompt is indexed."""
         super().start(prompt_ids, spec, schedule, stop_tokens)
         self.index.extend(prompt_ids)
 
@@ -443,10 +450,10 @@ class SuffixDrafter(Drafter):
 
     # ------------------------------------------------------------------ drafting
     def _children(self) -> int:
-        """Children per node of this generation's trees, at most: ``children``, cut to the spec's widest node."""
+        """Children per node of this generation's trees, at most: ``children``, cut to the budget's."""
         if self.spec is None:
             return self.children
-        return max(1, min(self.children, self.spec.max_drafts_per_node()))
+        return max(1, min(self.children, TreeBudget.of(self.spec).children))
 
     def _context_trie(self, depth: int) -> _TNode:
         """The weighted trie of the continuations of the current suffix's earlier occurrences."""

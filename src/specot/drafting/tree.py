@@ -27,6 +27,13 @@ and the last n − n' child slots (and their subtrees) are dropped.
 
 :func:`specot.drafting.model.draft_tree_from_model` runs a draft model once per depth for ALL
 frontier nodes (tree attention over the draft's KV cache).
+
+**Fixed shapes vs budgets.** A :class:`TreeSpec` is a fixed shape: ``TreeSpec.sequences(2, 3)``
+is always n = 2 sequences of draft length γ = 3 branching at the root, whoever drafts it. A drafter
+that builds its own trees — suffix decoding (Oliaro et al. 2024), :class:`~specot.drafting.HybridDrafter`,
+EAGLE-2's dynamic trees (Li et al. 2024) — takes a :class:`TreeBudget` instead: at most ``children``
+children per node and ``depth`` levels, the tree within them its own. Such a drafter reads a
+:class:`TreeSpec` it is handed as the budget :meth:`TreeBudget.of` gives (its widest node, its depth).
 """
 
 from __future__ import annotations
@@ -37,14 +44,17 @@ import os
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Sequence, Union
 
+from .._deprecated import renamed_keyword
 from .._validation import check_count
 from ..laws import DraftLaw
 from ..verifiers.base import AnyVerifier
 
 __all__ = [
     "TreeSpec",
+    "TreeBudget",
+    "DraftShape",
     "EAGLE_DEFAULT_TREE",
     "parse_tree_spec",
     "load_topology",
@@ -127,13 +137,23 @@ class TreeSpec:
 
     # ---------------------------------------------------------------- constructors
     @classmethod
-    def sequences(cls, drafts: int, gamma: int, law: DraftLaw | str = DraftLaw.IID) -> "TreeSpec":
-        """K = ``drafts`` sequences of draft length γ = ``gamma`` sharing the root (factors (K, 1, .., 1)):
-        SpecTr's i.i.d. draft set (Eq. 7) under IID; distinct first tokens under WOR / GREEDY."""
-        check_count(drafts, "drafts (K)")
+    def sequences(cls, n: int | None = None, gamma: int | None = None, law: DraftLaw | str = DraftLaw.IID, *,
+                  drafts: int | None = None) -> "TreeSpec":
+        """n drafts at the root, each continued to a sequence of draft length γ = ``gamma`` (factors
+        (n, 1, .., 1)): SpecTr's i.i.d. draft set of K = n sequences (Eq. 7) under IID; distinct
+        first tokens under WOR / GREEDY. A fixed shape, not a budget (:class:`TreeBudget`).
+
+        ``drafts=`` is the deprecated name of ``n`` (a :class:`DeprecationWarning`; removed in the
+        next release).
+
+        Raises:
+            ValueError / TypeError: ``n`` or ``gamma`` not an integer >= 1; both ``n`` and ``drafts``.
+        """
+        n = renamed_keyword(n, drafts, old="drafts", new="n", where="TreeSpec.sequences")
+        check_count(n, "n (number of drafts)")
         check_count(gamma, "gamma (draft length)")
         law = _as_law(law)
-        return cls(law, _factor_paths([drafts] + [1] * (gamma - 1)), f"{law.value} K={drafts} γ={gamma}")
+        return cls(law, _factor_paths([n] + [1] * (gamma - 1)), f"{law.value} K={n} γ={gamma}")
 
     @classmethod
     def prefix(cls, factors: Sequence[int], law: DraftLaw | str = DraftLaw.IID) -> "TreeSpec":
@@ -185,16 +205,84 @@ class TreeSpec:
     def check_verifier(self, verifier: AnyVerifier) -> None:
         """Raise ``ValueError`` (before decoding) unless ``verifier`` is valid for every node of
         this construction: ``check_construction(law, n)`` for every n the tree can produce."""
-        for n in range(1, self.max_drafts_per_node() + 1):
-            try:
-                verifier.check_construction(self.law, n)
-            except ValueError as exc:
-                raise ValueError(f"tree {self.name or self.law.value!r} (law {self.law.value!r}, up to "
-                                 f"{self.max_drafts_per_node()} drafts per node) cannot be verified by "
-                                 f"{verifier.name!r}: {exc}") from None
+        _check_verifier(f"tree {self.name or self.law.value!r}", self.law, self.max_drafts_per_node(), verifier)
+
+    def label(self) -> str:
+        """``"tree LAW n×γ"``: the law, the most drafts n of one node and the depth, e.g. ``"tree iid 2×3"``."""
+        return f"tree {self.law.value} {self.max_drafts_per_node()}×{self.depth}"
 
     def to_json(self) -> str:
         return json.dumps({"law": self.law.value, "paths": [list(p) for p in self.paths]})
+
+
+def _check_verifier(what: str, law: DraftLaw, most: int, verifier: AnyVerifier) -> None:
+    for n in range(1, most + 1):
+        try:
+            verifier.check_construction(law, n)
+        except ValueError as exc:
+            raise ValueError(f"{what} (law {law.value!r}, up to {most} drafts per node) cannot be verified by "
+                             f"{verifier.name!r}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class TreeBudget:
+    """The budget of a drafter that builds its own draft trees: at most ``children`` children per
+    node and ``depth`` levels; which tree within them is the drafter's choice (suffix decoding,
+    Oliaro et al. 2024, Sec. 4; EAGLE-2's dynamic trees, Li et al. 2024, Sec. 4.1). Not a shape:
+    ``TreeBudget(2, 3)`` may give a chain, a star of 2 or a full binary tree of depth 3, where
+    ``TreeSpec.sequences(2, 3)`` is always 2 sequences of 3 branching at the root.
+
+    Attributes:
+        children: children per node, at most — the most drafts n one node is verified with.
+        depth: the draft length γ — the deepest draft token, at most (a schedule may shorten it).
+        law: the draft law of the drafter's trees, what the verifier is checked for (suffix
+            decoding: GREEDY — deterministic, distinct children scored by q).
+
+    Raises:
+        ValueError / TypeError: ``children`` or ``depth`` not an integer >= 1; an unknown law.
+    """
+
+    children: int  # children per node, at most (the budget's width; n of the verifier at a node)
+    depth: int  # draft length γ: levels of draft tokens, at most
+    law: DraftLaw = DraftLaw.GREEDY  # how the children of a node are drawn (the verifier's law)
+
+    def __post_init__(self) -> None:
+        check_count(self.children, "children (per node)")
+        check_count(self.depth, "depth (draft length γ)")
+        object.__setattr__(self, "law", _as_law(self.law))
+
+    @classmethod
+    def of(cls, shape: "DraftShape") -> "TreeBudget":
+        """The budget a drafter that builds its own trees reads from ``shape``: itself, or a
+        :class:`TreeSpec`'s most drafts per node (:meth:`TreeSpec.max_drafts_per_node`), depth and law."""
+        if isinstance(shape, TreeBudget):
+            return shape
+        return cls(shape.max_drafts_per_node(), shape.depth, shape.law)
+
+    @property
+    def name(self) -> str:
+        return self.label()
+
+    def max_drafts_per_node(self) -> int:
+        """The most drafts n one node is verified with: ``children``."""
+        return self.children
+
+    def is_chain(self) -> bool:
+        """True when the budget allows one child per node only."""
+        return self.children == 1
+
+    def check_verifier(self, verifier: AnyVerifier) -> None:
+        """Raise ``ValueError`` (before decoding) unless ``verifier`` is valid for every node the
+        budget allows: ``check_construction(law, n)`` for n = 1..``children``."""
+        _check_verifier(f"a {self.label()}", self.law, self.children, verifier)
+
+    def label(self) -> str:
+        """``"budget c children × depth d"``, e.g. ``"budget 4 children × depth 4"``."""
+        return f"budget {self.children} {'child' if self.children == 1 else 'children'} × depth {self.depth}"
+
+
+#: What a drafter is handed (:meth:`specot.drafting.Drafter.start`): a fixed shape or a budget.
+DraftShape = Union[TreeSpec, TreeBudget]
 
 
 def load_topology(path: str | os.PathLike[str]) -> tuple[list[list[int]], str | None]:
@@ -233,20 +321,23 @@ def default_law_for(verifier: AnyVerifier) -> DraftLaw:
     return DraftLaw.IID
 
 
-def parse_tree_spec(text: str | None, *, drafts: int | None = None, gamma: int | None = None,
-                    law: DraftLaw | str | None = None) -> TreeSpec:
-    """Parse a construction as written on the command line.
+def parse_tree_spec(text: str | None, *, n: int | None = None, gamma: int | None = None,
+                    law: DraftLaw | str | None = None, drafts: int | None = None) -> TreeSpec:
+    """Parse a construction as written on the command line (``--tree``, with ``--drafts n``).
 
-    Forms: ``iid`` | ``wor`` | ``greedy`` | ``spechub`` (K = ``drafts`` sequences of length
-    γ = ``gamma``; also ``LAW:k_1,..,k_L`` for expansion factors), ``prefix:k_1,..,k_L`` (IID,
-    SpecTr Alg. 4), ``topology:FILE`` (JSON index paths; law from the file, else ``law``, else IID),
-    ``eagle`` (EAGLE's default tree, Hu et al. App. D; law ``law`` or IID). ``None`` means ``law``
-    (default IID) with ``drafts`` × ``gamma``.
+    Forms: ``iid`` | ``wor`` | ``greedy`` | ``spechub`` (:meth:`TreeSpec.sequences`: n drafts at
+    the root, each a sequence of length γ = ``gamma``; also ``LAW:k_1,..,k_L`` for expansion
+    factors), ``prefix:k_1,..,k_L`` (IID, SpecTr Alg. 4), ``topology:FILE`` (JSON index paths; law
+    from the file, else ``law``, else IID), ``eagle`` (EAGLE's default tree, Hu et al. App. D; law
+    ``law`` or IID). ``None`` means ``law`` (default IID) with n × ``gamma``. ``drafts=`` is the
+    deprecated name of ``n`` (a :class:`DeprecationWarning`; removed in the next release).
 
     Raises:
-        ValueError: unknown form, bad factors, or ``drafts`` / ``gamma`` that contradict the
-            factors (K must equal Π k_i, γ the number of factors).
+        ValueError: unknown form, bad factors, or ``n`` / ``gamma`` that contradict the
+            factors (n must equal Π k_i, γ the number of factors).
+        TypeError: both ``n`` and ``drafts``.
     """
+    drafts = renamed_keyword(n, drafts, old="drafts", new="n", where="parse_tree_spec")
     K = 1 if drafts is None else drafts
     L = 4 if gamma is None else gamma
     if text is None or text == "":

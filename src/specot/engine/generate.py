@@ -14,7 +14,7 @@ import torch
 
 from ..drafting.base import Drafter
 from ..drafting.model import as_drafter
-from ..drafting.tree import TreeSpec
+from ..drafting.tree import DraftShape, TreeSpec
 from ..laws import DraftLaw
 from ..models.protocol import TargetModel
 from ..verifiers.base import AnyVerifier, default_verifier, get_verifier
@@ -91,15 +91,16 @@ def autoregressive_generate(
     return speculative_generate(target, None, prompt_ids, config, generator=generator, on_tokens=on_tokens)
 
 
-def default_verifier_for(spec: TreeSpec, *, fixed_law: bool = False) -> str:
+def default_verifier_for(spec: DraftShape, *, fixed_law: bool = False) -> str:
     """THE verifier a draft tree gets when none is named — the plan (:func:`specot.plan.make_plan`)
     and :func:`tree_generate` both ask here: ``speculative`` (Leviathan et al. 2023) for one draft
     per node, else the optimal verifier of the tree's law (:data:`specot.verifiers.LAW_VERIFIERS`:
     Hu et al. 2025 for GREEDY, SpecTr's k-Seq for IID, RRS without replacement for WOR, SpecHub's).
 
     Args:
-        spec: the tree construction; its :meth:`~specot.drafting.TreeSpec.max_drafts_per_node`
-            counts the drafts a node is verified with.
+        spec: the tree construction or budget (:class:`~specot.drafting.TreeSpec`,
+            :class:`~specot.drafting.TreeBudget`); its ``max_drafts_per_node()`` counts the drafts
+            a node is verified with.
         fixed_law: the drafter draws every tree under one law of its own (suffix decoding and
             ``suffix+MODEL``: :attr:`specot.plan.TreeSupport.laws`), so its trees get that law's
             verifier even at one child per node — the one verifier of every tree it drafts.
@@ -115,7 +116,7 @@ def tree_generate(
     target: TargetModel,
     draft: TargetModel | Drafter,
     prompt_ids: Sequence[int],
-    spec: TreeSpec,
+    spec: DraftShape,
     config: GenerationConfig | None = None,
     *,
     verifier: AnyVerifier | str | None = None,
@@ -130,8 +131,9 @@ def tree_generate(
             target's vocabulary.
         prompt_ids: prompt token ids.
         spec: the tree construction (:class:`TreeSpec`; :func:`~specot.drafting.parse_tree_spec`
-            for the CLI forms). Its depth is the draft length L (cut to ``remaining − 1`` near
-            ``max_new_tokens``).
+            for the CLI forms), or the :class:`~specot.drafting.TreeBudget` of a drafter that
+            builds its own trees (a draft model refuses a budget wider than 1). Its depth is the
+            draft length L (cut to ``remaining − 1`` near ``max_new_tokens``).
         config: ``max_new_tokens``, ``sampling``, ``seed``, ``stop_at_eos``, ``gamma_schedule``
             (``gamma`` is unused: the tree's depth is the draft length).
         verifier: a verifier or registry name (``"otm"`` gets the tree's law) valid for ``spec``

@@ -51,7 +51,7 @@ import torch
 from torch import Tensor
 
 from ..drafting.base import DraftOutcome, DraftSchedule, DraftTree, Drafter
-from ..drafting.tree import TreeSpec
+from ..drafting.tree import DraftShape
 from ..models.protocol import TargetModel
 from .._validation import check_generator, check_prob_values, trusted_inputs
 from ..sampling import sample_categorical, sample_logits_row, standardize
@@ -408,7 +408,7 @@ def decode(
     prompt_ids: Sequence[int],
     config: GenerationConfig,
     *,
-    shape: TreeSpec | None,
+    shape: DraftShape | None,
     verifier: AnyVerifier,
     generator: torch.Generator | None = None,
     on_tokens: TokenCallback | None = None,
@@ -423,8 +423,9 @@ def decode(
         drafter: any :class:`~specot.drafting.Drafter`, or ``None`` for autoregressive decoding.
         prompt_ids: prompt token ids ``[L]``.
         config: lengths, draft length γ and its schedule, sampling transform, seed, EOS handling.
-        shape: the draft-tree shape handed to the drafter (a chain of γ:
-            ``TreeSpec.sequences(1, γ)``).
+        shape: the draft-tree shape handed to the drafter: a fixed :class:`~specot.drafting.TreeSpec`
+            (a chain of γ: ``TreeSpec.sequences(1, γ)``) or a :class:`~specot.drafting.TreeBudget`
+            (children per node and depth) for a drafter that builds its own trees.
         verifier: valid for the shape (checked by the entry points).
         generator: overrides ``config.seed``; must be on the target's device.
         on_tokens: called with each batch of newly committed token ids (for streaming).
@@ -452,7 +453,7 @@ def decode(
 
 
 def _decode(target: TargetModel, drafter: Drafter | None, prompt_ids: Sequence[int], config: GenerationConfig, *,
-            shape: TreeSpec | None, verifier: AnyVerifier, generator: torch.Generator | None,
+            shape: DraftShape | None, verifier: AnyVerifier, generator: torch.Generator | None,
             on_tokens: TokenCallback | None, method: str) -> GenerationResult:
     """:func:`decode`'s body, run holding the generation locks."""
     cfg = config

@@ -17,6 +17,7 @@ The rule, one place (:func:`auto_choice`; :func:`specot.plan.make_plan` turns it
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -41,13 +42,27 @@ AUTO_MIN_CONFIDENCE_GREEDY = 0.1
 
 @dataclass(frozen=True)
 class AutoChoice:
-    """What ``draft="auto"`` resolves to, before the plan is built."""
+    """What ``draft="auto"`` resolves to, before the plan is built (:func:`specot.plan.make_plan`
+    passes ``children`` as its ``drafts``).
+
+    ``drafts`` (the old name of ``children``) still reads, with a :class:`DeprecationWarning`,
+    until the next release.
+    """
 
     draft: str  # the draft name (specot.plan.parse_draft)
-    drafts: int | None  # children per node of the draft tree; None: a chain, or the caller's tree options
+    # children per node of the draft tree (a budget's, or n of suffix+MODEL's GREEDY trees);
+    # None: a chain, or the caller's tree options
+    children: int | None
     gamma: int | None  # draft length γ (the depth of a tree); None: the default
     min_confidence: float | None = None  # τ of the EAGLE head's confidence gate; None: off
     options: tuple[tuple[str, Any], ...] = ()  # other drafter options (a backend's tuned suffix drafter)
+
+    @property
+    def drafts(self) -> int | None:
+        """Deprecated name of :attr:`children` (removed in the next release)."""
+        warnings.warn("AutoChoice.drafts is deprecated and will be removed in the next release; use "
+                      "AutoChoice.children", DeprecationWarning, stacklevel=2)
+        return self.children
 
 
 def _names_greedy_tree(tree: Any) -> bool:

@@ -65,9 +65,13 @@ class TreeSupport:
     Attributes:
         laws: the draft laws of the trees it drafts; empty: chains only (a deterministic drafter
             such as n-gram), ``None``: any law (a draft model samples under any law).
-        own_shape: the drafter builds its own trees (suffix decoding): only ``children`` and the
-            depth γ are taken, not a ``tree=`` construction.
-        default_children: children per node when trees are asked for without a count.
+        own_shape: the drafter builds its own trees (suffix decoding): the plan hands it a
+            :class:`~specot.drafting.TreeBudget` (``children`` per node × depth γ), not a
+            ``tree=`` construction.
+        default_children: children per node when trees are asked for without ``drafts``: the
+            budget's ``children`` (``own_shape``), else n of the n-sequence tree of a kind with
+            fixed laws (``suffix+MODEL``'s GREEDY trees, which its suffix drafter and EAGLE's
+            dynamic trees read as children per node).
         chains: the drafter also drafts plain chains (a single draft per position).
     """
 

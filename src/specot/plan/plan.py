@@ -18,7 +18,8 @@ from typing import Any, Mapping
 import torch
 
 from .._validation import check_count, check_device
-from ..drafting.tree import TreeSpec, default_law_for, parse_tree_spec
+from .._deprecated import renamed_keyword
+from ..drafting.tree import DraftShape, TreeBudget, TreeSpec, default_law_for, parse_tree_spec
 from ..engine.generate import default_verifier_for
 from ..engine.types import GenerationConfig
 from ..laws import DraftLaw
@@ -51,8 +52,10 @@ class DecodingPlan:
 
     Attributes:
         draft: the draft (:class:`~specot.plan.DraftSpec`), or ``None`` for autoregressive decoding.
-        tree: the draft-tree construction of every iteration (:class:`~specot.drafting.TreeSpec`),
-            or ``None`` for one draft chain of γ tokens (Leviathan et al. 2023, Algorithm 1).
+        tree: the draft-tree shape of every iteration: a fixed construction
+            (:class:`~specot.drafting.TreeSpec`), the budget of a drafter that builds its own
+            trees (:class:`~specot.drafting.TreeBudget`: children per node and depth; suffix
+            decoding), or ``None`` for one draft chain of γ tokens (Leviathan et al. 2023, Algorithm 1).
         verifier: the verifier, checked exact for the tree's draft law at every node.
         gamma: draft length γ of a chain (a tree's is its depth).
         gamma_schedule: ``"constant"`` or ``"heuristic"`` (the drafter owns it).
@@ -63,7 +66,7 @@ class DecodingPlan:
     """
 
     draft: DraftSpec | None
-    tree: TreeSpec | None
+    tree: DraftShape | None
     verifier: VerifierSpec
     gamma: int = DEFAULT_GAMMA
     gamma_schedule: str = "constant"
@@ -73,7 +76,7 @@ class DecodingPlan:
     device: str = "cpu"
 
     @property
-    def shape(self) -> TreeSpec:
+    def shape(self) -> DraftShape:
         """The draft-tree shape handed to the drafter: :attr:`tree`, or a chain of γ."""
         return self.tree if self.tree is not None else TreeSpec.sequences(1, self.gamma)
 
@@ -90,10 +93,12 @@ class DecodingPlan:
         return dict(self.draft.inner.options if self.draft.inner else self.draft.options).get("min_confidence")
 
     def describe(self) -> str:
-        """One line: the draft and its shape, e.g. ``"suffix+eagle, tree 3x6, min_confidence 0.1"``."""
+        """One line: the draft and its shape, e.g. ``"suffix+eagle, tree greedy 3×6, min_confidence 0.1"``
+        (a fixed tree: law, most drafts n per node, depth) or ``"suffix, budget 4 children × depth 4"``
+        (a drafter's own trees within a :class:`~specot.drafting.TreeBudget`)."""
         if self.draft is None:
             return "none (autoregressive)"
-        shape = "chain" if self.tree is None else f"tree {self.tree.max_drafts_per_node()}x{self.tree.depth}"
+        shape = "chain" if self.tree is None else self.tree.label()
         gate = self.min_confidence
         return f"{self.draft.name}, {shape}" + (f", min_confidence {gate:g}" if gate is not None else "")
 
@@ -111,23 +116,35 @@ class DecodingPlan:
     def to_dict(self) -> dict[str, Any]:
         """The plan as JSON-ready data (results and reports record it)."""
         return {"draft": None if self.draft is None else self.draft.name, "describe": self.describe(),
-                "tree": None if self.tree is None else {"law": self.tree.law.value, "paths": len(self.tree.paths),
-                                                        "name": self.tree.name},
+                "tree": None if self.tree is None else _tree_dict(self.tree),
                 "verifier": self.verifier.name, "verifier_params": dict(self.verifier.params), "gamma": self.gamma,
                 "gamma_schedule": self.gamma_schedule, "cache": self.cache, "backend": self.backend}
 
 
-def resolve_tree_spec(tree: str | TreeSpec | None, *, drafts: int | None, gamma: int | None,
-                      verifier: Any, tree_law: str | None = None) -> TreeSpec:
-    """The :class:`TreeSpec` of the tree options (``specot generate --drafts n --gamma γ --tree ...``).
+def _tree_dict(tree: DraftShape) -> dict[str, Any]:
+    if isinstance(tree, TreeBudget):
+        return {"law": tree.law.value, "budget": {"children": tree.children, "depth": tree.depth},
+                "name": tree.label()}
+    return {"law": tree.law.value, "paths": len(tree.paths), "name": tree.name}
+
+
+def resolve_tree_spec(tree: str | TreeSpec | None, *, n: int | None = None, gamma: int | None,
+                      verifier: Any, tree_law: str | None = None, drafts: int | None = None) -> TreeSpec:
+    """The fixed :class:`TreeSpec` of the tree options (``specot generate --drafts n --gamma γ --tree ...``).
 
     ``tree`` is a :class:`TreeSpec` or a CLI form (:func:`specot.drafting.parse_tree_spec`);
-    ``None`` means n = ``drafts`` draft sequences of draft length γ = ``gamma`` branching at the
-    root. Where the form does not name the law (``None``, ``topology:FILE`` without one,
-    ``eagle``), it is ``tree_law`` or else the verifier's own (:func:`specot.drafting.default_law_for`). Forms without expansion factors
-    take γ = ``gamma`` (default 4); forms with factors take γ from them (a ``gamma`` that differs
-    is refused).
+    ``None`` means n draft sequences of draft length γ = ``gamma`` branching at the root
+    (:meth:`TreeSpec.sequences`). Where the form does not name the law (``None``,
+    ``topology:FILE`` without one, ``eagle``), it is ``tree_law`` or else the verifier's own
+    (:func:`specot.drafting.default_law_for`). Forms without expansion factors take γ = ``gamma``
+    (default 4); forms with factors take γ from them (a ``gamma`` that differs is refused).
+    ``drafts=`` is the deprecated name of ``n`` (a :class:`DeprecationWarning`; removed in the
+    next release).
+
+    Raises:
+        ValueError: as :func:`specot.drafting.parse_tree_spec`. TypeError: both ``n`` and ``drafts``.
     """
+    n = renamed_keyword(n, drafts, old="drafts", new="n", where="resolve_tree_spec")
     if isinstance(tree, TreeSpec):
         return tree
     kind = (tree or "").partition(":")[0].strip().lower()
@@ -136,21 +153,22 @@ def resolve_tree_spec(tree: str | TreeSpec | None, *, drafts: int | None, gamma:
     has_factors = ":" in (tree or "") and kind != "topology"
     if gamma is None and not has_factors:
         gamma = DEFAULT_GAMMA
-    return parse_tree_spec(tree, drafts=drafts, gamma=gamma, law=law)
+    return parse_tree_spec(tree, n=n, gamma=gamma, law=law)
 
 
 def _shape(draft: DraftSpec, ver: VerifierSpec, *, gamma: int | None, drafts: int | None, tree: Any,
-           tree_law: str | None) -> tuple[TreeSpec | None, VerifierSpec]:
+           tree_law: str | None) -> tuple[DraftShape | None, VerifierSpec]:
     """The draft tree (``None``: a chain) and the verifier for ``draft`` under the tree options,
-    as the draft's kind declares its trees (:class:`~specot.plan.TreeSupport`)."""
+    as the draft's kind declares its trees (:class:`~specot.plan.TreeSupport`): a
+    :class:`TreeBudget` of ``drafts`` children × depth γ for a drafter that builds its own trees,
+    else a fixed :class:`TreeSpec` (``drafts`` = n)."""
     trees = draft.trees
     built = build_verifier(ver.name, dict(ver.params))
     if trees.own_shape:  # the drafter builds its own trees (suffix decoding): children and depth only
-        if tree is not None:
-            raise ValueError(f"the {draft.name} drafter builds its own draft trees; use drafts=n (children per node) "
-                             "and gamma (depth), not tree=")
-        law = next(iter(trees.laws or {DraftLaw.GREEDY}))
-        spec = TreeSpec.sequences(drafts or trees.default_children, DEFAULT_GAMMA if gamma is None else gamma, law)
+        spec: DraftShape = _own_budget(draft, drafts=drafts, gamma=gamma, tree=tree)
+    elif isinstance(tree, TreeBudget):
+        raise ValueError(f"the {draft.name} draft draws fixed tree shapes; give tree= a construction (e.g. 'greedy' "
+                         f"with drafts=n), not a {tree.label()}")
     elif drafts is not None or tree is not None:
         if trees.laws is not None and not trees.laws:
             raise ValueError(f"multi-draft tree decoding (drafts / tree) needs a draft MODEL (a directory, 'distilled', "
@@ -162,7 +180,7 @@ def _shape(draft: DraftSpec, ver: VerifierSpec, *, gamma: int | None, drafts: in
                 raise ValueError(f"a {draft.name} draft drafts {names.upper()}-law trees; use tree={names!r} or "
                                  f"drafts=n, not {tree!r}")
             tree, drafts, tree_law = tree or names, drafts or trees.default_children, names
-        spec = resolve_tree_spec(tree, drafts=drafts, gamma=gamma, verifier=built, tree_law=tree_law)
+        spec = resolve_tree_spec(tree, n=drafts, gamma=gamma, verifier=built, tree_law=tree_law)
     else:
         built.check_construction(DraftLaw.IID, 1)
         return None, ver
@@ -174,10 +192,34 @@ def _shape(draft: DraftSpec, ver: VerifierSpec, *, gamma: int | None, drafts: in
     return spec, ver
 
 
-def _check_size(tree: TreeSpec | None, gamma: int, schedule: str) -> None:
-    nodes = tree.num_slots if tree is not None else gamma * (2 if schedule == "heuristic" else 1)
+def _own_budget(draft: DraftSpec, *, drafts: int | None, gamma: int | None, tree: Any) -> TreeBudget:
+    """The :class:`TreeBudget` of a drafter that builds its own trees: ``tree`` when it is one
+    (``drafts`` / ``gamma`` must agree with it), else ``drafts`` (default: the kind's) children × γ."""
+    trees = draft.trees
+    law = next(iter(trees.laws or {DraftLaw.GREEDY}))
+    if isinstance(tree, TreeBudget):
+        if (drafts is not None and drafts != tree.children) or (gamma is not None and gamma != tree.depth) \
+                or tree.law != law:
+            raise ValueError(f"tree={tree!r} contradicts drafts={drafts} / gamma={gamma} or the {draft.name} "
+                             f"drafter's {law.value.upper()} law")
+        return tree
+    if tree is not None:
+        raise ValueError(f"the {draft.name} drafter builds its own draft trees; use drafts=n (children per node) "
+                         "and gamma (depth), or a TreeBudget, not tree=")
+    return TreeBudget(drafts or trees.default_children, DEFAULT_GAMMA if gamma is None else gamma, law)
+
+
+def tree_room(tree: DraftShape) -> int:
+    """Draft tokens a plan reserves for one tree: a :class:`TreeSpec`'s slots; a
+    :class:`TreeBudget`'s children × depth (the slots of ``TreeSpec.sequences(children, depth)``;
+    the drafter's own node cap bounds its trees, e.g. ``SuffixDrafter(max_nodes=)``)."""
+    return tree.children * tree.depth if isinstance(tree, TreeBudget) else tree.num_slots
+
+
+def _check_size(tree: DraftShape | None, gamma: int, schedule: str) -> None:
+    nodes = tree_room(tree) if tree is not None else gamma * (2 if schedule == "heuristic" else 1)
     if nodes > MAX_TREE_NODES:
-        what = (f"a draft tree of {nodes} nodes (up to {tree.max_drafts_per_node()} drafts per node, depth {tree.depth})"
+        what = (f"a draft tree of {nodes} nodes ({tree.label()}, up to {tree.max_drafts_per_node()} drafts per node)"
                 if tree is not None else f"a draft chain of up to {nodes} tokens (gamma {gamma})")
         raise ValueError(f"{what} is above the limit of {MAX_TREE_NODES} draft tokens per target pass: a pass over "
                          "that many costs more than it can save; lower --drafts / --gamma")
@@ -198,7 +240,8 @@ def _check_loaded_target(target: Any, dtype: str | torch.dtype, device: str) -> 
 
 def make_plan(draft: Any = "auto", *, target: Any = None, backend: str = "auto", device: str = "cpu",
               dtype: str | torch.dtype = "auto", temperature: float = 1.0, gamma: int | None = None,
-              gamma_schedule: str = "constant", drafts: int | None = None, tree: str | TreeSpec | None = None,
+              gamma_schedule: str = "constant", drafts: int | None = None,
+              tree: str | TreeSpec | TreeBudget | None = None,
               tree_law: str | None = None, verifier: str = "speculative",
               verifier_params: Mapping[str, Any] | None = None, cache: str = "auto", top_k: int | None = None,
               **draft_options: Any) -> DecodingPlan:
@@ -217,8 +260,15 @@ def make_plan(draft: Any = "auto", *, target: Any = None, backend: str = "auto",
             ``"transformers"``, or an installed backend such as ``"llamacpp"``.
         temperature: the sampling temperature (``auto`` plans per temperature).
         gamma, gamma_schedule: draft length γ (default 4) and its schedule.
-        drafts, tree, tree_law: the draft tree (number of drafts n; the construction, see
-            :func:`resolve_tree_spec`); unset: a chain, or the draft's own trees.
+        drafts, tree, tree_law: the draft tree. ``drafts`` (``--drafts``) is one number whose
+            meaning is the drafter's: for a draft model (``model``, ``distilled``, ``eagle``'s
+            fixed trees) n, the drafts at the root of ``tree``'s n-sequence construction
+            (:func:`resolve_tree_spec`); for a drafter that builds its own trees (``suffix``) the
+            ``children`` of its :class:`~specot.drafting.TreeBudget` (children per node × depth
+            γ); for ``suffix+MODEL`` n of a GREEDY n-sequence tree, which the suffix drafter and
+            EAGLE's dynamic trees read as children per node. ``tree``: a construction (a form or
+            a :class:`TreeSpec`), or a :class:`TreeBudget` for a drafter that builds its own
+            trees; unset: a chain, or the draft's own trees.
         verifier, verifier_params: the verifier; the default ``speculative`` becomes the tree law's
             optimal verifier for a tree (:data:`specot.verifiers.LAW_VERIFIERS`).
         cache: ``"auto"``, ``"dynamic"`` or ``"cuda_graphs"``.
@@ -251,7 +301,7 @@ def make_plan(draft: Any = "auto", *, target: Any = None, backend: str = "auto",
         choice = backend_rule(temperature) if backend_rule is not None else auto_choice(
             target, device, dtype=dtype, temperature=temperature, drafts=drafts, gamma=gamma, tree=tree,
             verifier=ver.name, verifier_params=dict(ver.params))
-        draft, drafts, gamma = choice.draft, choice.drafts, choice.gamma
+        draft, drafts, gamma = choice.draft, choice.children, choice.gamma
         chosen = dict(choice.options, **({"min_confidence": choice.min_confidence} if choice.min_confidence else {}))
         draft_options = {**chosen, **{k: v for k, v in draft_options.items() if v is not None}}
     common = dict(verifier=ver, gamma=DEFAULT_GAMMA if gamma is None else gamma, gamma_schedule=gamma_schedule,

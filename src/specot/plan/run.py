@@ -14,7 +14,7 @@ from ..engine.loop import TokenCallback, make_generator
 from ..engine.types import GenerationConfig, GenerationResult
 from ..models.protocol import capabilities_of
 from ..verifiers.base import AnyVerifier
-from .plan import DecodingPlan
+from .plan import DecodingPlan, tree_room
 
 __all__ = ["run_plan", "prepare_cache", "warm_up", "wants_cuda_graphs"]
 
@@ -39,7 +39,7 @@ def prepare_cache(plan: DecodingPlan, target: Any, drafter: Drafter | None, prom
     caps = capabilities_of(target)
     if not caps.static_cache or not wants_cuda_graphs(plan.cache, target):
         return False
-    room = plan.shape.num_slots if plan.tree is not None else 2 * plan.gamma  # a chain may grow to 2γ
+    room = tree_room(plan.tree) if plan.tree is not None else 2 * plan.gamma  # a chain may grow to 2γ
     span = prompt_len + max_new_tokens + room + 8 + max(caps.graph_widths, default=0)
     draft_model = getattr(drafter, "model", None)
     for m in (target, draft_model):

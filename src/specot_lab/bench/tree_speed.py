@@ -93,9 +93,9 @@ def measure_overhead(target: Any, ids: list[int], constructions: list[tuple[str,
     draft = CausalLM(target.model, tokenizer=target.tokenizer, name="same-model draft")
     rows = []
     warm = GenerationConfig(max_new_tokens=4, sampling=SamplingConfig(1.0), seed=seed)
-    tree_generate(target, draft, ids, parse_tree_spec("iid", drafts=2, gamma=2), warm, verifier="kseq")
+    tree_generate(target, draft, ids, parse_tree_spec("iid", n=2, gamma=2), warm, verifier="kseq")
     for text, ver in tqdm(constructions, desc="overhead", disable=not progress, file=sys.stderr):
-        spec = parse_tree_spec(text.split()[0], drafts=int(text.split("K=")[1].split()[0]),
+        spec = parse_tree_spec(text.split()[0], n=int(text.split("K=")[1].split()[0]),
                                gamma=int(text.split("L=")[1])) if "K=" in text else parse_tree_spec(text)
         cfg = GenerationConfig(max_new_tokens=max_new_tokens, sampling=SamplingConfig(1.0), seed=seed)
         st = tree_generate(target, draft, ids, spec, cfg, verifier=ver).stats

@@ -45,7 +45,7 @@ from ...laws import DraftLaw
 from ...models.device import install_prepacked_linears, prepacking_available
 from ...sampling import SamplingConfig, standardize
 from ..base import DraftOutcome, DraftTree, Drafter
-from ..tree import TreeSpec
+from ..tree import DraftShape, TreeBudget, TreeSpec
 from .checkpoint import load_head, random_head
 from .config import config_layers, default_eagle_layers
 from .head import Eagle3Head
@@ -243,7 +243,12 @@ class EagleDrafter(Drafter):
         if self._statics is not None:
             self._statics.forget()
 
-    def start(self, prompt_ids: Sequence[int], spec: TreeSpec, schedule=None, stop_tokens=frozenset()) -> None:
+    def start(self, prompt_ids: Sequence[int], spec: DraftShape, schedule=None, stop_tokens=frozenset()) -> None:
+        """:meth:`Drafter.start`; a :class:`TreeBudget` bounds the dynamic trees (``children``,
+        depth), which a static topology (``dynamic=False``) cannot take (``TypeError``)."""
+        if isinstance(spec, TreeBudget) and not self.dynamic and not spec.is_chain():
+            raise TypeError("an EagleDrafter with dynamic=False drafts a fixed topology: give it a TreeSpec, "
+                            f"not a {spec.label()}")
         super().start(prompt_ids, spec, schedule, stop_tokens)
         self._ids = [int(t) for t in prompt_ids]
 
@@ -374,14 +379,14 @@ class EagleDrafter(Drafter):
         return self._last
 
     # ------------------------------------------------------------------ tree construction
-    def _dynamic_tree(self, spec: TreeSpec) -> DynamicTree:
+    def _dynamic_tree(self, spec: DraftShape) -> DynamicTree:
         """The shape of a dynamic tree for ``spec`` under this drafter's options."""
         return DynamicTree.for_spec(spec, self.children, self.total_tokens, self.width)
 
     def _expansion(self) -> Expansion:
         return Expansion(self.stop_tokens, self.min_confidence)
 
-    def _draft(self, context: list[int], root: tuple[Tensor, Tensor], spec: TreeSpec, depth: int,
+    def _draft(self, context: list[int], root: tuple[Tensor, Tensor], spec: DraftShape, depth: int,
                sampling: SamplingConfig, generator: torch.Generator | None) -> DraftTree:
         """The tree after ``context`` from the catch-up's ``root`` (module docstring): EAGLE-2's
         re-ranked tree at temperature 0 under GREEDY (``dynamic`` and ``rerank``), else a chain, the
@@ -401,7 +406,7 @@ class EagleDrafter(Drafter):
         self.calls += passes.count
         return tree
 
-    def _static_tree(self, spec: TreeSpec, sampling: SamplingConfig, context_len: int) -> StaticTreeDraft | None:
+    def _static_tree(self, spec: DraftShape, sampling: SamplingConfig, context_len: int) -> StaticTreeDraft | None:
         """The static-cache tree builder for this proposal, or ``None`` when the tree is not one it
         builds (use_static_cache not asked for, temperature > 0, a chain, another law or construction,
         a context longer than the static cache)."""

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..tree import TreeSpec
+from ..tree import DraftShape, TreeBudget
 
 __all__ = ["DraftPasses", "Expansion", "DynamicTree"]
 
@@ -111,11 +111,17 @@ class DynamicTree:
     width: int
 
     @classmethod
-    def for_spec(cls, spec: TreeSpec, children: int | None = None, budget: int | None = None,
+    def for_spec(cls, spec: DraftShape, children: int | None = None, budget: int | None = None,
                  width: int | None = None) -> "DynamicTree":
-        """The dynamic tree of a spec: ``children`` per node (default: the spec's widest node),
-        capped at :meth:`~specot.drafting.TreeSpec.max_drafts_per_node` (what the verifier was
-        checked for); ``budget`` nodes (default: the spec's slots); ``width`` nodes expanded per
-        depth (default: ``children``, as in EAGLE-2)."""
-        c = min(children or max(len(spec.children(p)) for p in ((),) + spec.paths), spec.max_drafts_per_node())
-        return cls(c, budget or spec.num_slots, width or c)
+        """The dynamic tree of a shape: ``children`` per node (default: a
+        :class:`~specot.drafting.TreeSpec`'s widest node, a :class:`~specot.drafting.TreeBudget`'s
+        ``children``), capped at ``max_drafts_per_node()`` (what the verifier was checked for);
+        ``budget`` nodes (default: the spec's slots; a budget's children × depth, the slots of
+        ``TreeSpec.sequences(children, depth)``); ``width`` nodes expanded per depth (default:
+        ``children``, as in EAGLE-2)."""
+        if isinstance(spec, TreeBudget):
+            widest, slots = spec.children, spec.children * spec.depth
+        else:
+            widest, slots = max(len(spec.children(p)) for p in ((),) + spec.paths), spec.num_slots
+        c = min(children or widest, spec.max_drafts_per_node())
+        return cls(c, budget or slots, width or c)
