@@ -38,26 +38,46 @@ canonical decomposition).
    token k takes the contiguous stretch, in the coordinates of the still-free positions, of mass
    ``q_k`` whose w-mass is ``y_k`` (unique: the w-mass of a stretch falls as it moves back). The
    shadow is the convex-order-minimal choice, so the rest of the level stays feasible whatever the
-   order. Only the tokens of the lowest drafted level up to the drafted ones are processed. (The
-   code measures positions by the q-mass that remains after them, ``z = 1 − s``, so the selected draft
-   is the one with the largest z and the tail of the order keeps full relative precision.)
+   order. Only the drafted tokens of the lowest drafted level need their pieces, and token k's are
+   its shadow in what the tokens before it leave free; the shadow of those R tokens does not depend
+   on the order they are processed in, so it is built at once (``_group_shadow``): it is the
+   positions of disjoint intervals, each holding a run of tokens consecutive in p/q order with
+   exactly their q-mass and w-mass, and the runs are the blocks of an isotonic regression whose
+   block equation is that interval's w-mass (polynomial in its position) — solved by Newton steps
+   on scipy's least-squares PAVA until the blocks repeat, then each block exactly; when few tokens
+   precede k (or the blocks do not settle) the shadows are taken one at a time. (The code measures
+   positions by the q-mass that remains after them, ``z = 1 − s``, so the selected draft is the one
+   with the largest z and the tail of the order keeps full relative precision.)
 
 3. Acceptance: the selected token i is accepted with ``min(1, 1/λ(i))``; otherwise the token is
    drawn from ``norm(p·(1 − λ)_+)`` (the residual lives on levels with ``λ < 1``, which hold no draft
    when a rejection happens, so the acceptance is ``P(Y ∈ S)`` exactly).
 
-Cost per position: a sort and a PAVA pass, O(V log V); then one shadow per token of the lowest
-drafted level that is at least as heavy as the lightest drafted token there (R tokens, each step
-O(F) in the F free pieces of the level), so heavy drafts are cheap and drafts deep in a flat tail
-are not: on a busy 2-core CPU at V = 49152, n = 4, ~3.5 ms per position for peaked p and q (the
-sort and PAVA take ~2 ms of it), tens of ms for flatter ones, seconds when q is uniform over the
-vocabulary and p is not (one level of ~40k equal-mass tokens).
+What is solved. Only the tokens in both supports (p > 0 and q > 0) are ordered one by one: those
+with ``q = 0 < p`` are never drafted and sit first with λ = 0, those with ``p = 0`` are always
+rejected and sit last with λ = ∞, so each group enters the minorant as one aggregate token (its
+mass is all the level solve sees of it); the residual and λ by token are mapped back from them.
+Dropping tokens of small but non-zero mass would not be exact — every token with both masses
+positive moves the suffix sums Z, hence the minorant's vertices. With ``q = p`` the order is the
+identity (one level, λ = 1, uniform positions: the drafts are chosen symmetrically).
+
+Cost per position (V = 49152): one sort of V packed 64-bit words and one PAVA pass, O(V log V)
+(``_ratio_order``: the float32-rounded ratio and the index in one word, float32 ties re-sorted by
+the float64 ratio, so the order is exactly the float64 one); a uniform or one-token lowest drafted
+level costs nothing more; otherwise, per distinct drafted token there, one group shadow, O(R) in
+vectorised numpy plus a few PAVA passes, and the selection law by quadrature over the drafted
+tokens' pieces. Measured on the shared 2-core CPU with `specot bench verifier-speed --verifier ot`
+(medians; the machine was busy, so these are upper bounds): see the bench's JSON for the current
+numbers per distribution and n.
 
 Floating point. All of it runs in float64 on the CPU (p and q are copied there; the level solve
 and the shadows are sequential, so they are numpy/scipy, not torch): suffix sums of q (relative
 error O(V·ε)), the minorant (PAVA; λ carries O(V·ε)), ``z_b^n − z_a^n`` as
 ``(z_b − z_a)·Σ_k z_a^k z_b^{n−1−k}`` (no cancellation), each shadow boundary by Newton's method kept
-in its bracket (to ~1e-16 relative), and the selection probabilities by Gauss–Legendre quadrature
+in its bracket (to ~1e-16 relative), each group block by vectorised Newton steps until the residual
+of its w-mass is at float64 noise (8·n·ε of it; a block boundary then moves by at most that over
+the local density of w, and agrees with the one-at-a-time shadows to ~1e-12 at thousands of tokens),
+and the selection probabilities by Gauss–Legendre quadrature
 that is exact for their piecewise-polynomial integrands. A token lighter than the float64 spacing
 of its level's coordinates is placed on one ulp there (its own probabilities are off by at most its
 mass, < 1e-16 of the level). The enumeration tests measure the emitted law within 2e-15 of p and
@@ -276,7 +296,9 @@ def _complement(lo: np.ndarray, hi: np.ndarray, ze: float, length: float,
 
 
 class _LevelShadows:
-    """The shadows of one level, built incrementally in q-descending order (ties by sorted index)."""
+    """The shadows of one level in q-descending order (ties by sorted index): one at a time from the
+    last token processed, or, when more than ``_GROUP_MIN`` tokens precede the wanted one, all of
+    those at once (:func:`_group_shadow`) and then its own."""
 
     def __init__(self, plan: "OTPlan", level: int) -> None:
         self.plan = plan
@@ -549,8 +571,9 @@ class OTVerifier(Verifier):
 
     Shapes: ``p, q: [B, V]``, ``drafts: [B, n]`` (i.i.d. from q) → tokens ``[B]``, accepted index
     ``[B]`` (the first draft equal to the emitted token, −1 if none). One plan per row, shared when
-    every row repeats the first (levels: a sort and a PAVA pass, O(V log V)); the shadows of the lowest drafted
-    level are built only up to the drafted tokens, in q-descending order. Randomness: two
+    every row repeats the first (levels: a sort and a PAVA pass, O(V log V)); only the drafted
+    tokens of the lowest drafted level get position pieces, each from the shadow of the tokens
+    before it in q-descending order, built at once. Randomness: two
     uniforms per position (the selection, the acceptance) plus one per rejected position.
 
     Raises:
