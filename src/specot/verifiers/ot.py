@@ -220,7 +220,7 @@ def _shadow_step(free: tuple[np.ndarray, np.ndarray, np.ndarray], ze: float, qk:
 
 #: A level's tokens are passed one shadow at a time while at most this many precede the wanted one;
 #: beyond that the shadow of all of them is built at once (:func:`_group_shadow`).
-_GROUP_MIN = 16
+_GROUP_MIN = 2
 
 
 def _roots(M: np.ndarray, Y: np.ndarray, lo: np.ndarray, hi: np.ndarray, n: int, guess: np.ndarray) -> np.ndarray:
