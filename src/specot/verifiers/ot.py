@@ -386,9 +386,12 @@ def _leggauss(g: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _max_position_law(pieces: list[np.ndarray]) -> np.ndarray:
-    """P(draft j has the largest position) ``[m]`` when draft j's position is uniform on ``pieces[j]``."""
+    """P(draft j has the largest position) ``[m]`` when draft j's position is uniform on ``pieces[j]``
+    (sorted disjoint intervals ``[r_j, 2]``): ``∫ f_j Π_{i≠j} F_i`` over the elementary intervals
+    between all piece ends, by Gauss–Legendre quadrature (exact: the integrand is a polynomial of
+    degree m − 1 there); each ``F_i`` by a binary search in its cumulative piece lengths, the
+    products over the other drafts from prefix and suffix products."""
     m = len(pieces)
-    lengths = np.array([float(np.sum(pc[:, 1] - pc[:, 0])) for pc in pieces])
     pts = np.unique(np.concatenate([pc.reshape(-1) for pc in pieces]))
     u, v = pts[:-1], pts[1:]
     u, v = u[v > u], v[v > u]
@@ -397,16 +400,20 @@ def _max_position_law(pieces: list[np.ndarray]) -> np.ndarray:
     s = 0.5 * (u + v)[:, None] + 0.5 * (v - u)[:, None] * xg[None, :]  # [S, g]
     mid = 0.5 * (u + v)
     dens = np.zeros((m, u.size))
-    cdf = np.zeros((m, u.size, g))
+    cdf = np.ones((m + 2, u.size, g))  # rows 1..m: F_j at the nodes (rows 0 and m + 1: ones)
     for j, pc in enumerate(pieces):
-        inside = np.any((pc[:, :1] <= mid[None, :]) & (mid[None, :] <= pc[:, 1:]), axis=0)
-        below = np.clip(np.minimum(pc[:, 1:], u[None, :]) - pc[:, :1], 0.0, None).sum(0)
-        dens[j] = np.where(inside, 1.0 / lengths[j], 0.0)
-        cdf[j] = np.clip(below[:, None] / lengths[j] + dens[j][:, None] * (s - u[:, None]), 0.0, 1.0)
-    out = np.empty(m)
-    for j in range(m):
-        others = np.prod(np.delete(cdf, j, axis=0), axis=0) if m > 1 else np.ones_like(s)
-        out[j] = float(np.sum(dens[j][:, None] * (0.5 * (v - u))[:, None] * wg[None, :] * others))
+        a, length = pc[:, 0], pc[:, 1] - pc[:, 0]
+        cum = np.concatenate(([0.0], np.cumsum(length)))
+        i = np.searchsorted(a, mid, side="right") - 1  # the last piece starting below mid
+        ic = np.maximum(i, 0)
+        inside = (i >= 0) & (mid <= pc[ic, 1])
+        below = np.where(i >= 0, cum[ic] + np.clip(u - a[ic], 0.0, length[ic]), 0.0)  # mass below u
+        dens[j] = np.where(inside, 1.0 / cum[-1], 0.0)
+        cdf[j + 1] = np.clip(below[:, None] / cum[-1] + dens[j][:, None] * (s - u[:, None]), 0.0, 1.0)
+    pre = np.cumprod(cdf[:-1], axis=0)  # pre[j] = Π_{i < j} F_i
+    suf = np.cumprod(cdf[:0:-1], axis=0)[::-1]  # suf[j] = Π_{i > j} F_i (shifted by one row)
+    others = pre[:m] * suf[1:]  # [m, S, g]
+    out = np.einsum("js,jsg->j", dens * (0.5 * (v - u))[None, :], others * wg[None, None, :])
     return out / out.sum()
 
 
