@@ -121,7 +121,8 @@ def auto_drafter(target, temperature: float = 0.0, curve: CostCurve | None = Non
     fallback ``pass_cost``.
 
     Returns:
-        ``(drafter, TreeSpec)`` for :func:`specot.engine.tree_generate`.
+        ``(drafter, TreeBudget)`` for :func:`specot.engine.tree_generate`: the suffix drafter and
+        its budget (:class:`specot.drafting.TreeBudget`: children per node × depth γ).
     """
     plan = make_plan("auto", target=target, temperature=temperature)
     drafter = plan.draft.load(target)
