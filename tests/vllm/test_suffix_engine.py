@@ -15,6 +15,7 @@ def engine(reference):
     from specot_vllm import engines
 
     spec, extra = engines.speculative_config("specot-suffix", 4)
+    extra["specot"]["draft_max_batch"] = 64  # drafts in batches too (the gate's own tests: test_gate_engine.py)
     llm = engines.make_llm(spec, extra, disable_log_stats=False)
     yield llm
     engines.shutdown(llm)

@@ -20,7 +20,8 @@ def _tree_engine(verifier: str, nodes: int = NODES, **suffix):
     from specot_vllm import engines
 
     spec, extra = engines.speculative_config("specot-tree", nodes)
-    extra["specot"].update(verifier=verifier, suffix=suffix)
+    # trees in every batch these tests run (the batch-size gate has its own tests: test_gate_engine.py)
+    extra["specot"].update(verifier=verifier, suffix=suffix, draft_max_batch=64)
     return engines.make_llm(spec, extra, disable_log_stats=False)
 
 
