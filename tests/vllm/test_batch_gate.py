@@ -105,8 +105,8 @@ def test_a_bad_threshold_is_refused_in_one_line(value):
 
 
 def test_ngram_schedule_is_vllms_own_and_drafts_nothing_above_the_threshold():
-    pytest.importorskip("vllm")
-    from vllm.v1.spec_decode.dynamic.utils import build_dynamic_sd_schedule_lookup
+    build_dynamic_sd_schedule_lookup = pytest.importorskip(
+        "vllm.v1.spec_decode.dynamic.utils").build_dynamic_sd_schedule_lookup
 
     lookup = build_dynamic_sd_schedule_lookup(ngram_schedule(3, 4, 32), vllm_max_batch_size=32,
                                               vllm_num_speculative_tokens=4)
