@@ -16,7 +16,7 @@ prompts repeats them, which flatters drafters that share what they learn across 
 * ``tokens_per_s``: generated tokens / wall seconds of the ``generate`` call;
 * ``block_efficiency``: generated tokens per target forward pass of a decoding request, from vLLM's
   own counters: ``1 + accepted draft tokens / verification steps`` (1 for plain decoding);
-* ``acceptance_rate``: accepted / drafted tokens;
+* ``accepted_per_drafted``: accepted / drafted tokens.
 * ``draft_tokens``, ``verification_steps``: drafted tokens and steps that verified drafts (vLLM's
   counters): 0 where the batch-size gate held every step.
 
@@ -105,7 +105,7 @@ def _cell(llm: Any, prompt_pool: list[str], batch: int, temperature: float, max_
             "temperature": temperature, "tokens": tokens, "wall_s": round(wall, 4),
             "tokens_per_s": round(tokens / wall, 3),
             "block_efficiency": round(1.0 + d["num_accepted_tokens"] / steps, 4) if steps else 1.0,
-            "acceptance_rate": round(d["num_accepted_tokens"] / d["num_draft_tokens"], 4) if d["num_draft_tokens"] else None,
+            "accepted_per_drafted": round(d["num_accepted_tokens"] / d["num_draft_tokens"], 4) if d["num_draft_tokens"] else None,
             "draft_tokens": int(d["num_draft_tokens"]), "verification_steps": int(steps)}
 
 

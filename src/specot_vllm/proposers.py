@@ -48,7 +48,8 @@ class SuffixProposer:
         from specot.drafting import SuffixDrafter
 
         spec = vllm_config.speculative_config
-        self.k = int(spec.num_speculative_tokens)
+        self.num_speculative_tokens = int(spec.num_speculative_tokens)  # draft tokens per request per step
+        self.depth = self.num_speculative_tokens  # chains: the draft length γ (trees: set by the subclass)
         self.max_model_len = int(vllm_config.model_config.max_model_len)
         self._cfg = self._parse_config(vllm_config)
         self._kwargs = dict(self._cfg.suffix) if self._cfg is not None else {}
@@ -66,10 +67,10 @@ class SuffixProposer:
         from .observe import log, trace
 
         device = getattr(getattr(vllm_config, "device_config", None), "device_type", None)
-        m, source = draft_max_batch(self._cfg, self.k, cpu=str(device) == "cpu")
+        m, source = draft_max_batch(self._cfg, self.num_speculative_tokens, cpu=str(device) == "cpu")
         what = "every batch size" if m is None else f"steps of at most {m} requests (none after larger ones)"
         why = "set by additional_config['specot']['draft_max_batch']" if source == "set" else (
-            f"default on {device or 'this device'} for num_speculative_tokens = {self.k}")
+            f"default on {device or 'this device'} for num_speculative_tokens = {self.num_speculative_tokens}")
         log.info("specot %s drafts after %s: %s", type(self).__name__, what, why)
         trace("draft_max_batch", proposer=type(self).__name__, value=m, source=source)
         return m
@@ -99,7 +100,7 @@ class SuffixProposer:
 
     def _new_drafter(self, suffix_drafter: Any, tree_spec: Any) -> Any:
         """A fresh drafter for a new request (chains: the best chain, ``q = None``)."""
-        self._spec = tree_spec.sequences(1, self.k)
+        self._spec = tree_spec.sequences(1, self.depth)
         return suffix_drafter(None, **self._kwargs)
 
     def _learn(self, d: Any, row: int, sampled: Sequence[int], context: list[int]) -> None:
@@ -121,7 +122,7 @@ class SuffixProposer:
     def _emit(self, row: int, tree: Any, room: int) -> list[int]:
         """The draft tokens handed to vLLM for ``tree`` (chains: its best chain, at most γ)."""
         drafts = tree.path_tokens(len(tree.tokens) - 1) if tree.size else []
-        return drafts[: self.k]
+        return drafts[: self.depth]
 
     def propose(self, sampled_token_ids: list[list[int]], num_tokens_no_spec: np.ndarray, token_ids_cpu: np.ndarray,
                 slot_mappings: Any = None) -> list[list[int]]:
@@ -143,7 +144,7 @@ class SuffixProposer:
             d = self._drafter(i, context)
             self._learn(d, i, sampled, context)
             room = self.max_model_len - n - 1
-            depth = min(self.k, room)
+            depth = min(self.depth, room)
             tree = d.propose(context, depth, greedy) if depth > 0 else None
             if tree is not None:
                 self._last[i] = (n, tree)
@@ -233,12 +234,12 @@ class SuffixTreeProposer(SuffixProposer):
 
         super().__init__(vllm_config)
         cfg = self._cfg
-        self.nodes = self.k
-        self._kwargs.setdefault("max_nodes", self.nodes)
-        if self._kwargs["max_nodes"] > self.nodes:
+        self.max_nodes = self.num_speculative_tokens  # trees: num_speculative_tokens is the node budget N
+        self._kwargs.setdefault("max_nodes", self.max_nodes)
+        if self._kwargs["max_nodes"] > self.max_nodes:
             raise ValueError(f"additional_config['specot']['suffix']['max_nodes'] = {self._kwargs['max_nodes']} "
-                             f"exceeds num_speculative_tokens = {self.nodes}; raise num_speculative_tokens")
-        self.k = cfg.depth or self.nodes  # the deepest node
+                             f"exceeds num_speculative_tokens = {self.max_nodes}; raise num_speculative_tokens")
+        self.depth = cfg.depth or self.max_nodes  # the deepest node
         self.law = default_law_for(cfg.build_verifier())
         self.vocab = int(vllm_config.model_config.get_vocab_size())
         seed = getattr(vllm_config.model_config, "seed", None)
@@ -256,7 +257,7 @@ class SuffixTreeProposer(SuffixProposer):
         from specot.laws import DraftLaw
 
         d = suffix_drafter(self.vocab, **self._kwargs)
-        self._spec = tree_spec.sequences(d.children, self.k, DraftLaw.GREEDY)
+        self._spec = tree_spec.sequences(d.children, self.depth, DraftLaw.GREEDY)
         return d
 
     def _drafter(self, row: int, context: list[int]):
@@ -270,7 +271,7 @@ class SuffixTreeProposer(SuffixProposer):
 
         from .tree import cut_tree
 
-        tree = cut_tree(tree, min(room, self.nodes))  # deterministic: the cut is a function of the context
+        tree = cut_tree(tree, min(room, self.max_nodes))  # deterministic: the cut is a function of the context
         if tree.size and self.law != DraftLaw.GREEDY:
             tree = redraw_tree(tree, self.law, self._gen)
         if tree.size:
