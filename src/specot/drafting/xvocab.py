@@ -26,7 +26,8 @@ temperature, each for a stated reason:
 
 The draft's own context is the target's committed text re-encoded by the draft's tokenizer (a
 function of the committed tokens, so it cannot bias the output either); the draft's KV cache keeps
-the longest common prefix between calls (:meth:`specot.models.CausalLM.logits_after`).
+the longest common prefix between calls (:meth:`specot.models.CausalLM.logits_after`). The draft
+model may run in torch or on another backend (llama.cpp for a GGUF file: :mod:`specot.plan.kinds.xvocab`).
 """
 
 from __future__ import annotations
@@ -211,27 +212,51 @@ def intersect_vocabularies(draft: TokenizerView, target: TokenizerView) -> Vocab
 class _TargetVocabDraft:
     """A draft model seen in the target's vocabulary: fed draft ids for its context and target ids
     (shared tokens) for its drafts; returns TLI's restricted logits ``[T, V_target]``. Quacks like
-    the :class:`~specot.models.CausalLM` methods that :mod:`specot.drafting.model` drafts with."""
+    the :class:`~specot.models.CausalLM` methods that :mod:`specot.drafting.model` drafts with.
+
+    A draft model without ``forward_tree`` but with ``tree_logits_after(context, tokens, parents)``
+    (a backend's target model, e.g. llama.cpp's, which scores a whole token tree in one batch) drafts
+    trees too: each depth's :meth:`forward_tree` scores the tree drafted so far in one such call
+    and returns the rows of the new nodes (the rows are that model's logits for the same prefixes,
+    so the q handed over is the q the drafts are drawn from)."""
 
     def __init__(self, model: Any, vmap: VocabMap) -> None:
         self.model, self.vmap = model, vmap
+        self._emulate = not hasattr(model, "forward_tree") and hasattr(model, "tree_logits_after")
+        self._context: list[int] = []  # draft ids of the last logits_after (the tree's root context)
+        self._nodes: list[int] = []  # the tree drafted so far: draft ids and parents (-1: the root)
+        self._parents: list[int] = []
 
     @property
     def cached_ids(self) -> list[int]:
-        return self.model.cached_ids
+        return self.model.cached_ids + (self._nodes if self._emulate else [])
 
     def _ids(self, tokens: Sequence[int] | Tensor) -> Tensor:
         t = torch.as_tensor(tokens, dtype=torch.int64).reshape(-1)
         return self.vmap.to_draft.to(t.device)[t]
 
     def logits_after(self, draft_context: Sequence[int]) -> Tensor:
+        self._context, self._nodes, self._parents = list(draft_context), [], []
         return self.vmap.target_logits(self.model.logits_after(draft_context))
 
     def forward(self, tokens: Sequence[int] | Tensor) -> Tensor:
         return self.vmap.target_logits(self.model.forward(self._ids(tokens).to(self.model.device)))
 
     def forward_tree(self, tokens: Sequence[int], parents: Sequence[int]) -> Tensor:
-        return self.vmap.target_logits(self.model.forward_tree(self._ids(tokens).tolist(), parents))
+        """Logits ``[F, V_target]`` of ``tokens`` (target ids) whose parents sit at draft-cache
+        indices ``parents`` (the root: the last context token)."""
+        ids = self._ids(tokens).tolist()
+        if not self._emulate:
+            return self.vmap.target_logits(self.model.forward_tree(ids, parents))
+        base = len(self._context)
+        for tok, pos in zip(ids, parents):
+            if not base - 1 <= int(pos) < base + len(self._nodes):
+                raise ValueError(f"draft tree parent at cache index {pos} is neither the root ({base - 1}) nor a "
+                                 f"node drafted before ({base}..{base + len(self._nodes) - 1})")
+            self._parents.append(int(pos) - base if int(pos) >= base else -1)
+            self._nodes.append(int(tok))
+        rows = self.model.tree_logits_after(self._context, self._nodes, self._parents)  # [1 + N, V_draft]
+        return self.vmap.target_logits(rows[len(rows) - len(ids):])
 
 
 def _utf8_prefix(data: bytes) -> str:
@@ -250,8 +275,9 @@ class XVocabDrafter(Drafter):
     """A draft model with its own tokenizer, drafting for any target (module docstring).
 
     Args:
-        model: the draft :class:`~specot.models.CausalLM` (``logits_after``, ``forward``,
-            ``forward_tree``, ``cached_ids``).
+        model: the draft model: a :class:`~specot.models.CausalLM` or a backend's target model
+            (llama.cpp's) with ``logits_after``, ``forward``, ``cached_ids``, ``reset`` and, for
+            TLI trees, ``forward_tree`` or ``tree_logits_after``.
         draft_view: its :class:`TokenizerView` (``len(pieces)`` = its logits' width).
         target_view: the target's.
         mode: ``"tli"`` (chains and trees of any draft law, q ``[M, V_target]``) or ``"slem"``

