@@ -66,9 +66,11 @@ Cost per position (V = 49152): one sort of V packed 64-bit words and one PAVA pa
 the float64 ratio, so the order is exactly the float64 one); a uniform or one-token lowest drafted
 level costs nothing more; otherwise, per distinct drafted token there, one group shadow, O(R) in
 vectorised numpy plus a few PAVA passes, and the selection law by quadrature over the drafted
-tokens' pieces. Measured on the shared 2-core CPU with `specot bench verifier-speed --verifier ot`
-(medians; the machine was busy, so these are upper bounds): see the bench's JSON for the current
-numbers per distribution and n.
+tokens' pieces. On the shared 2-core CPU (busy: load 3–6), n = 4, V = 49152, median [fastest of 41]
+ms per position: real-shaped 4.8 [2.6], peaked 3.0 [1.6], near-uniform q 2.9 [1.8], uniform q 3.5
+[1.6], top-50 supports 0.6 [0.4], q = p 1.0 [0.9], flat (one level of ~47k tokens) 11 [6.8]; the
+shadows one at a time took 50 ms, 8 ms, 7 ms, 7 ms, 1.4 ms, 1.6 ms and 2 s there. Re-measure with
+``specot bench verifier-speed --verifier ot``.
 
 Floating point. All of it runs in float64 on the CPU (p and q are copied there; the level solve
 and the shadows are sequential, so they are numpy/scipy, not torch): suffix sums of q (relative
