@@ -358,14 +358,14 @@ def test_group_shadows_are_exact(V, n, seed, scale, monkeypatch):
 
 
 def test_a_planted_perturbation_of_the_group_shadow_is_caught(monkeypatch):
-    """Enumeration fails for a group construction whose blocks hold a relative 1e-6 too much w-mass."""
+    """Enumeration fails for a group construction whose tokens get a relative 1e-6 too much w-mass."""
     p, q = _correlated(14, 2, 1.0)
     calls = _count_group_shadows(monkeypatch)
     v = get_verifier("ot")
     emitted, _ = enumerate_emitted(v, p, q, 3, DraftLaw.IID)
     assert calls[0] > 0 and float((emitted - p).abs().max()) < LAW_TOL
-    roots = ot_module._roots
-    monkeypatch.setattr(ot_module, "_roots", lambda M, Y, lo, hi, n, guess: roots(M, Y * (1 + 1e-6), lo, hi, n, guess))
+    group = ot_module._group_shadow
+    monkeypatch.setattr(ot_module, "_group_shadow", lambda qh, yh, ze, length, n: group(qh, yh * (1 + 1e-6), ze, length, n))
     emitted, _ = enumerate_emitted(v, p, q, 3, DraftLaw.IID)
     assert float((emitted - p).abs().max()) > 1e-8
 
@@ -398,8 +398,15 @@ def test_group_shadow_equals_one_shadow_at_a_time(n, monkeypatch):
     for group, seq in _pieces_both_ways(plan, level, tokens, monkeypatch):
         assert group.shape == seq.shape
         assert float(np.abs(group - seq).max()) < 1e-11
-    roots = ot_module._roots
-    monkeypatch.setattr(ot_module, "_roots", lambda M, Y, lo, hi, n, guess: roots(M, Y * (1 + 1e-9), lo, hi, n, guess))
+    monkeypatch.setattr(ot_module, "_GROUP_MIN", -1)  # one state, continued after each group
+    shared = ot_module._LevelShadows(plan, level)
+    for k, (_, seq) in zip(tokens, _pieces_both_ways(plan, level, tokens, monkeypatch)):
+        monkeypatch.setattr(ot_module, "_GROUP_MIN", -1)
+        got = shared.get(k)
+        assert got.shape == seq.shape and float(np.abs(got - seq).max()) < 1e-11
+    assert shared._done == 601
+    group = ot_module._group_shadow
+    monkeypatch.setattr(ot_module, "_group_shadow", lambda qh, yh, ze, length, n: group(qh, yh * (1 + 1e-9), ze, length, n))
     group, seq = _pieces_both_ways(plan, level, [tokens[-1]], monkeypatch)[0]
     assert group.shape != seq.shape or float(np.abs(group - seq).max()) > 1e-10
 
