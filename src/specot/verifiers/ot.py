@@ -66,11 +66,11 @@ Cost per position (V = 49152): one sort of V packed 64-bit words and one PAVA pa
 the float64 ratio, so the order is exactly the float64 one); a uniform or one-token lowest drafted
 level costs nothing more; otherwise, per distinct drafted token there, one group shadow, O(R) in
 vectorised numpy plus a few PAVA passes, and the selection law by quadrature over the drafted
-tokens' pieces. On the shared 2-core CPU (busy: load 3–6), n = 4, V = 49152, median [fastest of 41]
-ms per position: real-shaped 4.8 [2.6], peaked 3.0 [1.6], near-uniform q 2.9 [1.8], uniform q 3.5
-[1.6], top-50 supports 0.6 [0.4], q = p 1.0 [0.9], flat (one level of ~47k tokens) 11 [6.8]; the
-shadows one at a time took 50 ms, 8 ms, 7 ms, 7 ms, 1.4 ms, 1.6 ms and 2 s there. Re-measure with
-``specot bench verifier-speed --verifier ot``.
+tokens' pieces. On the shared 2-core CPU (busy: load ~2.5), n = 4, V = 49152, median [fastest of
+41] ms per position: real-shaped 3.1 [1.3], peaked 2.0 [1.3], near-uniform q 1.8 [1.5], uniform q
+1.9 [1.5], top-50 supports 0.6 [0.4], q = p 1.0 [0.9], flat (one level of ~47k tokens) 6.5 [6.1];
+the plan (sort, PAVA, sums) is ~1.1 ms of it. With the shadows one at a time the same cases took
+30, 3.7, 3.0, 3.0, 1.4, 1.6 and 1100 ms. Re-measure with ``specot bench verifier-speed --verifier ot``.
 
 Floating point. All of it runs in float64 on the CPU (p and q are copied there; the level solve
 and the shadows are sequential, so they are numpy/scipy, not torch): suffix sums of q (relative
