@@ -69,11 +69,13 @@ vectorised numpy plus a few PAVA passes, and the selection law by quadrature ove
 tokens' pieces. On the shared 2-core CPU (busy: load ~2.5), n = 4, V = 49152, median [fastest of
 41] ms per position: real-shaped 3.1 [1.3], peaked 2.0 [1.3], near-uniform q 1.8 [1.5], uniform q
 1.9 [1.5], top-50 supports 0.6 [0.4], q = p 1.0 [0.9], flat (one level of ~47k tokens) 6.5 [6.1];
-the plan (sort, PAVA, sums) is ~1.1 ms of it. With the shadows one at a time the same cases took
-30, 3.7, 3.0, 3.0, 1.4, 1.6 and 1100 ms. Re-measure with ``specot bench verifier-speed --verifier ot``.
+the plan (sort, PAVA, sums) is ~1.1 ms of it. Building the shadows one at a time over the whole
+sorted vocabulary took 30, 3.7, 3.0, 3.0, 1.4, 1.6 and 1100 ms on the same cases. Re-measure with
+``specot bench verifier-speed --verifier ot``.
 
 Floating point. All of it runs in float64 on the CPU (p and q are copied there; the level solve
-and the shadows are sequential, so they are numpy/scipy, not torch): suffix sums of q (relative
+and the shadows are sequential, so they are numpy/scipy, not torch) — the float32 sort keys only
+bucket the tokens, the order is the float64 one: suffix sums of q (relative
 error O(V·ε)), the minorant (PAVA; λ carries O(V·ε)), ``z_b^n − z_a^n`` as
 ``(z_b − z_a)·Σ_k z_a^k z_b^{n−1−k}`` (no cancellation), each shadow boundary by Newton's method kept
 in its bracket (to ~1e-16 relative), each group block by vectorised Newton steps until the residual
