@@ -406,7 +406,12 @@ def test_group_shadow_equals_one_shadow_at_a_time(n, monkeypatch):
         assert got.shape == seq.shape and float(np.abs(got - seq).max()) < 1e-11
     assert shared._done == 601
     group = ot_module._group_shadow
-    monkeypatch.setattr(ot_module, "_group_shadow", lambda qh, yh, ze, length, n: group(qh, yh * (1 + 1e-9), ze, length, n))
+
+    def shifted(*args):  # type: ignore[no-untyped-def]  # every block 1e-9 higher
+        lo, hi = group(*args)
+        return lo + 1e-9, hi + 1e-9
+
+    monkeypatch.setattr(ot_module, "_group_shadow", shifted)
     group, seq = _pieces_both_ways(plan, level, [tokens[-1]], monkeypatch)[0]
     assert group.shape != seq.shape or float(np.abs(group - seq).max()) > 1e-10
 
