@@ -316,9 +316,9 @@ class _LevelShadows:
         self.last: tuple[float, int] | None = None  # key (−q, index) of the last token processed
         self._done = 0  # tokens processed so far (the state `free` is after them)
         self.pieces: dict[int, np.ndarray] = {}
-        ps, qs = plan.ps[self.b:self.e], plan.qs[self.b:self.e]
-        ratios = ps / np.where(qs > 0, qs, 1.0)
-        self.uniform = bool(np.all(np.abs(ratios - ratios[0]) <= _TIE_RTOL * abs(ratios[0])))
+        ratios = [float(plan.ps[i]) / float(plan.qs[i]) if plan.qs[i] > 0 else float(plan.ps[i])
+                  for i in (self.b, self.e - 1)]  # the level's largest and smallest p/q (sorted order)
+        self.uniform = abs(ratios[0] - ratios[1]) <= _TIE_RTOL * abs(ratios[0])
 
     def get(self, k: int) -> np.ndarray:
         """Position pieces ``[r, 2]`` (level coordinates) of the token at sorted index ``k``."""
