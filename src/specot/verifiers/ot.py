@@ -277,14 +277,14 @@ def _group_shadow(qh: np.ndarray, yh: np.ndarray, ze: float, length: float,
             return None
         fit = scipy.optimize.isotonic_regression(u - g / c, weights=c, increasing=False)
         blocks = np.asarray(fit.blocks, dtype=np.int64)
+        if prev is not None and np.array_equal(prev, blocks):  # u holds these blocks' exact roots
+            hi = zb - ze
+            lo = np.maximum(hi - M, 0.0)
+            return lo[::-1].copy(), np.minimum(hi, length)[::-1].copy()
         a, b = blocks[:-1], blocks[1:]
         M = S[b] - S[a]
         zb = _roots(M, np.add.reduceat(yh, a), ze + M, np.full(a.size, top), n, fit.x[a] - S[a])
         u = np.repeat(zb + S[a], b - a)
-        if prev is not None and np.array_equal(prev, blocks):
-            hi = zb - ze
-            lo = np.maximum(hi - M, 0.0)
-            return lo[::-1].copy(), np.minimum(hi, length)[::-1].copy()
         prev = blocks
     return None
 
