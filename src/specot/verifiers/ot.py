@@ -484,7 +484,10 @@ class OTPlan:
         # Z[k]: the q-mass of the tokens from sorted index k on (suffix sums keep the tail precise)
         self.Z = np.zeros(p.size + 1)
         np.cumsum(self.qs[::-1], out=self.Z[-2::-1])
-        self.ym = ym = _zmass(self.Z[1:], self.Z[:-1], self.qs, n)  # each token's w-mass in the identity order
+        # each token's w-mass in the identity order; suffix masses below 1e-300^(1/(n−1)) count as 0 there
+        # (their w-mass is below 1e-300, and subnormal products would cost ~100× as much)
+        zf = np.where(self.Z < 1e-300 ** (1.0 / max(n - 1, 1)), 0.0, self.Z)
+        self.ym = ym = _zmass(zf[1:], zf[:-1], self.qs, n)
         k0 = int(np.count_nonzero(self.ps > 0))  # tokens with p > 0 come first
         blocks = np.asarray(scipy.optimize.isotonic_regression(ym[:k0] / self.ps[:k0], weights=self.ps[:k0],
                                                                increasing=True).blocks, dtype=np.int64)
