@@ -76,7 +76,8 @@ sorted vocabulary took 30, 3.7, 3.0, 3.0, 1.4, 1.6 and 1100 ms on the same cases
 Floating point. All of it runs in float64 on the CPU (p and q are copied there; the level solve
 and the shadows are sequential, so they are numpy/scipy, not torch) — the float32 sort keys only
 bucket the tokens, the order is the float64 one: suffix sums of q (relative
-error O(V·ε)), the minorant (PAVA; λ carries O(V·ε)), ``z_b^n − z_a^n`` as
+error O(V·ε); those below ``1e-300^(1/(n−1))`` count as 0 in the w-masses, which then drop less
+than 1e-300 each), the minorant (PAVA; λ carries O(V·ε)), ``z_b^n − z_a^n`` as
 ``(z_b − z_a)·Σ_k z_a^k z_b^{n−1−k}`` (no cancellation), each shadow boundary by Newton's method kept
 in its bracket (to ~1e-16 relative), each group block by vectorised Newton steps until the residual
 of its w-mass is at float64 noise (8·n·ε of it; a block boundary then moves by at most that over
