@@ -63,3 +63,28 @@ def test_vllm_harness_verdicts(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "| stock/sampled | NOT EXACT | 0 |" in out
     assert "| fixed/sampled | exact | 0.0018 |" in out  # Holm over the row's two checks: 2 × 0.0009
+
+
+def test_the_drafter_is_the_one_named(capsys):
+    """``--draft`` names the drafter of specot's jobs (any kind, e.g. a draft with another tokenizer);
+    a malformed name is refused in one line before any model loads."""
+    from specot.cli import audit_run
+
+    class Models:
+        asked: list = []
+
+        def target(self, backend):
+            return f"target-{backend}"
+
+        def drafter(self, backend, draft="distilled"):
+            self.asked.append((backend, draft))
+            return None
+
+    args = audit_run.argparse.Namespace(backend="llamacpp", no_memo=True, samples=10, draft="xvocab-slem:gemma3-270m")
+    models = Models()
+    jobs = audit_run._jobs("specot", ["plain"], args, models)
+    jobs[0].make()
+    assert models.asked == [("llamacpp", "xvocab-slem:gemma3-270m")]
+    assert main(["audit", "--draft", "xvocab:", "--method", "speculative"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("specot: error:") and "names no model" in err and "\n" not in err

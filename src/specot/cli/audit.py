@@ -45,6 +45,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--method", nargs="+", default=None,
                    help="specot: speculative kseq rrs importance greedy; hf: assisted prompt-lookup; "
                         "llamacpp: prompt-lookup (default: the engine's speculative methods)")
+    p.add_argument("--draft", default="distilled", help="specot's drafter, as --draft of specot generate (default "
+                   "distilled; e.g. xvocab:gemma3-270m for a draft with another tokenizer)")
     p.add_argument("--temperature", type=float, nargs="+", default=[0.6, 1.0, 0.0],
                    help="settings to audit; 0 = greedy token equality (default 0.6 1.0 0)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus mass (default 1: off)")

@@ -18,6 +18,7 @@ from ..audit.adapters import Adapter, HFAdapter, LlamaCppPythonAdapter, ServerAd
 from ..audit.run import (AuditRow, audit_greedy, audit_sampling, harness_table, recheck_json, render_table,
                          rows_to_json)
 from ..models.embedded import embedded_gguf
+from ..plan import parse_draft
 from ..sampling import SamplingConfig
 
 __all__ = ["cmd_audit", "AUDIT_PROMPT", "GREEDY_PROMPTS"]
@@ -61,8 +62,8 @@ class _Models:
                                                                   **({"dtype": "float32"} if backend == "transformers"
                                                                      else {})))
 
-    def drafter(self, backend: str) -> Any:
-        return self.get(f"draft-{backend}", lambda: load_drafter("distilled", self.target(backend), dtype="float32"))
+    def drafter(self, backend: str, draft: str = "distilled") -> Any:
+        return self.get(f"draft-{backend}-{draft}", lambda: load_drafter(draft, self.target(backend), dtype="float32"))
 
 
 def _jobs(engine: str, methods: list[str], args: argparse.Namespace, models: _Models) -> list[Job]:
@@ -72,7 +73,10 @@ def _jobs(engine: str, methods: list[str], args: argparse.Namespace, models: _Mo
         if engine == "specot":
             b, memo = args.backend, not args.no_memo
             n = args.samples or SAMPLES[f"specot[{b}]"]
-            jobs.append(Job(lambda m=m, b=b: SpecotAdapter(models.target(b), models.drafter(b), m, memo=memo, backend=b),
+            d = getattr(args, "draft", None) or "distilled"
+            parse_draft(d)  # a malformed name: one line before any model loads
+            jobs.append(Job(lambda m=m, b=b, d=d: SpecotAdapter(models.target(b), models.drafter(b, d), m, memo=memo,
+                                                               backend=b),
                             lambda b=b: SpecotAdapter(models.target(b), None, "plain", memo=memo, backend=b), n, True))
         elif engine == "hf":
             if m not in ("assisted", "prompt-lookup"):
