@@ -59,11 +59,10 @@ zero) is set to 1.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-
 import torch
 from torch import Tensor
 
+from ..geometry import TreeGeometry
 from .base import DraftLaw, TreeVerifyOutput, register_verifier
 from .traversal import TraversalVerifier, traversal_output_law
 
@@ -131,6 +130,14 @@ def _path_inputs(p: Tensor, q: Tensor, paths: Tensor) -> None:
                          f"got {tuple(paths.shape) if isinstance(paths, Tensor) else type(paths).__name__}")
 
 
+def _law_on_tree(p: Tensor, q: Tensor, paths: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """``(law [1 + N, V], node_of [K, L + 1], parents [1 + N])`` of GBV on the paths' prefix tree."""
+    _path_inputs(p, q, paths)
+    tokens, parents, drafts, node_of = paths_to_tree(paths)
+    P, Q = _tree_rows(p, q, node_of, tokens.shape[0])
+    return traversal_output_law(P, Q, tokens, parents, DraftLaw.IID, drafts), node_of, parents
+
+
 def gbv_output_law(p: Tensor, q: Tensor, paths: Tensor) -> tuple[Tensor, Tensor]:
     """Exact law of GBV's output given K candidate paths.
 
@@ -147,23 +154,16 @@ def gbv_output_law(p: Tensor, q: Tensor, paths: Tensor) -> tuple[Tensor, Tensor]
     Raises:
         ValueError: bad shapes.
     """
-    _path_inputs(p, q, paths)
-    tokens, parents, drafts, node_of = paths_to_tree(paths)
-    P, Q = _tree_rows(p, q, node_of, tokens.shape[0])
-    return traversal_output_law(P, Q, tokens, parents, DraftLaw.IID, drafts), node_of
+    law, node_of, _ = _law_on_tree(p, q, paths)
+    return law, node_of
 
 
 def gbv_expected_accepted(p: Tensor, q: Tensor, paths: Tensor) -> Tensor:
     """``E[τ | paths]``, GBV's expected number of accepted draft tokens (0-d float64); the block
     efficiency is this plus one. Shapes as :func:`gbv_output_law`."""
-    law, node_of = gbv_output_law(p, q, paths)
-    tokens, parents, _, _ = paths_to_tree(paths)
-    depth = [0] * tokens.shape[0]
-    plist = parents.tolist()
-    for v in range(1, len(plist)):
-        depth[v] = depth[plist[v]] + 1
-    d = torch.tensor(depth, dtype=torch.float64, device=law.device)
-    return (law.sum(-1) * d).sum()
+    law, _, parents = _law_on_tree(p, q, paths)
+    depths = (0,) + TreeGeometry.of_rooted(parents.tolist()).depths  # the root, then nodes 1..N
+    return (law.sum(-1) * torch.tensor(depths, dtype=torch.float64, device=law.device)).sum()
 
 
 @register_verifier("gbv")
@@ -213,10 +213,3 @@ class GBVVerifier(TraversalVerifier):
         end = out.path[-1] if out.path else 0
         k = int((node_of[:, depth] == end).nonzero()[0, 0])
         return k, out
-
-    def verify_tree(self, p: Tensor, q: Tensor, tokens: Tensor, parents: Tensor,
-                    generator: torch.Generator | None = None, *,
-                    drafts: Mapping[int, Sequence[int]] | None = None) -> TreeVerifyOutput:
-        """Verify one draft tree of i.i.d. draws (arguments, result and errors as
-        :meth:`specot.verifiers.TraversalVerifier.verify_tree`)."""
-        return super().verify_tree(p, q, tokens, parents, generator, drafts=drafts)
