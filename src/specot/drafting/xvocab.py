@@ -82,16 +82,11 @@ class TokenizerView:
 
 
 def _byte_decoder() -> dict[str, int]:
-    """GPT-2's byte-level alphabet, inverted: printable stand-in character → byte."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {chr(c): b for b, c in zip(bs, cs)}
+    """GPT-2's byte-level alphabet (transformers' ``bytes_to_unicode``), inverted: printable stand-in
+    character → byte."""
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    return {c: b for b, c in bytes_to_unicode().items()}
 
 
 def _piece_bytes(tok: str, byte_level: bool, table: dict[str, int]) -> bytes:
