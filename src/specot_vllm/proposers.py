@@ -254,10 +254,10 @@ class SuffixTreeProposer(SuffixProposer):
                            vocab=int(vllm_config.model_config.get_vocab_size()))
 
     def _new_drafter(self, suffix_drafter: Any, tree_spec: Any) -> Any:
-        from specot.laws import DraftLaw
+        from specot.drafting import TreeBudget
 
         d = suffix_drafter(self.vocab, **self._kwargs)
-        self._spec = tree_spec.sequences(d.children, self.depth, DraftLaw.GREEDY)
+        self._spec = TreeBudget(d.children, self.depth)  # the drafter builds its own GREEDY trees within it
         return d
 
     def _drafter(self, row: int, context: list[int]):
