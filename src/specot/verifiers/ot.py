@@ -93,6 +93,7 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 
 import numpy as np
 import scipy.optimize
@@ -103,6 +104,11 @@ from .._validation import working_dtype
 from ..sampling import draw_uniforms, sample_categorical
 from ._common import check_draft_probs, first_match, first_occurrences
 from .base import Acceptance, DraftLaw, Verifier, VerifyOutput, prepare_inputs, register_verifier
+
+try:  # scipy's PAVA kernel itself: isotonic_regression's input copies and checks cost ~2 passes over V
+    from scipy.optimize._pava_pybind import pava as _pava
+except ImportError:  # pragma: no cover - another scipy layout: the public wrapper (same result)
+    _pava = None
 
 __all__ = ["OTVerifier", "OTPlan", "ot_selection_law"]
 
@@ -309,7 +315,7 @@ class _LevelShadows:
         self.plan = plan
         self.level = level
         self.b, self.e = int(plan.blocks[level]), int(plan.blocks[level + 1])
-        self.lam = float(plan.lam_level[level])
+        self.lam = float(plan.level_lam(np.array([level]))[0])
         self.ze = float(plan.Z[self.e])
         self.length = float(np.sum(plan.qs[self.b:self.e]))
         self.total = float(np.sum(plan.ym[self.b:self.e]))  # the level's w-mass
@@ -422,21 +428,47 @@ def _max_position_law(pieces: list[np.ndarray]) -> np.ndarray:
     return out / out.sum()
 
 
-def _ratio_order(p: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """Token indices ``[V]`` by ``p/q`` descending (``q = 0 < p`` first, ``p = 0`` last; ties by index).
+@functools.lru_cache(maxsize=4)
+def _index_words(size: int) -> np.ndarray:
+    """``arange(size)`` as uint64 (cached, read-only): the low halves of :func:`_ratio_words`."""
+    out = np.arange(size, dtype=np.uint64)
+    out.flags.writeable = False
+    return out
 
-    One sort of 64-bit words (the ratio rounded to float32 in the high half, the index in the low
-    half: a radix-friendly key, several times faster than an argsort of float64), then the runs whose
-    float32 keys tie but whose float64 ratios differ are sorted again by the float64 ratio (rounding
-    is monotone, so no token leaves its run): the order is exactly that of the float64 ratios."""
+
+def _ratio_keys(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """The sort key ``p/q`` ``[V]`` (``inf`` where ``q = 0 < p``, 0 where ``p = 0``)."""
+    if p.size and bool(p.min() > 0) and bool(q.min() > 0):  # full support: the plain ratio
+        return p / q
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        key = np.where(p > 0, p / q, 0.0)  # q = 0 < p: inf
-        bits = key.astype(np.float32).view(np.uint32)  # non-negative floats order as their bits
-    packed = (np.uint64(0xFFFFFFFF) - bits).astype(np.uint64) << np.uint64(32)
-    packed |= np.arange(p.size, dtype=np.uint64)
+        return np.where(p > 0, p / q, 0.0)
+
+
+def _ratio_words(key: np.ndarray) -> np.ndarray:
+    """``[V]`` uint64 words: the complement of the float32-rounded key's bits (high half; non-negative
+    floats order as their bits) and the token index (low half), so ascending words are the keys
+    descending, ties by index."""
+    with np.errstate(over="ignore"):
+        bits = key.astype(np.float32).view(np.uint32)
+    words = (~bits).astype(np.uint64)
+    words <<= np.uint64(32)
+    words |= _index_words(key.size)
+    return words
+
+
+def _ratio_order_words(p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(order [V], sorted words [V], key [V])``: the token indices by ``p/q`` descending (``q = 0 <
+    p`` first, ``p = 0`` last; ties by index), exactly the float64 order.
+
+    One sort of 64-bit words (:func:`_ratio_words`: a radix-friendly key, several times faster than
+    an argsort of float64), then the runs whose float32 keys tie but whose float64 ratios differ are
+    sorted again by the float64 ratio (rounding is monotone, so no token leaves its run)."""
+    key = _ratio_keys(p, q)
+    packed = _ratio_words(key)
     packed.sort()
-    order = (packed & np.uint64(0xFFFFFFFF)).astype(np.int64)
-    hi = packed >> np.uint64(32)
+    halves = packed.view(np.uint32).reshape(-1, 2)  # [low, high] per word on a little-endian machine
+    low, hi = (halves[:, 0], halves[:, 1]) if sys.byteorder == "little" else (halves[:, 1], halves[:, 0])
+    order = low.astype(np.int64)
     t = np.flatnonzero(hi[1:] == hi[:-1])  # sorted positions t, t + 1 tie in float32
     if t.size and bool(np.any(key[order[t]] != key[order[t + 1]])):
         first = np.concatenate(([True], t[1:] != t[:-1] + 1))  # t starts a run of ties
@@ -446,7 +478,33 @@ def _ratio_order(p: np.ndarray, q: np.ndarray) -> np.ndarray:
         pos = np.unique(np.concatenate((t[bad[label]], t[bad[label]] + 1)))
         sub = order[pos]
         order[pos] = sub[np.lexsort((sub, -key[sub]))]
-    return order
+    return order, packed, key
+
+
+def _ratio_order(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """Token indices ``[V]`` by ``p/q`` descending (``q = 0 < p`` first, ``p = 0`` last; ties by
+    index), exactly the float64 order (:func:`_ratio_order_words`)."""
+    return _ratio_order_words(p, q)[0]
+
+
+def _suffix_sums(x: np.ndarray) -> np.ndarray:
+    """``Z [V + 1]``: ``Z[k] = Σ_{i ≥ k} x_i`` (``Z[V] = 0``), summed sequentially from the end (the
+    tail keeps full relative precision); torch's CPU scan of one float64 row is that sequential sum,
+    several times faster than numpy's."""
+    out = np.zeros(x.size + 1)
+    out[-2::-1] = torch.cumsum(torch.from_numpy(np.ascontiguousarray(x[::-1])), 0).numpy()
+    return out
+
+
+def _pava_blocks(y: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """The block starts (and the end) ``[L + 1]`` int64 of the weighted isotonic (non-decreasing)
+    regression of ``y [m]`` (scipy's PAVA; ``y`` and ``w`` are consumed)."""
+    if _pava is None:
+        fit = scipy.optimize.isotonic_regression(y, weights=w, increasing=True)
+        return np.asarray(fit.blocks, dtype=np.int64)
+    r = np.full(y.size + 1, -1, dtype=np.intp)
+    _, _, r, b = _pava(y, w, r)
+    return r[:b + 1].astype(np.int64)
 
 
 class OTPlan:
@@ -478,33 +536,68 @@ class OTPlan:
             p = np.concatenate((p[ids], [float(np.sum(p[p_only])), 0.0]))
             q = np.concatenate((q[ids], [0.0, float(np.sum(q[~both & (q > 0)]))]))
         # one level with λ = 1 when q = p (ratio 1 throughout): no sort needed
-        self.order = np.arange(p.size) if np.array_equal(p, q) else _ratio_order(p, q)
-        self.inv = np.empty_like(self.order)
-        self.inv[self.order] = np.arange(p.size)
-        self.ps, self.qs = p[self.order], q[self.order]
+        self._words: tuple[np.ndarray, np.ndarray] | None = None  # (sorted words, key) of the sort
+        if np.array_equal(p, q):
+            self.order = np.arange(p.size)
+        else:
+            self.order, words, key = _ratio_order_words(p, q)
+            self._words = (words, key)
+        self.ps, self.qs = p.take(self.order), q.take(self.order)
         # Z[k]: the q-mass of the tokens from sorted index k on (suffix sums keep the tail precise)
-        self.Z = np.zeros(p.size + 1)
-        np.cumsum(self.qs[::-1], out=self.Z[-2::-1])
+        self.Z = _suffix_sums(self.qs)
         # each token's w-mass in the identity order; suffix masses below 1e-300^(1/(n−1)) count as 0 there
         # (their w-mass is below 1e-300, and subnormal products would cost ~100× as much)
-        zf = np.where(self.Z < 1e-300 ** (1.0 / max(n - 1, 1)), 0.0, self.Z)
+        zf = self.Z
+        tiny = 1e-300 ** (1.0 / max(n - 1, 1))
+        if zf[-2] < tiny:  # Z does not rise along the order: its entries below `tiny` are a tail
+            zf = zf.copy()
+            zf[zf.size - int(np.searchsorted(zf[::-1], tiny, side="left")):] = 0.0
         self.ym = ym = _zmass(zf[1:], zf[:-1], self.qs, n)
-        k0 = int(np.count_nonzero(self.ps > 0))  # tokens with p > 0 come first
-        blocks = np.asarray(scipy.optimize.isotonic_regression(ym[:k0] / self.ps[:k0], weights=self.ps[:k0],
-                                                               increasing=True).blocks, dtype=np.int64)
+        k0 = p.size if self.cid is None else int(np.count_nonzero(self.ps > 0))  # tokens with p > 0 come first
+        blocks = _pava_blocks(ym[:k0] / self.ps[:k0], self.ps[:k0].copy())
         if k0 < p.size:  # the tokens with p = 0: one level, λ = ∞ (always rejected)
             blocks = np.append(blocks, np.int64(p.size))
         self.blocks = blocks
-        sums_y = np.add.reduceat(ym, self.blocks[:-1])
-        sums_p = np.add.reduceat(self.ps, self.blocks[:-1])
-        with np.errstate(divide="ignore", invalid="ignore"):
-            self.lam_level = np.where(sums_p > 0, sums_y / np.where(sums_p > 0, sums_p, 1.0), np.inf)
+        self._lam_level: np.ndarray | None = None
         self._levels: dict[int, _LevelShadows] = {}
         self._laws: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
 
+    @property
+    def lam_level(self) -> np.ndarray:
+        """λ per level ``[L]`` (``inf`` for the level with ``p = 0``), computed on first use."""
+        if self._lam_level is None:
+            self._lam_level = self._level_lams(self.blocks[:-1], self.blocks[1:])
+        return self._lam_level
+
+    def _level_lams(self, b: np.ndarray, e: np.ndarray) -> np.ndarray:
+        """λ of the levels ``[b, e)`` ``[m]``: their w-mass over their p-mass (sequential sums, the same
+        whichever levels are asked for)."""
+        if b.size == self.blocks.size - 1:
+            sums_y, sums_p = np.add.reduceat(self.ym, b), np.add.reduceat(self.ps, b)
+        else:
+            sums_y = np.array([np.add.reduceat(self.ym[i:j], [0])[0] for i, j in zip(b.tolist(), e.tolist())])
+            sums_p = np.array([np.add.reduceat(self.ps[i:j], [0])[0] for i, j in zip(b.tolist(), e.tolist())])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(sums_p > 0, sums_y / np.where(sums_p > 0, sums_p, 1.0), np.inf)
+
+    def level_lam(self, levels: np.ndarray) -> np.ndarray:
+        """λ of the given levels ``[m]`` (without computing every level's)."""
+        if self._lam_level is not None:
+            return self._lam_level[levels]
+        uniq, inv = np.unique(levels, return_inverse=True)
+        return self._level_lams(self.blocks[uniq], self.blocks[uniq + 1])[inv]
+
     def sorted_index(self, tokens: np.ndarray) -> np.ndarray:
-        """The sorted indices of token ids ``[m]``."""
-        return self.inv[tokens if self.cid is None else self.cid[tokens]]
+        """The sorted indices of token ids ``[m]`` (a binary search in the sorted words)."""
+        ids = np.asarray(tokens if self.cid is None else self.cid[tokens], dtype=np.int64)
+        if self._words is None:  # identity order
+            return ids
+        words, key = self._words
+        pos = np.minimum(np.searchsorted(words, _ratio_words(key[ids]) & ~np.uint64(0xFFFFFFFF)
+                                         | ids.astype(np.uint64)), words.size - 1)
+        for i in np.flatnonzero(self.order[pos] != ids).tolist():  # re-sorted float32 ties
+            pos[i] = int(np.flatnonzero(self.order == ids[i])[0])
+        return pos
 
     def level_of(self, k: np.ndarray) -> np.ndarray:
         """The level of the tokens at sorted indices ``k``."""
@@ -545,11 +638,12 @@ class OTPlan:
         k = self.sorted_index(drafts)
         levels = self.level_of(k)
         with np.errstate(divide="ignore"):
-            acc = np.minimum(1.0, 1.0 / self.lam_level[levels])
+            lam = self.level_lam(levels)
+            acc = np.minimum(1.0, 1.0 / lam)
         sel = np.zeros(drafts.size)
         lvl = int(levels.min())
         low = np.flatnonzero(levels == lvl)
-        if np.unique(drafts[low]).size == 1 or not math.isfinite(float(self.lam_level[lvl])):
+        if np.unique(drafts[low]).size == 1 or not math.isfinite(float(lam[levels == lvl][0])):
             sel[low] = 1.0 / low.size  # one token (or the always-rejected p = 0 level): symmetric
             return sel, acc
         shadows = self._levels.get(lvl)
