@@ -15,6 +15,13 @@ samples that start with ``s`` are compared with p(· | prompt, s):
 * two samples: Pearson's chi-square test of homogeneity of the 2 × C table
   (``scipy.stats.chi2_contingency``, no continuity correction).
 
+**Position tests.** A prefix seen fewer than ``min_prefix`` times has no test of its own, and
+at T ≥ 1 most samples sit behind such prefixes. So for each position j ≥ 1 one more test pools
+every prefix seen ≥ :data:`MIN_POSITION_PREFIX` times that has ≥ 2 cells: the sum of their
+Pearson statistics, which, given the prefixes' counts, are independent, so the sum is
+chi-square with the summed degrees of freedom. Its ``coverage`` is the fraction of position j's
+samples behind those prefixes.
+
 Cells: every token whose expected count is ≥ ``min_expected`` (5) is a cell; all others are pooled
 into one cell, itself merged into the smallest cell when its expected count is below 5 (the usual
 validity rule of the chi-square approximation). A sampled token outside the law's support
@@ -41,7 +48,15 @@ every such deviation has ``λ ≥ 4 n_eff δ²``. The detectable TV is the small
 ``P(χ'²(C − 1, 4 n_eff δ²) > χ²_{1 − alpha/M}(C − 1)) ≥ power`` (power 0.9): every deviation of the
 cells' law by at least that TV is detected with probability ≥ 0.9 (noncentral chi-square, the
 asymptotic law of Pearson's statistic under local alternatives; Cochran 1952). Deviations inside
-the pooled cell are not seen by the test.
+the pooled cell are not seen by the test. For a position test over prefixes s with counts m_s
+(``n_eff`` = Σ m_s; two samples: Σ of each prefix's n·m / (n + m)), the noncentrality is
+``Σ_s m_s Σ_i d_si² / p_si ≥ 4 Σ_s m_s δ_s² ≥ 4 n_eff δ̄²`` (Cauchy–Schwarz), δ̄ = Σ_s m_s δ_s / n_eff
+the mean conditional TV over the covered prefixes: the position's detectable TV bounds δ̄, the TV
+between the joint laws of (prefix, token) at position j when the prefixes' law is the same, so the
+joint law of the first k tokens deviates by at most Σ_j δ̄_j where every prefix is covered.
+To reach a target power, ``specot audit --tv`` sizes the sample from a pilot sample that is then
+set aside (:func:`samples_for_tv`): the audited sample's size does not depend on its own tokens,
+so the false-failure rate stays the stated one.
 
 **Greedy** (T = 0): :func:`compare_greedy` checks token equality of the first N tokens; at the
 first difference the target's logit gap between the two tokens decides near-tie (gap ≤ tolerance)
@@ -61,12 +76,14 @@ from scipy import stats as sstats
 
 __all__ = ["END", "CellTest", "PositionSummary", "SamplingVerdict", "GreedyVerdict", "pool_cells", "pooled_chisquare",
            "goodness_of_fit", "homogeneity", "holm", "detectable_tv", "audit_exact_law",
-           "audit_two_sample", "recheck", "compare_greedy", "verdict_from_dict"]
+           "audit_two_sample", "samples_for_tv", "recheck", "compare_greedy", "verdict_from_dict"]
 
 #: Padding after a sequence ended before ``k`` tokens (EOS, a server's stop).
 END = -1
 #: Probability with which a run is to detect a deviation of the stated TV (power statements).
 POWER = 0.9
+#: The fewest samples behind a prefix in a position test (below it no prefix has 2 cells of 5).
+MIN_POSITION_PREFIX = 10
 
 
 @dataclass(frozen=True)
@@ -85,6 +102,9 @@ class CellTest:
         adjusted_pvalue: Holm-adjusted over the run's tests.
         detectable_tv: the smallest TV on the cells this test detects with probability 0.9.
         outside_support: sampled tokens with p = 0 (exact law only).
+        group_prefixes, group_sizes: a *position test* (module docstring) pools the tests of every
+            prefix of ``group_prefixes`` into one statistic; ``group_sizes`` counts each prefix's
+            cells, in order (empty for a test of one prefix).
     """
 
     position: int
@@ -99,30 +119,51 @@ class CellTest:
     adjusted_pvalue: float = 1.0
     detectable_tv: float = 1.0
     outside_support: int = 0
+    group_prefixes: tuple[tuple[int, ...], ...] = ()
+    group_sizes: tuple[int, ...] = ()
 
     @property
     def n(self) -> int:
         """Samples behind the test (audited sample)."""
         return int(sum(self.observed))
 
+    def units(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """``(observed [C_s], reference [C_s])`` per prefix (one pair for a test of one prefix)."""
+        obs, ref = np.asarray(self.observed, float), np.asarray(self.reference, float)
+        if not self.group_sizes:
+            return [(obs, ref)]
+        cuts = np.cumsum(self.group_sizes)[:-1]
+        return list(zip(np.split(obs, cuts), np.split(ref, cuts)))
+
     @property
     def n_eff(self) -> float:
-        """Effective sample size of the test (module docstring: power)."""
+        """Effective sample size of the test (module docstring: power); summed over the prefixes
+        of a position test."""
         if self.kind == "exact-law":
             return float(self.n)
-        m = float(sum(self.reference))
-        return self.n * m / (self.n + m) if self.n + m > 0 else 0.0
+        total = 0.0
+        for obs, ref in self.units():
+            a, b = obs.sum(), ref.sum()
+            total += a * b / (a + b) if a + b > 0 else 0.0
+        return total
 
     @property
     def tv(self) -> float:
-        """Plug-in TV between the sampled and the reference cell laws."""
-        return _tv(np.asarray(self.observed, float), np.asarray(self.reference, float))
+        """Plug-in TV between the sampled and the reference cell laws (a position test: the mean
+        over its prefixes, weighted by their counts)."""
+        units = self.units()
+        w = np.array([o.sum() for o, _ in units])
+        if w.sum() <= 0:
+            return 0.0
+        return float(sum(wi * _tv(o, r) for wi, (o, r) in zip(w, units)) / w.sum())
 
 
 @dataclass(frozen=True)
 class PositionSummary:
-    """Per position j: the TV estimate (count-weighted over its tests) with a 95 % bootstrap
-    interval, its null level ``tv_null95`` and the smallest detectable TV of its tests."""
+    """Per position j: the TV estimate (the mean conditional TV over the position test's prefixes,
+    count-weighted) with a 95 % bootstrap interval, its null level ``tv_null95``, the position
+    test's detectable TV (module docstring: power) and ``coverage``, the fraction of the
+    position's samples whose prefix that test covers."""
 
     position: int
     tests: int
@@ -133,6 +174,7 @@ class PositionSummary:
     tv_null95: float
     detectable_tv: float
     min_adjusted_pvalue: float
+    coverage: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -167,10 +209,17 @@ class SamplingVerdict:
     def label(self) -> str:
         return "exact" if self.exact else "NOT EXACT"
 
+    @property
+    def position_tv(self) -> float:
+        """The largest per-position detectable TV (the weakest position's power; 1 untested)."""
+        return max((s.detectable_tv for s in self.positions if s.tests), default=1.0)
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["label"] = self.label
-        d["tests"] = [dict(asdict(t), prefix=list(t.prefix), cells=[list(c) for c in t.cells]) for t in self.tests]
+        d["position_tv"] = self.position_tv
+        d["tests"] = [dict(asdict(t), prefix=list(t.prefix), cells=[list(c) for c in t.cells],
+                           group_prefixes=[list(g) for g in t.group_prefixes]) for t in self.tests]
         return d
 
 
@@ -368,14 +417,16 @@ def _check_samples(samples: Any, name: str) -> np.ndarray:
 def audit_exact_law(samples: Any, law: Callable[[list[tuple[int, ...]]], np.ndarray], *, alpha: float = 1e-3,
                     min_prefix: int = 50, max_prefixes: int = 8, min_expected: float = 5.0,
                     n_boot: int = 200, seed: int = 0) -> SamplingVerdict:
-    """Audit ``samples [n, k]`` against the exact law (module docstring).
+    """Audit ``samples [n, k]`` against the exact law (module docstring): per position, one test
+    per frequent prefix and one position test over every prefix seen ≥ :data:`MIN_POSITION_PREFIX`
+    times.
 
     Args:
         law: ``law(prefixes) -> p [M, V]``, the target's standardized law after the prompt + each
             prefix (called once per position with that position's tested prefixes).
         alpha: family-wise false-failure rate (Holm).
-        min_prefix, max_prefixes: a prefix is tested when seen ≥ ``min_prefix`` times, at most
-            ``max_prefixes`` prefixes per position (the most frequent; position 0 has one).
+        min_prefix, max_prefixes: a prefix has its own test when seen ≥ ``min_prefix`` times, at
+            most ``max_prefixes`` prefixes per position (the most frequent; position 0 has one).
 
     Raises:
         ValueError: samples not ``[n, k]`` integers, ``alpha`` outside (0, 1), ``law`` giving rows
@@ -383,21 +434,28 @@ def audit_exact_law(samples: Any, law: Callable[[list[tuple[int, ...]]], np.ndar
     """
     arr = _check_samples(samples, "samples")
     _check_alpha(alpha)
-    raw = []
+    raw, covered = [], {}
     for j in range(arr.shape[1]):
         groups = _prefix_groups(arr, j)
-        prefixes = _frequent(groups, min_prefix if j else 1, max_prefixes)
+        frequent = _frequent(groups, min_prefix if j else 1, max_prefixes)
+        pooled = _frequent(groups, MIN_POSITION_PREFIX, len(groups)) if j else []
+        prefixes = list(dict.fromkeys(frequent + pooled))
         if not prefixes:
             continue
         laws = np.asarray(law(prefixes), dtype=np.float64)
         if laws.shape[0] != len(prefixes) or not np.allclose(laws.sum(-1), 1.0, atol=1e-4) or (laws < 0).any():
             raise ValueError(f"law() must return probability rows [{len(prefixes)}, V], got shape {laws.shape}")
-        for s, p in zip(prefixes, laws):
-            cells, obs, prob, stat, dof, pv, out = goodness_of_fit(groups[s], p, min_expected)
+        fits = {s: goodness_of_fit(groups[s], p, min_expected) for s, p in zip(prefixes, laws)}
+        for s in frequent:
+            cells, obs, prob, stat, dof, pv, out = fits[s]
             raw.append(dict(position=j, prefix=s, cells=tuple(cells), observed=tuple(obs.tolist()),
                             reference=tuple(prob.tolist()), kind="exact-law", statistic=stat, dof=dof, pvalue=pv,
                             outside_support=out))
-    return _finish(raw, "exact-law", alpha, len(arr), 0, arr.shape[1], n_boot, seed)
+        units = [(s, fits[s]) for s in pooled if fits[s][4] >= 1]
+        if units:
+            raw.append(_position_test(j, [(s, f[0], f[1], f[2], f[6]) for s, f in units], "exact-law"))
+            covered[j] = sum(sum(groups[s].values()) for s, _ in units) / _at_position(arr, j)
+    return _finish(raw, "exact-law", alpha, len(arr), 0, arr.shape[1], n_boot, seed, covered)
 
 
 def audit_two_sample(samples: Any, reference: Any, *, alpha: float = 1e-3, min_prefix: int = 50,
@@ -414,14 +472,84 @@ def audit_two_sample(samples: Any, reference: Any, *, alpha: float = 1e-3, min_p
         raise ValueError(f"samples and reference must hold the same number of tokens k, got {arr.shape[1]} "
                          f"and {ref.shape[1]}")
     _check_alpha(alpha)
-    raw = []
+    raw, covered = [], {}
     for j in range(arr.shape[1]):
         ga, gb = _prefix_groups(arr, j), _prefix_groups(ref, j)
         for s in _frequent(ga, min_prefix if j else 1, max_prefixes, gb):
             cells, oa, ob, stat, dof, pv = homogeneity(ga[s], gb[s], min_expected)
             raw.append(dict(position=j, prefix=s, cells=tuple(cells), observed=tuple(oa.tolist()),
                             reference=tuple(ob.tolist()), kind="two-sample", statistic=stat, dof=dof, pvalue=pv))
-    return _finish(raw, "two-sample", alpha, len(arr), len(ref), arr.shape[1], n_boot, seed)
+        if not j:
+            continue
+        fits = [(s, homogeneity(ga[s], gb[s], min_expected)) for s in _frequent(ga, MIN_POSITION_PREFIX, len(ga), gb)]
+        units = [(s, f[0], f[1], f[2], 0) for s, f in fits if f[4] >= 1]
+        if units:
+            raw.append(_position_test(j, units, "two-sample"))
+            covered[j] = sum(sum(ga[u[0]].values()) for u in units) / _at_position(arr, j)
+    return _finish(raw, "two-sample", alpha, len(arr), len(ref), arr.shape[1], n_boot, seed, covered)
+
+
+def _at_position(arr: np.ndarray, j: int) -> int:
+    """Samples whose first ``j`` tokens hold no ``END`` (those with a token at position j)."""
+    return max(int((arr[:, :j] != END).all(axis=1).sum()), 1)
+
+
+def _position_test(j: int, units: list[tuple[tuple[int, ...], list, np.ndarray, np.ndarray, int]],
+                   kind: str) -> dict[str, Any]:
+    """Position ``j``'s pooled test from its prefixes' ``(prefix, cells, observed, reference,
+    outside_support)``: the sum of their statistics (:func:`_grouped`)."""
+    obs = np.concatenate([u[2] for u in units])
+    ref = np.concatenate([u[3] for u in units])
+    sizes = tuple(len(u[2]) for u in units)
+    out = sum(u[4] for u in units)
+    stat, dof, pv = _grouped(obs, ref, sizes, kind, out)
+    return dict(position=j, prefix=(), cells=tuple(c for u in units for c in u[1]), observed=tuple(obs.tolist()),
+                reference=tuple(ref.tolist()), kind=kind, statistic=stat, dof=dof, pvalue=pv, outside_support=out,
+                group_prefixes=tuple(u[0] for u in units), group_sizes=sizes)
+
+
+def _grouped(obs: np.ndarray, ref: np.ndarray, sizes: Sequence[int], kind: str, outside: int = 0
+             ) -> tuple[float, int, float]:
+    """(statistic, dof, p-value) of a position test: the prefixes' Pearson statistics summed
+    (independent given the prefixes' counts), degrees of freedom summed; p-value 0 with a token
+    outside the support."""
+    cuts = np.cumsum(sizes)[:-1]
+    stat, dof = 0.0, 0
+    for o, r in zip(np.split(obs, cuts), np.split(ref, cuts)):
+        if kind == "exact-law":
+            keep = r > 0  # the outside-support cell (p = 0) is counted by ``outside``
+            st, df, _ = _pearson(o[keep], r[keep])
+        else:
+            st, df, _ = _contingency(o, r)
+        stat, dof = stat + st, dof + df
+    if outside:
+        return math.inf, max(dof, 1), 0.0
+    return stat, dof, float(sstats.chi2.sf(stat, dof)) if dof else 1.0
+
+
+def samples_for_tv(pilot: SamplingVerdict, target_tv: float, margin: float = 1.15) -> int:
+    """The sample size at which every position of an audit like ``pilot`` is predicted to detect
+    a TV of ``target_tv`` (module docstring: power).
+
+    Each position's detectable TV falls as 1 / √n at fixed degrees of freedom; more samples also
+    open more cells (more degrees of freedom), which ``margin`` covers. A position whose test
+    covered a fraction ``c`` of its samples is scaled by 1 / c (its prefixes stay as frequent).
+
+    Args:
+        pilot: the verdict of a pilot sample (set aside afterwards).
+        target_tv: the detectable TV wanted at every position, in (0, 1).
+        margin: factor on the predicted size.
+
+    Raises:
+        ValueError: ``target_tv`` outside (0, 1).
+    """
+    if not 0 < target_tv < 1:
+        raise ValueError(f"the target TV must lie in (0, 1), got {target_tv!r}")
+    need = pilot.n
+    for pos in pilot.positions:
+        if pos.tests and pos.detectable_tv < 1.0:
+            need = max(need, math.ceil(pilot.n * (pos.detectable_tv / target_tv) ** 2 * margin))
+    return int(need)
 
 
 def _check_alpha(alpha: float) -> None:
@@ -430,7 +558,7 @@ def _check_alpha(alpha: float) -> None:
 
 
 def _finish(raw: list[dict], kind: str, alpha: float, n: int, n_ref: int, k: int, n_boot: int,
-            seed: int) -> SamplingVerdict:
+            seed: int, covered: dict[int, float] | None = None) -> SamplingVerdict:
     """Holm over ``raw`` tests, power per test, per-position summaries: the verdict."""
     adj = holm([r["pvalue"] for r in raw])
     m = max(len(raw), 1)
@@ -439,7 +567,10 @@ def _finish(raw: list[dict], kind: str, alpha: float, n: int, n_ref: int, k: int
         t = CellTest(**r, adjusted_pvalue=a)
         tests.append(CellTest(**r, adjusted_pvalue=a, detectable_tv=detectable_tv(t.n_eff, t.dof, alpha / m)))
     rng = np.random.default_rng(seed)
-    positions = tuple(_summary(j, [t for t in tests if t.position == j], n_boot, rng) for j in range(k))
+    covered = covered or {}
+    positions = tuple(_summary(j, [t for t in tests if t.position == j], n_boot, rng,
+                               covered.get(j, 0.0 if j else 1.0))
+                      for j in range(k))
     min_adj = min(adj) if adj else 1.0
     exact = min_adj >= alpha and not any(t.outside_support for t in tests)
     return SamplingVerdict(exact=exact, kind=kind, alpha=alpha, n=n, n_ref=n_ref, k=k, tests=tuple(tests),
@@ -447,19 +578,23 @@ def _finish(raw: list[dict], kind: str, alpha: float, n: int, n_ref: int, k: int
                            detectable_tv=min((t.detectable_tv for t in tests), default=1.0))
 
 
-def _summary(j: int, tests: list[CellTest], n_boot: int, rng: np.random.Generator) -> PositionSummary:
-    """Position ``j``'s TV estimate, bootstrap interval and null level (module docstring)."""
+def _summary(j: int, tests: list[CellTest], n_boot: int, rng: np.random.Generator,
+             coverage: float = 1.0) -> PositionSummary:
+    """Position ``j``'s TV estimate, bootstrap interval and null level over the position test's
+    prefixes (over its per-prefix tests where it has none: position 0), and its power."""
     if not tests:
-        return PositionSummary(j, 0, 0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0)
-    w = np.array([t.n for t in tests], float)
+        return PositionSummary(j, 0, 0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0)
+    pooled = [t for t in tests if t.group_sizes]
+    basis = pooled or tests
+    units = [(o, r, t.kind) for t in basis for o, r in t.units()]
+    w = np.array([o.sum() for o, _, _ in units], float)
     w = w / w.sum()
-    est = float(sum(wi * t.tv for wi, t in zip(w, tests)))
+    est = float(sum(wi * _tv(o, r) for wi, (o, r, _) in zip(w, units)))
     boots, nulls = np.zeros(n_boot), np.zeros(n_boot)
-    for wi, t in zip(w, tests):
-        obs, ref = np.asarray(t.observed, float), np.asarray(t.reference, float)
+    for wi, (obs, ref, kind) in zip(w, units):
         n = int(obs.sum())
         pa = obs / n
-        if t.kind == "exact-law":
+        if kind == "exact-law":
             pr = ref / ref.sum()
             bo, br = rng.multinomial(n, pa, n_boot), np.tile(pr, (n_boot, 1))
             nu = rng.multinomial(n, pr, n_boot)
@@ -473,11 +608,12 @@ def _summary(j: int, tests: list[CellTest], n_boot: int, rng: np.random.Generato
             nulls += wi * 0.5 * np.abs(na / n - nb / m).sum(-1)
         boots += wi * 0.5 * np.abs(bo / bo.sum(-1, keepdims=True) - br / br.sum(-1, keepdims=True)).sum(-1)
     lo, hi = (np.quantile(boots, [0.025, 0.975]) if n_boot else (est, est))
-    return PositionSummary(position=j, tests=len(tests), samples=int(sum(t.n for t in tests)), tv=est,
+    return PositionSummary(position=j, tests=len(tests), samples=int(sum(t.n for t in basis)), tv=est,
                            tv_low=float(lo), tv_high=float(hi),
                            tv_null95=float(np.quantile(nulls, 0.95)) if n_boot else 0.0,
-                           detectable_tv=min(t.detectable_tv for t in tests),
-                           min_adjusted_pvalue=min(t.adjusted_pvalue for t in tests))
+                           detectable_tv=min(t.detectable_tv for t in basis),
+                           min_adjusted_pvalue=min(t.adjusted_pvalue for t in tests),
+                           coverage=coverage)
 
 
 def recheck(saved: dict[str, Any], alpha: float | None = None, n_boot: int = 200, seed: int = 0) -> SamplingVerdict:
@@ -493,17 +629,18 @@ def recheck(saved: dict[str, Any], alpha: float | None = None, n_boot: int = 200
     for t in saved["tests"]:
         obs, ref = np.asarray(t["observed"], float), np.asarray(t["reference"], float)
         out = int(t.get("outside_support", 0))
-        if t["kind"] == "exact-law":
-            stat, dof, pv = (math.inf, max(len(obs) - 1, 1), 0.0) if out else _pearson(obs, ref)
-        elif t["kind"] == "two-sample":
-            stat, dof, pv = _contingency(obs, ref)
-        else:
+        if t["kind"] not in ("exact-law", "two-sample"):
             raise ValueError(f"unknown test kind {t['kind']!r}")
+        sizes = tuple(int(c) for c in t.get("group_sizes", ()))
+        stat, dof, pv = _grouped(obs, ref, sizes or (len(obs),), t["kind"], out)
         raw.append(dict(position=int(t["position"]), prefix=tuple(t["prefix"]),
                         cells=tuple(tuple(c) for c in t["cells"]), observed=tuple(obs.tolist()),
                         reference=tuple(ref.tolist()), kind=t["kind"], statistic=stat, dof=dof, pvalue=pv,
-                        outside_support=out))
-    return _finish(raw, saved["kind"], alpha, int(saved["n"]), int(saved["n_ref"]), int(saved["k"]), n_boot, seed)
+                        outside_support=out, group_prefixes=tuple(tuple(g) for g in t.get("group_prefixes", ())),
+                        group_sizes=sizes))
+    covered = {int(p["position"]): float(p.get("coverage", 1.0)) for p in saved.get("positions", [])}
+    return _finish(raw, saved["kind"], alpha, int(saved["n"]), int(saved["n_ref"]), int(saved["k"]), n_boot, seed,
+                   covered)
 
 
 def verdict_from_dict(saved: dict[str, Any]) -> SamplingVerdict | GreedyVerdict:
