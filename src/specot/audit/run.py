@@ -16,7 +16,7 @@ from typing import Any, Sequence
 from ..sampling import SamplingConfig
 from .adapters import Adapter
 from .stats import (GreedyVerdict, SamplingVerdict, audit_exact_law, audit_two_sample, compare_greedy, holm,
-                    verdict_from_dict)
+                    samples_for_tv, verdict_from_dict)
 
 __all__ = ["AuditRow", "audit_sampling", "audit_greedy", "render_table", "rows_to_json", "recheck_json",
            "setting_label", "harness_table"]
@@ -44,6 +44,7 @@ class AuditRow:
         seconds: wall time of sampling and testing.
         prompt: the prompt's token ids (its text for a server).
         note: free text (e.g. the machine's load).
+        pilot_samples: samples of a pilot run that sized this one (``target_tv``), set aside.
     """
 
     engine: str
@@ -55,6 +56,7 @@ class AuditRow:
     seconds: float
     prompt: tuple[int, ...] | str = ()
     note: str = ""
+    pilot_samples: int = 0
 
     @property
     def label(self) -> str:
@@ -64,20 +66,22 @@ class AuditRow:
         return dict(engine=self.engine, method=self.method, setting=self.setting, sampling=self.sampling,
                     reference=self.reference, seconds=self.seconds,
                     prompt=self.prompt if isinstance(self.prompt, str) else list(self.prompt), note=self.note,
-                    label=self.label, verdict=self.verdict.to_dict())
+                    pilot_samples=self.pilot_samples, label=self.label, verdict=self.verdict.to_dict())
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "AuditRow":
         """A saved row with its verdict recomputed from the saved counts (:func:`stats.recheck`)."""
         return cls(engine=d["engine"], method=d["method"], setting=d["setting"], sampling=d["sampling"],
                    verdict=verdict_from_dict(d["verdict"]), reference=d["reference"], seconds=float(d["seconds"]),
-                   prompt=_prompt_record(d.get("prompt", ())), note=d.get("note", ""))
+                   prompt=_prompt_record(d.get("prompt", ())), note=d.get("note", ""),
+                   pilot_samples=int(d.get("pilot_samples", 0)))
 
 
 def audit_sampling(adapter: Adapter, sampling: SamplingConfig, prompt_ids: Sequence[int], *, k: int = 3,
                    samples: int = 2000, alpha: float = 1e-3, seed: int = 0, law_from: Adapter | None = None,
                    reference: Adapter | None = None, reference_samples: int | None = None,
-                   min_prefix: int = 50, note: str = "") -> AuditRow:
+                   min_prefix: int = 50, note: str = "", target_tv: float | None = None,
+                   max_samples: int = 200_000, max_seconds: float | None = None) -> AuditRow:
     """Audit one sampled setting (T > 0) of ``adapter``: ``samples`` runs of ``k`` tokens.
 
     Args:
@@ -86,6 +90,10 @@ def audit_sampling(adapter: Adapter, sampling: SamplingConfig, prompt_ids: Seque
         reference: else, a plain-decoding adapter sampled ``reference_samples`` times (default
             ``samples``) with another seed.
         min_prefix: the fewest samples behind a tested prefix (:func:`stats.audit_exact_law`).
+        target_tv: size the audit for this detectable TV at every position: ``samples`` become a
+            pilot run (another seed, set aside) whose verdict predicts the size
+            (:func:`stats.samples_for_tv`), at most ``max_samples`` and what fits in
+            ``max_seconds`` at the pilot's pace (the reference sample is as large).
 
     Raises:
         ValueError: a greedy ``sampling`` (use :func:`audit_greedy`), no reference at all.
@@ -96,20 +104,36 @@ def audit_sampling(adapter: Adapter, sampling: SamplingConfig, prompt_ids: Seque
     if law is None and reference is None:
         raise ValueError(f"{adapter.engine} exposes no target law: give a plain-decoding reference")
     t0 = time.perf_counter()
+    pilot = 0
+    if target_tv is not None:
+        pilot = samples
+        pv = _verdict(adapter, sampling, prompt_ids, k, samples, alpha, seed + 7_919, law, reference,
+                      reference_samples, min_prefix)
+        pace = (time.perf_counter() - t0) / samples
+        samples = min(samples_for_tv(pv, target_tv), max_samples)
+        if max_seconds is not None:
+            samples = max(pilot, min(samples, int((max_seconds - (time.perf_counter() - t0)) / pace)))
+        reference_samples = samples
+    verdict = _verdict(adapter, sampling, prompt_ids, k, samples, alpha, seed, law, reference, reference_samples,
+                       min_prefix)
+    return AuditRow(engine=adapter.engine, method=adapter.method, setting=setting_label(sampling),
+                    sampling=_sampling_dict(sampling), verdict=verdict,
+                    reference="exact law" if law is not None else "plain sample",
+                    seconds=time.perf_counter() - t0, prompt=_prompt_record(prompt_ids), note=note,
+                    pilot_samples=pilot)
+
+
+def _verdict(adapter: Adapter, sampling: SamplingConfig, prompt_ids: Sequence[int], k: int, samples: int,
+             alpha: float, seed: int, law: Adapter | None, reference: Adapter | None,
+             reference_samples: int | None, min_prefix: int) -> SamplingVerdict:
+    """Sample ``samples`` runs and test them (:func:`audit_sampling`)."""
     got = adapter.sample_first_tokens(prompt_ids, k, samples, sampling, seed)
     if law is not None:
-        verdict = audit_exact_law(got, lambda pre: law.target_law(prompt_ids, pre, sampling), alpha=alpha,
-                                  min_prefix=min_prefix, seed=seed)
-        ref = "exact law"
-    else:
-        assert reference is not None
-        other = reference.sample_first_tokens(prompt_ids, k, reference_samples or samples, sampling,
-                                              seed + 1_000_003)
-        verdict = audit_two_sample(got, other, alpha=alpha, min_prefix=min_prefix, seed=seed)
-        ref = "plain sample"
-    return AuditRow(engine=adapter.engine, method=adapter.method, setting=setting_label(sampling),
-                    sampling=_sampling_dict(sampling), verdict=verdict, reference=ref,
-                    seconds=time.perf_counter() - t0, prompt=_prompt_record(prompt_ids), note=note)
+        return audit_exact_law(got, lambda pre: law.target_law(prompt_ids, pre, sampling), alpha=alpha,
+                               min_prefix=min_prefix, seed=seed)
+    assert reference is not None
+    other = reference.sample_first_tokens(prompt_ids, k, reference_samples or samples, sampling, seed + 1_000_003)
+    return audit_two_sample(got, other, alpha=alpha, min_prefix=min_prefix, seed=seed)
 
 
 def _sampling_dict(s: SamplingConfig) -> dict[str, Any]:
@@ -137,6 +161,14 @@ def _prompt_record(prompt: Any) -> Any:
     return prompt if isinstance(prompt, str) else tuple(int(t) for t in prompt)
 
 
+def _fmt_positions(v: SamplingVerdict) -> str:
+    """``"0.018 / 0.021 / 0.024 (cov. 0.97)"``: each position's detectable TV, and the lowest
+    coverage of a position test below 1."""
+    tvs = " / ".join(f"{s.detectable_tv:.3f}" if s.tests else "-" for s in v.positions)
+    cov = min((s.coverage for s in v.positions if s.tests), default=1.0)
+    return tvs + (f" (cov. {cov:.2f})" if cov < 0.995 else "")
+
+
 def _fmt_p(x: float) -> str:
     return f"{x:.2g}" if x >= 1e-300 else "0"
 
@@ -144,8 +176,8 @@ def _fmt_p(x: float) -> str:
 def render_table(rows: Sequence[AuditRow], markdown: bool = True) -> str:
     """The audit table: engine, method, setting, verdict, Holm-adjusted p-value, the TV estimate of
     the position with the smallest adjusted p-value (among those with more than one cell) with its
-    95 % interval and null level, the run's detectable TV, samples, seconds."""
-    head = ["engine", "method", "setting", "verdict", "p (Holm)", "TV [95% CI] (null95)", "detectable TV",
+    95 % interval and null level, the detectable TV of the least powered position, samples, seconds."""
+    head = ["engine", "method", "setting", "verdict", "p (Holm)", "TV [95% CI] (null95)", "detectable TV per position",
             "samples", "reference", "s"]
     lines = []
     for r in rows:
@@ -155,7 +187,7 @@ def render_table(rows: Sequence[AuditRow], markdown: bool = True) -> str:
             worst = min(tested, key=lambda s: (s.min_adjusted_pvalue, -(s.tv - s.tv_null95))) if tested else None
             tv = (f"pos {worst.position}: {worst.tv:.3f} [{worst.tv_low:.3f}, {worst.tv_high:.3f}] "
                   f"({worst.tv_null95:.3f})" if worst is not None else "-")
-            cells = [_fmt_p(v.min_adjusted_pvalue), tv, f"{v.detectable_tv:.3f}", f"{v.n}" + (
+            cells = [_fmt_p(v.min_adjusted_pvalue), tv, _fmt_positions(v), f"{v.n}" + (
                 f"+{v.n_ref}" if v.n_ref else "")]
         else:
             first = v.differences[0] if v.differences else None

@@ -1,7 +1,8 @@
 """``specot audit``: an end-to-end exactness audit of speculative decoding as engines run it.
 
 * ``specot audit --engine specot|hf|llamacpp|server [--method M ...] [--temperature 0.6 1.0 0]
-  [--top-p P] [--top-k K] [--k 3] [--samples N] [--alpha 0.001] [--json] [--out FILE]``
+  [--top-p P] [--top-k K] [--k 3] [--samples N] [--tv 0.02 [--max-seconds S]] [--alpha 0.001] [--json]
+  [--out FILE]``
 * ``specot audit --all --out docs/bench/audit.json`` — the set of docs/exactness.md;
 * ``specot audit --recheck FILE.json`` — recompute every verdict from the saved counts;
 * ``specot audit --vllm-harness FILE.json`` — the verdicts of vLLM's sampler from the harness's
@@ -52,7 +53,13 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus mass (default 1: off)")
     p.add_argument("--top-k", type=int, default=None, help="top-k (default off)")
     p.add_argument("--k", type=_k, default=3, help="tokens per sample (default 3)")
-    p.add_argument("--samples", type=_pos_int, default=None, help="samples per setting (default: per engine)")
+    p.add_argument("--samples", type=_pos_int, default=None, help="samples per setting (default: per engine; "
+                   "with --tv the pilot's size)")
+    p.add_argument("--tv", type=_unit_open, default=None, metavar="TV",
+                   help="size each setting for this detectable TV at every position (e.g. 0.02): --samples "
+                   "become a pilot run, set aside, that predicts the size")
+    p.add_argument("--max-seconds", type=float, default=None, metavar="S",
+                   help="with --tv: the most seconds a setting may take (the size is cut to fit)")
     p.add_argument("--alpha", type=_unit_open, default=1e-3, help="family-wise false-failure rate (default 0.001)")
     p.add_argument("--prompt", default=None, help="the prompt (chat-templated; default: the audit's prompt)")
     p.add_argument("--seed", type=int, default=0)

@@ -116,6 +116,12 @@ def _prompt_ids(models: _Models, text: str) -> list[int]:
                       if "target-transformers" not in models.cache else models.target("transformers").encode_prompt(text))
 
 
+def _sizing(args: argparse.Namespace, job: Job, note: str) -> dict[str, Any]:
+    """The keyword arguments of :func:`audit_sampling` that size and seed a sampled setting."""
+    return dict(k=args.k, samples=job.samples, alpha=args.alpha, seed=args.seed, note=note,
+                target_tv=getattr(args, "tv", None), max_seconds=getattr(args, "max_seconds", None))
+
+
 def _run_jobs(jobs: list[Job], settings: list[SamplingConfig], args: argparse.Namespace, models: _Models,
               note: str) -> list[AuditRow]:
     rows = []
@@ -131,11 +137,9 @@ def _run_jobs(jobs: list[Job], settings: list[SamplingConfig], args: argparse.Na
                 prompts = [raw(p) if job.text_prompt else _prompt_ids(models, p) for p in GREEDY_PROMPTS]
                 row = audit_greedy(ad, job.plain(), prompts, tokens=GREEDY_TOKENS, note=note)
             elif job.law_from_plain:
-                row = audit_sampling(ad, s, prompt, k=args.k, samples=job.samples, alpha=args.alpha, seed=args.seed,
-                                     law_from=job.plain(), note=note)
+                row = audit_sampling(ad, s, prompt, law_from=job.plain(), **_sizing(args, job, note))
             else:
-                row = audit_sampling(ad, s, prompt, k=args.k, samples=job.samples, alpha=args.alpha, seed=args.seed,
-                                     reference=job.plain(), note=note)
+                row = audit_sampling(ad, s, prompt, reference=job.plain(), **_sizing(args, job, note))
             print(f"specot audit: {row.engine} {row.method} {row.setting}: {row.label} ({row.seconds:.0f} s)",
                   file=sys.stderr, flush=True)
             rows.append(row)
