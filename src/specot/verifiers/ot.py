@@ -229,6 +229,23 @@ def _shadow_step(free: tuple[np.ndarray, np.ndarray, np.ndarray], ze: float, qk:
     return pieces[pieces[:, 1] > pieces[:, 0]], s1, (new_a[keep], new_b[keep], new_v[keep])
 
 
+def _isotonic(y: np.ndarray, w: np.ndarray, increasing: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """``(fit [m], block starts and end [L + 1] int64)`` of the weighted isotonic regression of ``y [m]``
+    with weights ``w [m] > 0`` (scipy's PAVA kernel, as ``scipy.optimize.isotonic_regression`` runs it,
+    without the wrapper's copies and checks; ``y`` and ``w`` are consumed when increasing)."""
+    if _pava is None:  # pragma: no cover - the public wrapper
+        fit = scipy.optimize.isotonic_regression(y, weights=w, increasing=increasing)
+        return fit.x, np.asarray(fit.blocks, dtype=np.int64)
+    if not increasing:
+        y, w = y[::-1].copy(), w[::-1].copy()
+    r = np.full(y.size + 1, -1, dtype=np.intp)
+    x, _, r, b = _pava(y, w, r)
+    blocks = r[:b + 1].astype(np.int64)
+    if not increasing:
+        x, blocks = x[::-1], blocks[-1] - blocks[::-1]
+    return x, blocks
+
+
 #: A level's tokens are passed one shadow at a time while at most this many precede the wanted one;
 #: beyond that the shadow of all of them is built at once (:func:`_group_shadow`).
 _GROUP_MIN = 2
@@ -282,15 +299,14 @@ def _group_shadow(qh: np.ndarray, yh: np.ndarray, ze: float, length: float,
         g = mass - yh
         if not np.all(c > 0):
             return None
-        fit = scipy.optimize.isotonic_regression(u - g / c, weights=c, increasing=False)
-        blocks = np.asarray(fit.blocks, dtype=np.int64)
+        fit_x, blocks = _isotonic(u - g / c, c, increasing=False)
         if prev is not None and np.array_equal(prev, blocks):  # u holds these blocks' exact roots
             hi = zb - ze
             lo = np.maximum(hi - M, 0.0)
             return lo[::-1].copy(), np.minimum(hi, length)[::-1].copy()
         a, b = blocks[:-1], blocks[1:]
         M = S[b] - S[a]
-        zb = _roots(M, np.add.reduceat(yh, a), ze + M, np.full(a.size, top), n, fit.x[a] - S[a])
+        zb = _roots(M, np.add.reduceat(yh, a), ze + M, np.full(a.size, top), n, fit_x[a] - S[a])
         u = np.repeat(zb + S[a], b - a)
         prev = blocks
     return None
@@ -326,28 +342,37 @@ class _LevelShadows:
         ratios = [float(plan.ps[i]) / float(plan.qs[i]) if plan.qs[i] > 0 else float(plan.ps[i])
                   for i in (self.b, self.e - 1)]  # the level's largest and smallest p/q (sorted order)
         self.uniform = abs(ratios[0] - ratios[1]) <= _TIE_RTOL * abs(ratios[0])
+        self._heavy: tuple[float, np.ndarray, np.ndarray] | None = None  # (threshold, sorted indices, q)
+
+    def heavier(self, qk: float) -> tuple[np.ndarray, np.ndarray]:
+        """``(sorted indices [r] ascending, their q [r])``: a superset of the level's tokens with
+        ``q ≥ qk`` (one pass over the level, kept for the lightest threshold asked so far)."""
+        if self._heavy is None or qk < self._heavy[0]:
+            idx = self.b + np.flatnonzero(self.plan.qs[self.b:self.e] >= qk)
+            self._heavy = (qk, idx, self.plan.qs.take(idx))
+        return self._heavy[1], self._heavy[2]
 
     def get(self, k: int) -> np.ndarray:
         """Position pieces ``[r, 2]`` (level coordinates) of the token at sorted index ``k``."""
         if self.uniform:  # every token has the level's mean value: the uniform density is exact
             return np.array([[0.0, self.length]])
         if k not in self.pieces:
-            key = (-float(self.plan.qs[k]), k)
-            qs = self.plan.qs[self.b:self.e]
-            before = qs > -key[0]
-            before[:k - self.b] |= qs[:k - self.b] == -key[0]
+            qk = float(self.plan.qs[k])
+            key = (-qk, k)
+            idx, q = self.heavier(qk)
+            ids = idx[(q > qk) | ((q == qk) & (idx < k))]  # the tokens before k, in sorted order
             passed = self.last is not None and key < self.last
-            if not passed and (self.plan.n == 1 or int(before.sum()) - self._done <= _GROUP_MIN):
+            if not passed and (self.plan.n == 1 or ids.size - self._done <= _GROUP_MIN):
                 self._advance(key)
             else:
-                self._group(k, before, commit=not passed)
+                self._group(k, ids, commit=not passed)
         return self.pieces[k]
 
-    def _group(self, k: int, before: np.ndarray, commit: bool) -> None:
+    def _group(self, k: int, ids: np.ndarray, commit: bool) -> None:
         """The pieces of token k from the shadow of all tokens before it (:func:`_group_shadow`),
-        then its own shadow step; with ``commit`` the one-by-one state continues after k."""
+        then its own shadow step (``ids``: the sorted indices of the tokens before k, ascending); with
+        ``commit`` the one-by-one state continues after k."""
         plan = self.plan
-        ids = self.b + np.flatnonzero(before)
         qh = plan.qs.take(ids)
         free = (np.array([0.0]), np.array([self.length]), np.array([self.total]))  # the whole level
         if qh.size:
@@ -378,8 +403,7 @@ class _LevelShadows:
         return pieces, free
 
     def _advance(self, target: tuple[float, int]) -> None:
-        qs = self.plan.qs[self.b:self.e]
-        idx = np.arange(self.b, self.e)
+        idx, qs = self.heavier(-target[0])  # every token up to the target is at least as heavy
         upto = (-qs < target[0]) | ((-qs == target[0]) & (idx <= target[1]))
         if self.last is not None:
             upto &= (-qs > self.last[0]) | ((-qs == self.last[0]) & (idx > self.last[1]))
@@ -496,17 +520,6 @@ def _suffix_sums(x: np.ndarray) -> np.ndarray:
     return out
 
 
-def _pava_blocks(y: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """The block starts (and the end) ``[L + 1]`` int64 of the weighted isotonic (non-decreasing)
-    regression of ``y [m]`` (scipy's PAVA; ``y`` and ``w`` are consumed)."""
-    if _pava is None:
-        fit = scipy.optimize.isotonic_regression(y, weights=w, increasing=True)
-        return np.asarray(fit.blocks, dtype=np.int64)
-    r = np.full(y.size + 1, -1, dtype=np.intp)
-    _, _, r, b = _pava(y, w, r)
-    return r[:b + 1].astype(np.int64)
-
-
 class OTPlan:
     """The optimal plan for one position: levels, λ, the acceptance α* and the residual.
 
@@ -554,7 +567,7 @@ class OTPlan:
             zf[zf.size - int(np.searchsorted(zf[::-1], tiny, side="left")):] = 0.0
         self.ym = ym = _zmass(zf[1:], zf[:-1], self.qs, n)
         k0 = p.size if self.cid is None else int(np.count_nonzero(self.ps > 0))  # tokens with p > 0 come first
-        blocks = _pava_blocks(ym[:k0] / self.ps[:k0], self.ps[:k0].copy())
+        blocks = _isotonic(ym[:k0] / self.ps[:k0], self.ps[:k0].copy())[1]
         if k0 < p.size:  # the tokens with p = 0: one level, λ = ∞ (always rejected)
             blocks = np.append(blocks, np.int64(p.size))
         self.blocks = blocks
@@ -652,6 +665,7 @@ class OTPlan:
         if shadows.uniform:  # every token of the level has the same position law: symmetric
             sel[low] = 1.0 / low.size
             return sel, acc
+        shadows.heavier(float(self.qs.take(k[low]).min()))  # one pass over the level for all drafts
         for kk in sorted(set(k[low].tolist()), key=lambda t: (-float(self.qs[t]), t)):  # heavier first
             shadows.get(kk)
         sel[low] = _max_position_law([shadows.get(int(kk)) for kk in k[low]])
