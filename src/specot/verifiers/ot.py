@@ -119,20 +119,28 @@ _TIE_RTOL = 1e-14
 def _zmass(z1: object, z2: object, length: object, n: int) -> object:
     """``z2^n − z1^n`` for ``z1 ≤ z2`` with ``z2 − z1 = length`` (the w-mass of the positions whose
     remaining q-mass lies in ``[z1, z2]``), as ``length·Σ_k z1^k z2^{n−1−k}`` (no cancellation)."""
-    s: object = 1.0  # Σ_{k ≤ m} z1^k z2^{m−k} = z2·(the same for m − 1) + z1^m: positive terms, no powers
-    zk: object = 1.0
-    for _ in range(n - 1):
+    if n < 2:
+        return length * 1.0  # type: ignore[operator]
+    s: object = z2 + z1  # type: ignore[operator]  # Σ_{k ≤ m} z1^k z2^{m−k}, from m = 1: positive terms, no powers
+    zk: object = z1
+    for _ in range(n - 2):  # the sum for m is z2·(the sum for m − 1) + z1^m
         zk = zk * z1  # type: ignore[operator]
-        s = s * z2 + zk  # type: ignore[operator]
+        if isinstance(s, np.ndarray):  # s is a fresh array: in place
+            s *= z2
+            s += zk
+        else:
+            s = s * z2 + zk  # type: ignore[operator]
     return length * s  # type: ignore[operator]
 
 
 def _zmass_slope(z1: np.ndarray, z2: np.ndarray, length: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """``(z2^n − z1^n, n·(z2^{n−1} − z1^{n−1}))`` ``([m], [m])``, both by :func:`_zmass`'s sums (n ≥ 2)."""
-    s: np.ndarray | float = 1.0
-    prev: np.ndarray | float = 0.0
-    zk: np.ndarray | float = 1.0
-    for _ in range(n - 1):
+    if n < 2:
+        return length * 1.0, n * length * 0.0
+    s: np.ndarray | float = z2 + z1  # the sums of :func:`_zmass` for m = 1 (the one for m = 0 is 1)
+    prev: np.ndarray | float = 1.0
+    zk: np.ndarray | float = z1
+    for _ in range(n - 2):
         zk = zk * z1
         prev = s
         s = s * z2 + zk
@@ -255,20 +263,21 @@ def _roots(M: np.ndarray, Y: np.ndarray, lo: np.ndarray, hi: np.ndarray, n: int,
     """``z ∈ [lo, hi]`` with ``z^n − (z − M)^n = Y`` per entry ``[m]`` (the left side rises with z):
     vectorised Newton kept in the bracket, until the step or the residual is at float64 noise."""
     t = np.clip(guess, lo, hi)
-    lo, hi = lo.copy(), hi.copy()
     noise = 8.0 * n * np.finfo(np.float64).eps * np.maximum(Y, 1e-300)
-    for _ in range(200):
-        f, d = _zmass_slope(t - M, t, M, n)
-        f = f - Y
-        lo = np.where(f <= 0, t, lo)
-        hi = np.where(f >= 0, t, hi)
-        with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for _ in range(200):
+            f, d = _zmass_slope(t - M, t, M, n)
+            f -= Y
+            lo = np.where(f <= 0, t, lo)  # new arrays: the caller's lo and hi are left alone
+            hi = np.where(f >= 0, t, hi)
             nt = t - f / d
-        nt = np.where((nt >= lo) & (nt <= hi), nt, 0.5 * (lo + hi))
-        busy = (np.abs(f) > noise) & (np.abs(nt - t) > 2e-16 * t) & (hi - lo > 2e-16 * hi)
-        t = nt
-        if not busy.any():
-            break
+            nt = np.where((nt >= lo) & (nt <= hi), nt, 0.5 * (lo + hi))
+            busy = np.abs(f) > noise  # the residual is not yet noise, nor the step or the bracket
+            if busy.any():
+                busy &= (np.abs(nt - t) > 2e-16 * t) & (hi - lo > 2e-16 * hi)
+            t = nt
+            if not busy.any():
+                break
     return t
 
 
@@ -572,6 +581,7 @@ class OTPlan:
             blocks = np.append(blocks, np.int64(p.size))
         self.blocks = blocks
         self._lam_level: np.ndarray | None = None
+        self._lam_of: dict[int, float] = {}  # λ of the levels asked for one by one
         self._levels: dict[int, _LevelShadows] = {}
         self._laws: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
 
@@ -597,8 +607,9 @@ class OTPlan:
         """λ of the given levels ``[m]`` (without computing every level's)."""
         if self._lam_level is not None:
             return self._lam_level[levels]
-        uniq, inv = np.unique(levels, return_inverse=True)
-        return self._level_lams(self.blocks[uniq], self.blocks[uniq + 1])[inv]
+        for lv in set(levels.tolist()) - self._lam_of.keys():
+            self._lam_of[lv] = float(self._level_lams(self.blocks[lv:lv + 1], self.blocks[lv + 1:lv + 2])[0])
+        return np.array([self._lam_of[lv] for lv in levels.tolist()])
 
     def sorted_index(self, tokens: np.ndarray) -> np.ndarray:
         """The sorted indices of token ids ``[m]`` (a binary search in the sorted words)."""
