@@ -271,10 +271,12 @@ def _roots(M: np.ndarray, Y: np.ndarray, lo: np.ndarray, hi: np.ndarray, n: int,
             lo = np.where(f <= 0, t, lo)  # new arrays: the caller's lo and hi are left alone
             hi = np.where(f >= 0, t, hi)
             nt = t - f / d
-            nt = np.where((nt >= lo) & (nt <= hi), nt, 0.5 * (lo + hi))
+            newton = (nt >= lo) & (nt <= hi)
+            nt = np.where(newton, nt, 0.5 * (lo + hi))
             busy = np.abs(f) > noise  # the residual is not yet noise, nor the step or the bracket
-            if busy.any():
-                busy &= (np.abs(nt - t) > 2e-16 * t) & (hi - lo > 2e-16 * hi)
+            if busy.any():  # a Newton step below 1e-9·t leaves an error ~n·1e-18·t (quadratic convergence)
+                step = np.abs(nt - t)
+                busy &= (step > np.where(newton, 1e-9, 2e-16) * t) & (hi - lo > 2e-16 * hi)
             t = nt
             if not busy.any():
                 break
