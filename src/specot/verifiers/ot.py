@@ -149,7 +149,10 @@ def _zmass_slope(z1: np.ndarray, z2: np.ndarray, length: np.ndarray, n: int) -> 
 
 def _solve_increasing(f, fprime, lo: float, hi: float, t: float) -> float:  # type: ignore[no-untyped-def]
     """Root of the increasing ``f`` on ``[lo, hi]`` (``f(lo) ≤ 0 ≤ f(hi)``) from ``t``: Newton's
-    method, kept inside the bracket (bisection when a step leaves it)."""
+    method, kept inside the bracket (bisection when a step leaves it). At the noise of f, Newton can
+    cycle between two neighbouring floats a few ulps apart (f of opposite signs): then the one with
+    the smaller |f| is the root."""
+    back, back_val = math.nan, math.inf  # the point before t and its value
     for _ in range(100):
         val = f(t)
         if val == 0.0:
@@ -164,7 +167,9 @@ def _solve_increasing(f, fprime, lo: float, hi: float, t: float) -> float:  # ty
             nt = 0.5 * (lo + hi)
         if abs(nt - t) <= 2e-16 * abs(t) or hi - lo <= 2e-16 * abs(hi):
             return nt
-        t = nt
+        if nt == back:  # a two-cycle
+            return t if abs(val) <= abs(back_val) else back
+        back, back_val, t = t, val, nt
     return t
 
 
