@@ -1,0 +1,128 @@
+"""The full-vocabulary plan of ``ot`` and its shortcuts: each against the plain computation it stands for.
+
+The plan finds a drafted token's sorted index by a binary search in the sorted words (no inverse
+permutation), computes λ of a level only when asked, sums suffixes with torch's scan, runs scipy's
+PAVA kernel without its wrapper, and a shadow step's root search stops on a two-cycle at the noise
+of its function. Each is checked exactly (bit for bit where the computation is the same) against
+the direct form, on crafted float32 ties, partial supports and q = p, and by enumeration where
+the order has float32 ties that the float64 ratios break.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.optimize
+import torch
+
+from specot.laws import sample_drafts
+from specot.theory import optimal_acceptance_bruteforce
+from specot.verifiers import DraftLaw, get_verifier
+from specot.verifiers import ot as ot_module
+from verifier_helpers import enumerate_emitted
+
+
+def _tied(V: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """p, q whose ratios p/q collide in float32 but not in float64 (runs of near-ties), with a few
+    tokens outside one of the supports."""
+    rng = np.random.default_rng(seed)
+    q = rng.random(V) + 0.05
+    r = rng.choice([0.5, 1.0, 2.0], size=V) * (1.0 + rng.choice([0.0, 1e-12, 3e-12, -2e-12], size=V))
+    p = q * r
+    return p / p.sum(), q / q.sum()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_sorted_index_is_the_inverse_permutation(seed):
+    """The binary search in the sorted words gives the inverse of the order for every token, also
+    inside float32 tie runs re-sorted by the float64 ratio, with the supports reduced, and for q = p."""
+    p, q = _tied(300, seed)
+    if seed % 2:
+        p[:7] = 0.0
+        q[7:11] = 0.0
+        p, q = p / p.sum(), q / q.sum()
+    cases = [(p, q), (p, p.copy())]
+    for pp, qq in cases:
+        plan = ot_module.OTPlan(pp, qq, 3)
+        inv = np.empty_like(plan.order)
+        inv[plan.order] = np.arange(plan.order.size)
+        tokens = np.arange(pp.size)
+        expected = inv[tokens if plan.cid is None else plan.cid[tokens]]
+        assert np.array_equal(plan.sorted_index(tokens), expected)
+    plan = ot_module.OTPlan(p, q, 3)
+    key = np.where(plan.qs > 0, plan.ps / np.where(plan.qs > 0, plan.qs, 1.0), np.inf)
+    f32 = key.astype(np.float32)
+    assert bool(np.any((f32[1:] == f32[:-1]) & (key[1:] != key[:-1])))  # the re-sorted runs are exercised
+
+
+def test_lambda_on_demand_equals_every_level():
+    """λ of a level asked for alone is bit for bit the one of the whole-plan computation."""
+    g = torch.Generator().manual_seed(0)
+    z = 3.0 * torch.randn(5000, generator=g, dtype=torch.float64)
+    p = torch.softmax(z, -1).numpy()
+    q = torch.softmax(z + torch.randn(5000, generator=g, dtype=torch.float64), -1).numpy()
+    lone = ot_module.OTPlan(p, q, 4)
+    levels = np.arange(lone.blocks.size - 1)
+    one_by_one = np.array([lone.level_lam(np.array([lv]))[0] for lv in levels[::-1]])[::-1]
+    every = ot_module.OTPlan(p, q, 4).lam_level
+    assert levels.size > 100 and np.array_equal(one_by_one, every)
+
+
+def test_suffix_sums_and_pava_are_the_plain_computations():
+    """torch's scan gives numpy's sequential suffix sums bit for bit; the PAVA kernel gives
+    ``scipy.optimize.isotonic_regression``'s fit and blocks (increasing and decreasing)."""
+    rng = np.random.default_rng(1)
+    x = rng.random(20000) ** 6
+    expected = np.zeros(x.size + 1)
+    np.cumsum(x[::-1], out=expected[-2::-1])
+    assert np.array_equal(ot_module._suffix_sums(x), expected)
+    for increasing in (True, False):
+        y, w = rng.normal(size=3000), rng.random(3000) + 0.1
+        ref = scipy.optimize.isotonic_regression(y, weights=w, increasing=increasing)
+        fit, blocks = ot_module._isotonic(y.copy(), w.copy(), increasing)
+        assert np.array_equal(fit, ref.x) and np.array_equal(blocks, ref.blocks)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_exact_with_float32_ties(n):
+    """Enumeration on 6 tokens whose ratios tie in float32 (broken in float64), some drafted tokens
+    inside the re-sorted runs: the emitted law is p and the acceptance α* (brute force)."""
+    p, q = _tied(6, 3)
+    pt, qt = torch.from_numpy(p), torch.from_numpy(q)
+    emitted, acc = enumerate_emitted(get_verifier("ot"), pt, qt, n, DraftLaw.IID)
+    assert float((emitted - pt).abs().max()) < 1e-12
+    assert abs(acc - optimal_acceptance_bruteforce(p, q, n, "iid").alpha) < 1e-12
+
+
+def test_shadow_step_root_search_ends_on_noise_cycles(monkeypatch):
+    """V = 49152, top-50 supports (where Newton cycled between neighbouring floats): every shadow
+    step's root search ends within 60 evaluations, at a root whose residual is at float64 noise."""
+    g = torch.Generator().manual_seed(3)
+    z = 3.0 * torch.randn(1, 49152, generator=g)
+    p, q = torch.softmax(z, -1), torch.softmax(z + torch.randn(1, 49152, generator=g), -1)
+    for t in (p, q):
+        t.mul_((t >= t.topk(50, -1).values[:, -1:]).float())
+        t.div_(t.sum(-1, keepdim=True))
+    counts: list[int] = []
+    residuals: list[float] = []
+    solve = ot_module._solve_increasing
+
+    def counted(f, fp, lo, hi, t):  # type: ignore[no-untyped-def]
+        calls = [0]
+
+        def fc(x: float) -> float:
+            calls[0] += 1
+            return f(x)
+
+        root = solve(fc, fp, lo, hi, t)
+        counts.append(calls[0])
+        residuals.append(abs(f(root)) / max(abs(f(lo)), abs(f(hi)), 1e-300))
+        return root
+
+    monkeypatch.setattr(ot_module, "_solve_increasing", counted)
+    v = get_verifier("ot")
+    for _ in range(40):
+        d = sample_drafts(q, 4, DraftLaw.IID, g)
+        v.output_distribution(p, q, d)
+    assert counts and max(counts) <= 60
+    assert max(residuals) < 1e-12
