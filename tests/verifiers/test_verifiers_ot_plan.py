@@ -19,6 +19,7 @@ from specot.laws import sample_drafts
 from specot.theory import optimal_acceptance_bruteforce
 from specot.verifiers import DraftLaw, get_verifier
 from specot.verifiers import ot as ot_module
+from specot.verifiers import ot_vocab
 from verifier_helpers import enumerate_emitted
 
 
@@ -75,11 +76,11 @@ def test_suffix_sums_and_pava_are_the_plain_computations():
     x = rng.random(20000) ** 6
     expected = np.zeros(x.size + 1)
     np.cumsum(x[::-1], out=expected[-2::-1])
-    assert np.array_equal(ot_module._suffix_sums(x), expected)
+    assert np.array_equal(ot_vocab.suffix_sums(x), expected)
     for increasing in (True, False):
         y, w = rng.normal(size=3000), rng.random(3000) + 0.1
         ref = scipy.optimize.isotonic_regression(y, weights=w, increasing=increasing)
-        fit, blocks = ot_module._isotonic(y.copy(), w.copy(), increasing)
+        fit, blocks = ot_vocab.isotonic(y.copy(), w.copy(), increasing)
         assert np.array_equal(fit, ref.x) and np.array_equal(blocks, ref.blocks)
 
 

@@ -93,10 +93,9 @@ from __future__ import annotations
 
 import functools
 import math
-import sys
+import weakref
 
 import numpy as np
-import scipy.optimize
 import torch
 from torch import Tensor
 
@@ -104,13 +103,11 @@ from .._validation import working_dtype
 from ..sampling import draw_uniforms, sample_categorical
 from ._common import check_draft_probs, first_match, first_occurrences
 from .base import Acceptance, DraftLaw, Verifier, VerifyOutput, prepare_inputs, register_verifier
-
-try:  # scipy's PAVA kernel itself: isotonic_regression's input copies and checks cost ~2 passes over V
-    from scipy.optimize._pava_pybind import pava as _pava
-except ImportError:  # pragma: no cover - another scipy layout: the public wrapper (same result)
-    _pava = None
+from .ot_vocab import index_range, isotonic, ratio_order, ratio_order_words, ratio_words, suffix_sums, wmass_into, work_array
 
 __all__ = ["OTVerifier", "OTPlan", "ot_selection_law"]
+
+_ratio_order = ratio_order  # the exact float64 ratio order (its test's name)
 
 #: Tokens whose ratios p/q agree to this relative tolerance share a level density (uniform).
 _TIE_RTOL = 1e-14
@@ -242,23 +239,6 @@ def _shadow_step(free: tuple[np.ndarray, np.ndarray, np.ndarray], ze: float, qk:
     return pieces[pieces[:, 1] > pieces[:, 0]], s1, (new_a[keep], new_b[keep], new_v[keep])
 
 
-def _isotonic(y: np.ndarray, w: np.ndarray, increasing: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    """``(fit [m], block starts and end [L + 1] int64)`` of the weighted isotonic regression of ``y [m]``
-    with weights ``w [m] > 0`` (scipy's PAVA kernel, as ``scipy.optimize.isotonic_regression`` runs it,
-    without the wrapper's copies and checks; ``y`` and ``w`` are consumed when increasing)."""
-    if _pava is None:  # pragma: no cover - the public wrapper
-        fit = scipy.optimize.isotonic_regression(y, weights=w, increasing=increasing)
-        return fit.x, np.asarray(fit.blocks, dtype=np.int64)
-    if not increasing:
-        y, w = y[::-1].copy(), w[::-1].copy()
-    r = np.full(y.size + 1, -1, dtype=np.intp)
-    x, _, r, b = _pava(y, w, r)
-    blocks = r[:b + 1].astype(np.int64)
-    if not increasing:
-        x, blocks = x[::-1], blocks[-1] - blocks[::-1]
-    return x, blocks
-
-
 #: A level's tokens are passed one shadow at a time while at most this many precede the wanted one;
 #: beyond that the shadow of all of them is built at once (:func:`_group_shadow`).
 _GROUP_MIN = 2
@@ -316,7 +296,7 @@ def _group_shadow(qh: np.ndarray, yh: np.ndarray, ze: float, length: float,
         g = mass - yh
         if not np.all(c > 0):
             return None
-        fit_x, blocks = _isotonic(u - g / c, c, increasing=False)
+        fit_x, blocks = isotonic(u - g / c, c, increasing=False)
         if prev is not None and prev.size == blocks.size and bool((prev == blocks).all()):  # u: their exact roots
             hi = zb - ze
             lo = np.maximum(hi - M, 0.0)
@@ -345,7 +325,8 @@ class _LevelShadows:
     those at once (:func:`_group_shadow`) and then its own."""
 
     def __init__(self, plan: "OTPlan", level: int) -> None:
-        self.plan = plan
+        # a weak reference: the plan keeps its levels' shadows, and no cycle delays freeing its work arrays
+        self.plan = plan if isinstance(plan, weakref.ProxyType) else weakref.proxy(plan)
         self.level = level
         self.b, self.e = int(plan.blocks[level]), int(plan.blocks[level + 1])
         self.lam = float(plan.level_lam(np.array([level]))[0])
@@ -469,74 +450,6 @@ def _max_position_law(pieces: list[np.ndarray]) -> np.ndarray:
     return out / out.sum()
 
 
-@functools.lru_cache(maxsize=4)
-def _index_words(size: int) -> np.ndarray:
-    """``arange(size)`` as uint64 (cached, read-only): the low halves of :func:`_ratio_words`."""
-    out = np.arange(size, dtype=np.uint64)
-    out.flags.writeable = False
-    return out
-
-
-def _ratio_keys(p: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """The sort key ``p/q`` ``[V]`` (``inf`` where ``q = 0 < p``, 0 where ``p = 0``)."""
-    if p.size and bool(p.min() > 0) and bool(q.min() > 0):  # full support: the plain ratio
-        return p / q
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        return np.where(p > 0, p / q, 0.0)
-
-
-def _ratio_words(key: np.ndarray) -> np.ndarray:
-    """``[V]`` uint64 words: the complement of the float32-rounded key's bits (high half; non-negative
-    floats order as their bits) and the token index (low half), so ascending words are the keys
-    descending, ties by index."""
-    with np.errstate(over="ignore"):
-        bits = key.astype(np.float32).view(np.uint32)
-    words = (~bits).astype(np.uint64)
-    words <<= np.uint64(32)
-    words |= _index_words(key.size)
-    return words
-
-
-def _ratio_order_words(p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(order [V], sorted words [V], key [V])``: the token indices by ``p/q`` descending (``q = 0 <
-    p`` first, ``p = 0`` last; ties by index), exactly the float64 order.
-
-    One sort of 64-bit words (:func:`_ratio_words`: a radix-friendly key, several times faster than
-    an argsort of float64), then the runs whose float32 keys tie but whose float64 ratios differ are
-    sorted again by the float64 ratio (rounding is monotone, so no token leaves its run)."""
-    key = _ratio_keys(p, q)
-    packed = _ratio_words(key)
-    packed.sort()
-    halves = packed.view(np.uint32).reshape(-1, 2)  # [low, high] per word on a little-endian machine
-    low, hi = (halves[:, 0], halves[:, 1]) if sys.byteorder == "little" else (halves[:, 1], halves[:, 0])
-    order = low.astype(np.int64)
-    t = np.flatnonzero(hi[1:] == hi[:-1])  # sorted positions t, t + 1 tie in float32
-    if t.size and bool(np.any(key[order[t]] != key[order[t + 1]])):
-        first = np.concatenate(([True], t[1:] != t[:-1] + 1))  # t starts a run of ties
-        label = np.cumsum(first) - 1
-        bad = np.zeros(int(label[-1]) + 1, dtype=bool)
-        bad[label[key[order[t]] != key[order[t + 1]]]] = True
-        pos = np.unique(np.concatenate((t[bad[label]], t[bad[label]] + 1)))
-        sub = order[pos]
-        order[pos] = sub[np.lexsort((sub, -key[sub]))]
-    return order, packed, key
-
-
-def _ratio_order(p: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """Token indices ``[V]`` by ``p/q`` descending (``q = 0 < p`` first, ``p = 0`` last; ties by
-    index), exactly the float64 order (:func:`_ratio_order_words`)."""
-    return _ratio_order_words(p, q)[0]
-
-
-def _suffix_sums(x: np.ndarray) -> np.ndarray:
-    """``Z [V + 1]``: ``Z[k] = Σ_{i ≥ k} x_i`` (``Z[V] = 0``), summed sequentially from the end (the
-    tail keeps full relative precision); torch's CPU scan of one float64 row is that sequential sum,
-    several times faster than numpy's."""
-    out = np.zeros(x.size + 1)
-    out[-2::-1] = torch.cumsum(torch.from_numpy(np.ascontiguousarray(x[::-1])), 0).numpy()
-    return out
-
-
 class OTPlan:
     """The optimal plan for one position: levels, λ, the acceptance α* and the residual.
 
@@ -550,8 +463,8 @@ class OTPlan:
     """
 
     def __init__(self, p: np.ndarray, q: np.ndarray, n: int) -> None:
-        p = p / p.sum()
-        q = q / q.sum()
+        p = np.divide(p, p.sum(), out=work_array("p", p.size, np.float64))  # = p / p.sum(), in a work array
+        q = np.divide(q, q.sum(), out=work_array("q", q.size, np.float64))
         self.n = n
         self._p = p
         self.cid: np.ndarray | None = None  # token id -> index in the solved vocabulary (None: the same)
@@ -568,13 +481,14 @@ class OTPlan:
         # one level with λ = 1 when q = p (ratio 1 throughout): no sort needed
         self._words: tuple[np.ndarray, np.ndarray] | None = None  # (sorted words, key) of the sort
         if p[:8].tolist() == q[:8].tolist() and np.array_equal(p, q):
-            self.order = np.arange(p.size)
+            self.order = index_range(p.size)
         else:
-            self.order, words, key = _ratio_order_words(p, q)
+            self.order, words, key = ratio_order_words(p, q, pooled=True)
             self._words = (words, key)
-        self.ps, self.qs = p.take(self.order), q.take(self.order)
+        self.ps = np.take(p, self.order, out=work_array("ps", p.size, np.float64))
+        self.qs = np.take(q, self.order, out=work_array("qs", p.size, np.float64))
         # Z[k]: the q-mass of the tokens from sorted index k on (suffix sums keep the tail precise)
-        self.Z = _suffix_sums(self.qs)
+        self.Z = suffix_sums(self.qs, pooled=True)
         # each token's w-mass in the identity order; suffix masses below 1e-300^(1/(n−1)) count as 0 there
         # (their w-mass is below 1e-300, and subnormal products would cost ~100× as much)
         zf = self.Z
@@ -582,9 +496,13 @@ class OTPlan:
         if zf[-2] < tiny:  # Z does not rise along the order: its entries below `tiny` are a tail
             zf = zf.copy()
             zf[zf.size - int(np.searchsorted(zf[::-1], tiny, side="left")):] = 0.0
-        self.ym = ym = _zmass(zf[1:], zf[:-1], self.qs, n)
+        self.ym = ym = wmass_into(zf[1:], zf[:-1], self.qs, n, work_array("ym", p.size, np.float64))
         k0 = p.size if self.cid is None else int(np.count_nonzero(self.ps > 0))  # tokens with p > 0 come first
-        blocks = _isotonic(ym[:k0] / self.ps[:k0], self.ps[:k0].copy())[1]
+        y = np.divide(ym[:k0], self.ps[:k0], out=work_array("pava_y", k0, np.float64))
+        w = work_array("pava_w", k0, np.float64)
+        np.copyto(w, self.ps[:k0])
+        blocks = isotonic(y, w)[1]
+        del y, w
         if k0 < p.size:  # the tokens with p = 0: one level, λ = ∞ (always rejected)
             blocks = np.append(blocks, np.int64(p.size))
         self.blocks = blocks
@@ -625,7 +543,7 @@ class OTPlan:
         if self._words is None:  # identity order
             return ids
         words, key = self._words
-        pos = np.minimum(np.searchsorted(words, _ratio_words(key[ids]) & ~np.uint64(0xFFFFFFFF)
+        pos = np.minimum(np.searchsorted(words, ratio_words(key[ids]) & ~np.uint64(0xFFFFFFFF)
                                          | ids.astype(np.uint64)), words.size - 1)
         for i in np.flatnonzero(self.order[pos] != ids).tolist():  # re-sorted float32 ties
             pos[i] = int(np.flatnonzero(self.order == ids[i])[0])
@@ -638,9 +556,18 @@ class OTPlan:
     @property
     def lam(self) -> np.ndarray:
         """λ per token id ``[V]`` (``inf`` where ``p = 0``)."""
-        out = np.empty(self.order.size)
-        out[self.order] = np.repeat(self.lam_level, np.diff(self.blocks))
-        return out if self.cid is None else out[self.cid]
+        return self._lam_tokens().copy()
+
+    def _lam_tokens(self) -> np.ndarray:
+        """λ per token id ``[V]``, in work arrays (:func:`work_array`)."""
+        size = self.order.size
+        level = work_array("level", size, np.intp)  # the level of each sorted index
+        level.fill(0)
+        level[self.blocks[1:-1]] = 1
+        np.cumsum(level, out=level)
+        out = work_array("lam", size, np.float64)
+        out[self.order] = np.take(self.lam_level, level, out=work_array("lam_sorted", size, np.float64))
+        return out if self.cid is None else np.take(out, self.cid, out=work_array("lam_v", self.cid.size, np.float64))
 
     @property
     def alpha(self) -> float:
@@ -650,9 +577,11 @@ class OTPlan:
     @property
     def residual(self) -> np.ndarray:
         """``norm(p·(1 − λ)_+)`` ``[V]`` (p itself when that mass is 0)."""
-        res = self._p * np.clip(1.0 - self.lam, 0.0, None)
+        res = np.subtract(1.0, self._lam_tokens(), out=work_array("res", self._p.size, np.float64))
+        np.clip(res, 0.0, None, out=res)
+        np.multiply(self._p, res, out=res)  # = p·clip(1 − λ, 0)
         total = float(res.sum())
-        return res / total if total > 0 else self._p
+        return np.divide(res, total, out=res) if total > 0 else self._p
 
     def selection(self, drafts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(select [n], accept [n])``: P(draft j is selected | drafts) and the probability that draft j,
@@ -733,8 +662,11 @@ class OTVerifier(Verifier):
         B = p.shape[0]
         same = B > 1 and bool((p == p[:1]).all()) and bool((q == q[:1]).all())
         rows = 1 if same or B == 1 else B
-        pn = p[:rows].detach().to(torch.float64).cpu().numpy()
-        qn = q[:rows].detach().to(torch.float64).cpu().numpy()
+        V = p.shape[1]
+        pn = work_array("p_in", rows * V, np.float64).reshape(rows, V)  # float64 copies in work arrays
+        qn = work_array("q_in", rows * V, np.float64).reshape(rows, V)
+        np.copyto(pn, p[:rows].detach().cpu().numpy())
+        np.copyto(qn, q[:rows].detach().cpu().numpy())
         return [OTPlan(pn[u], qn[u], n) for u in range(rows)], [0] * B if rows == 1 else list(range(B))
 
     def _laws(self, p: Tensor, q: Tensor, drafts: Tensor) -> tuple[list[OTPlan], Tensor, Tensor, Tensor]:
