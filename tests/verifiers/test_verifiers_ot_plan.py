@@ -127,3 +127,44 @@ def test_shadow_step_root_search_ends_on_noise_cycles(monkeypatch):
         v.output_distribution(p, q, d)
     assert counts and max(counts) <= 60
     assert max(residuals) < 1e-12
+
+
+def test_work_arrays_are_reused_only_when_free():
+    """A work array comes back for its slot once nothing holds it, and never while something does."""
+    a = ot_vocab.work_array("test-slot", 1000, np.float64)
+    a_base = a.base
+    a[:] = 1.0
+    b = ot_vocab.work_array("test-slot", 1000, np.float64)
+    assert not np.shares_memory(a, b)  # `a` is held: a new array
+    del a, b
+    c = ot_vocab.work_array("test-slot", 500, np.float64)
+    assert np.shares_memory(c, c.base) and c.base is not a_base  # the slot now holds b's array
+    del c
+    d = ot_vocab.work_array("test-slot", 500, np.float64)
+    e = ot_vocab.work_array("test-slot", 500, np.float64)
+    assert not np.shares_memory(d, e)
+
+
+def test_plans_alive_together_keep_their_arrays():
+    """Plans built while others are alive (and verifier calls in between) keep their own arrays:
+    every array and law of the first plan equals a plan of the same inputs built afterwards."""
+    g = torch.Generator().manual_seed(5)
+    rows = []
+    for _ in range(3):
+        z = 3.0 * torch.randn(2000, generator=g, dtype=torch.float64)
+        rows.append((torch.softmax(z, -1), torch.softmax(z + torch.randn(2000, generator=g, dtype=torch.float64), -1)))
+    first = ot_module.OTPlan(rows[0][0].numpy(), rows[0][1].numpy(), 4)
+    res_first = first.residual
+    keep = [first.order.copy(), first.ps.copy(), first.Z.copy(), first.ym.copy(), res_first.copy()]
+    others = [ot_module.OTPlan(p.numpy(), q.numpy(), 4) for p, q in rows[1:]]
+    v = get_verifier("ot")
+    for p, q in rows[1:]:
+        d = sample_drafts(q[None], 4, DraftLaw.IID, g)
+        v.verify(p[None], q[None], d, g)
+        v.output_distribution(p[None], q[None], d)
+    again = ot_module.OTPlan(rows[0][0].numpy(), rows[0][1].numpy(), 4)
+    for x, y in zip(keep, [first.order, first.ps, first.Z, first.ym, res_first]):
+        assert np.array_equal(x, y)
+    for x, y in zip(keep, [again.order, again.ps, again.Z, again.ym, again.residual]):
+        assert np.array_equal(x, y)
+    assert not np.shares_memory(first.ps, others[0].ps) and not np.shares_memory(first.ps, again.ps)
