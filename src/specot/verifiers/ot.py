@@ -577,9 +577,19 @@ class OTPlan:
     @property
     def residual(self) -> np.ndarray:
         """``norm(p·(1 − λ)_+)`` ``[V]`` (p itself when that mass is 0)."""
-        res = np.subtract(1.0, self._lam_tokens(), out=work_array("res", self._p.size, np.float64))
-        np.clip(res, 0.0, None, out=res)
-        np.multiply(self._p, res, out=res)  # = p·clip(1 − λ, 0)
+        res = work_array("res", self._p.size, np.float64)
+        if self.cid is None:  # λ < 1 only on levels at the head of the sorted order: the rest are 0
+            lam = self.lam_level
+            head = np.flatnonzero(lam < 1.0)
+            k = int(head[-1]) + 1 if head.size else 0  # the levels [0, k) hold every λ < 1
+            e = int(self.blocks[k])
+            one_minus = np.clip(1.0 - np.repeat(lam[:k], np.diff(self.blocks[:k + 1])), 0.0, None)
+            res.fill(0.0)
+            res[self.order[:e]] = self.ps[:e] * one_minus  # = p·clip(1 − λ, 0) there, the same products
+        else:
+            np.subtract(1.0, self._lam_tokens(), out=res)
+            np.clip(res, 0.0, None, out=res)
+            np.multiply(self._p, res, out=res)  # = p·clip(1 − λ, 0)
         total = float(res.sum())
         return np.divide(res, total, out=res) if total > 0 else self._p
 
@@ -692,6 +702,8 @@ class OTVerifier(Verifier):
             if id(plans[r]) not in cache:
                 cache[id(plans[r])] = plans[r].residual
             out.append(cache[id(plans[r])])
+        if len(out) == 1:  # no copy
+            return torch.from_numpy(out[0][None])
         return torch.from_numpy(np.stack(out)) if out else torch.zeros(0, 0, dtype=torch.float64)
 
     def verify(self, p: Tensor, q: Tensor, drafts: Tensor, generator: torch.Generator | None = None) -> VerifyOutput:
