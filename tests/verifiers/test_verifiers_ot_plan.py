@@ -168,3 +168,28 @@ def test_plans_alive_together_keep_their_arrays():
     for x, y in zip(keep, [again.order, again.ps, again.Z, again.ym, again.residual]):
         assert np.array_equal(x, y)
     assert not np.shares_memory(first.ps, others[0].ps) and not np.shares_memory(first.ps, again.ps)
+
+
+@pytest.mark.parametrize("kind", ["real", "uniform-q", "near-one"])
+def test_residual_from_the_head_equals_the_full_formula(kind):
+    """The residual computed from the levels before PAVA's means reach 1 (λ asked for only there) is
+    bit for bit ``norm(p·(1 − λ)_+)`` with λ of every level, also when many λ lie within 1e-9 of 1."""
+    g = torch.Generator().manual_seed(7)
+    V = 20000
+    z = 3.0 * torch.randn(V, generator=g, dtype=torch.float64)
+    p = torch.softmax(z, -1)
+    if kind == "real":
+        q = torch.softmax(z + torch.randn(V, generator=g, dtype=torch.float64), -1)
+    elif kind == "uniform-q":
+        q = torch.full((V,), 1.0 / V, dtype=torch.float64)
+    else:
+        q = p * (1.0 + 1e-10 * torch.randn(V, generator=g, dtype=torch.float64))
+        q = q / q.sum()
+    for n in (2, 4):
+        plan = ot_module.OTPlan(p.numpy(), q.numpy(), n)
+        got = plan.residual.copy()
+        assert plan._lam_level is None  # λ of the head levels only
+        lam = ot_module.OTPlan(p.numpy(), q.numpy(), n).lam
+        res = plan._p * np.clip(1.0 - lam, 0.0, None)
+        expected = res / res.sum() if res.sum() > 0 else plan._p
+        assert np.array_equal(got, expected)

@@ -501,7 +501,7 @@ class OTPlan:
         y = np.divide(ym[:k0], self.ps[:k0], out=work_array("pava_y", k0, np.float64))
         w = work_array("pava_w", k0, np.float64)
         np.copyto(w, self.ps[:k0])
-        blocks = isotonic(y, w)[1]
+        self._fit, blocks = isotonic(y, w)  # the fit: PAVA's mean per level, kept for the residual's head
         del y, w
         if k0 < p.size:  # the tokens with p = 0: one level, λ = ∞ (always rejected)
             blocks = np.append(blocks, np.int64(p.size))
@@ -521,8 +521,11 @@ class OTPlan:
     def _level_lams(self, b: np.ndarray, e: np.ndarray) -> np.ndarray:
         """λ of the levels ``[b, e)`` ``[m]``: their w-mass over their p-mass (sequential sums, the same
         whichever levels are asked for)."""
-        if b.size == self.blocks.size - 1:
-            sums_y, sums_p = np.add.reduceat(self.ym, b), np.add.reduceat(self.ps, b)
+        if b.size and b[0] == 0 and b.size == np.searchsorted(self.blocks, b[-1]) + 1:  # the first levels
+            end = int(e[-1])
+            sums_y, sums_p = np.add.reduceat(self.ym[:end], b), np.add.reduceat(self.ps[:end], b)
+        elif not b.size:
+            return np.zeros(0)
         else:
             sums_y = np.array([np.add.reduceat(self.ym[i:j], [0])[0] for i, j in zip(b.tolist(), e.tolist())])
             sums_p = np.array([np.add.reduceat(self.ps[i:j], [0])[0] for i, j in zip(b.tolist(), e.tolist())])
@@ -579,8 +582,12 @@ class OTPlan:
         """``norm(p·(1 − λ)_+)`` ``[V]`` (p itself when that mass is 0)."""
         res = work_array("res", self._p.size, np.float64)
         if self.cid is None:  # λ < 1 only on levels at the head of the sorted order: the rest are 0
-            lam = self.lam_level
-            head = np.flatnonzero(lam < 1.0)
+            # PAVA's level means rise along the order and agree with λ to ~V·ε (< 1e-11) relative, so
+            # the levels whose mean reaches 1 + 1e-6 have λ ≥ 1: λ is needed only before them
+            cand = int(np.searchsorted(self._fit[self.blocks[:-1]], 1.0 + 1e-6, side="left"))
+            lam = self.lam_level if self._lam_level is not None else self._level_lams(
+                self.blocks[:cand], self.blocks[1:cand + 1])
+            head = np.flatnonzero(lam[:cand] < 1.0)
             k = int(head[-1]) + 1 if head.size else 0  # the levels [0, k) hold every λ < 1
             e = int(self.blocks[k])
             one_minus = np.clip(1.0 - np.repeat(lam[:k], np.diff(self.blocks[:k + 1])), 0.0, None)
