@@ -62,15 +62,19 @@ positive moves the suffix sums Z, hence the minorant's vertices. With ``q = p`` 
 identity (one level, λ = 1, uniform positions: the drafts are chosen symmetrically).
 
 Cost per position (V = 49152): one sort of V packed 64-bit words and one PAVA pass, O(V log V)
-(``_ratio_order``: the float32-rounded ratio and the index in one word, float32 ties re-sorted by
-the float64 ratio, so the order is exactly the float64 one); a uniform or one-token lowest drafted
-level costs nothing more; otherwise, per distinct drafted token there, one group shadow, O(R) in
-vectorised numpy plus a few PAVA passes, and the selection law by quadrature over the drafted
-tokens' pieces. On the shared 2-core CPU (busy: load ~2.5), n = 4, V = 49152, median [fastest of
-41] ms per position: real-shaped 3.1 [1.3], peaked 2.0 [1.3], near-uniform q 1.8 [1.5], uniform q
-1.9 [1.5], top-50 supports 0.6 [0.4], q = p 1.0 [0.9], flat (one level of ~47k tokens) 6.5 [6.1];
-the plan (sort, PAVA, sums) is ~1.1 ms of it. Building the shadows one at a time over the whole
-sorted vocabulary took 30, 3.7, 3.0, 3.0, 1.4, 1.6 and 1100 ms on the same cases. Re-measure with
+(:mod:`specot.verifiers.ot_vocab`: the float32-rounded ratio and the index in one word, float32
+ties re-sorted by the float64 ratio, so the order is exactly the float64 one; a drafted token's
+sorted index by a binary search in the sorted words; λ only of the levels asked for); a uniform or
+one-token lowest drafted level costs nothing more; otherwise, per distinct drafted token there, one
+group shadow, O(R) in vectorised numpy plus a few PAVA passes, and the selection law by quadrature
+over the drafted tokens' pieces; on a rejection, the residual over the levels with λ < 1. The
+full-vocabulary arrays live in per-thread work arrays (``ot_vocab.work_array``): made afresh at
+every position they landed on pages glibc had handed back, ~750 page faults per position, as
+much time as the sort. On the shared 2-core CPU (busy, load 4–6; one thread), n = 4, median ms
+per position over 30 fresh draft sets: real-shaped 2.1, peaked 1.0, near-uniform q 1.6, uniform q
+1.5, top-50 supports 1.0, q = p 0.6, flat (one level of ~47k tokens) 6.1; the plan (sort, PAVA,
+sums) is ~0.65 ms of it, the sort ~0.28. Building the shadows one at a time over the whole sorted
+vocabulary took 30, 3.7, 3.0, 3.0, 1.4, 1.6 and 1100 ms on the same cases. Re-measure with
 ``specot bench verifier-speed --verifier ot``.
 
 Floating point. All of it runs in float64 on the CPU (p and q are copied there; the level solve
@@ -80,8 +84,9 @@ error O(V·ε); those below ``1e-300^(1/(n−1))`` count as 0 in the w-masses, w
 than 1e-300 each), the minorant (PAVA; λ carries O(V·ε)), ``z_b^n − z_a^n`` as
 ``(z_b − z_a)·Σ_k z_a^k z_b^{n−1−k}`` (no cancellation), each shadow boundary by Newton's method kept
 in its bracket (to ~1e-16 relative), each group block by vectorised Newton steps until the residual
-of its w-mass is at float64 noise (8·n·ε of it; a block boundary then moves by at most that over
-the local density of w, and agrees with the one-at-a-time shadows to ~1e-12 at thousands of tokens),
+of its w-mass is at float64 noise (8·n·ε of it) or a step falls below 1e-9 of the root (quadratic
+convergence then leaves ~n·1e-18 of it; a block boundary moves by at most that over the local
+density of w, and agrees with the one-at-a-time shadows to ~1e-12 at thousands of tokens),
 and the selection probabilities by Gauss–Legendre quadrature
 that is exact for their piecewise-polynomial integrands. A token lighter than the float64 spacing
 of its level's coordinates is placed on one ulp there (its own probabilities are off by at most its
@@ -103,7 +108,8 @@ from .._validation import working_dtype
 from ..sampling import draw_uniforms, sample_categorical
 from ._common import check_draft_probs, first_match, first_occurrences
 from .base import Acceptance, DraftLaw, Verifier, VerifyOutput, prepare_inputs, register_verifier
-from .ot_vocab import index_range, isotonic, ratio_order, ratio_order_words, ratio_words, suffix_sums, wmass_into, work_array
+from .ot_vocab import (index_range, isotonic, ratio_order, ratio_order_words, ratio_words, suffix_sums, wmass_into,
+                       work_array)
 
 __all__ = ["OTVerifier", "OTPlan", "ot_selection_law"]
 
