@@ -540,8 +540,8 @@ class OTPlan:
 
     def level_lam(self, levels: np.ndarray) -> np.ndarray:
         """λ of the given levels ``[m]`` (without computing every level's)."""
-        if self._lam_level is not None:
-            return self._lam_level[levels]
+        if self._lam_level is not None or self.order.size <= 4096:  # small: every level's at once
+            return self.lam_level[levels]
         for lv in set(levels.tolist()) - self._lam_of.keys():
             self._lam_of[lv] = float(self._level_lams(self.blocks[lv:lv + 1], self.blocks[lv + 1:lv + 2])[0])
         return np.array([self._lam_of[lv] for lv in levels.tolist()])
@@ -551,6 +551,10 @@ class OTPlan:
         ids = np.asarray(tokens if self.cid is None else self.cid[tokens], dtype=np.int64)
         if self._words is None:  # identity order
             return ids
+        if self.order.size <= 1024:  # a small solved vocabulary: the inverse permutation is cheaper
+            inv = np.empty_like(self.order)
+            inv[self.order] = np.arange(self.order.size)
+            return inv[ids]
         words, key = self._words
         pos = np.minimum(np.searchsorted(words, ratio_words(key[ids]) & ~np.uint64(0xFFFFFFFF)
                                          | ids.astype(np.uint64)), words.size - 1)
