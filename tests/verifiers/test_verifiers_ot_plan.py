@@ -37,7 +37,7 @@ def _tied(V: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 def test_sorted_index_is_the_inverse_permutation(seed):
     """The binary search in the sorted words gives the inverse of the order for every token, also
     inside float32 tie runs re-sorted by the float64 ratio, with the supports reduced, and for q = p."""
-    p, q = _tied(300, seed)
+    p, q = _tied(3000, seed)  # above the size where the inverse permutation is used directly
     if seed % 2:
         p[:7] = 0.0
         q[7:11] = 0.0
@@ -50,6 +50,7 @@ def test_sorted_index_is_the_inverse_permutation(seed):
         tokens = np.arange(pp.size)
         expected = inv[tokens if plan.cid is None else plan.cid[tokens]]
         assert np.array_equal(plan.sorted_index(tokens), expected)
+        assert plan.order.size > 1024
     plan = ot_module.OTPlan(p, q, 3)
     key = np.where(plan.qs > 0, plan.ps / np.where(plan.qs > 0, plan.qs, 1.0), np.inf)
     f32 = key.astype(np.float32)
