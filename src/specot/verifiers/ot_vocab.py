@@ -38,6 +38,18 @@ __all__ = ["work_array", "index_range", "ratio_words", "ratio_order_words", "rat
 _POOL = threading.local()
 
 
+def _free_refs() -> int:
+    """The reference count :func:`work_array` sees for a buffer that only its dict holds (measured
+    the same way, so an interpreter that counts differently is calibrated, not trusted)."""
+    arrays = {"slot": np.empty(1)}
+    buf = arrays.get("slot")
+    return sys.getrefcount(buf)
+
+
+#: CPython's reference counts tell whether a buffer is free; elsewhere every call gets a new array.
+_FREE_REFS = _free_refs() if sys.implementation.name == "cpython" else -1
+
+
 def work_array(slot: str, size: int, dtype: type | np.dtype) -> np.ndarray:
     """An uninitialised array ``[size]`` of ``dtype``: this thread's array of ``slot`` when nothing
     else holds it (and it is large enough; a view of its start), else a new one kept for the slot."""
@@ -45,8 +57,7 @@ def work_array(slot: str, size: int, dtype: type | np.dtype) -> np.ndarray:
     if arrays is None:
         arrays = _POOL.arrays = {}
     buf = arrays.get(slot)
-    # references to a free buffer: the dict, `buf` and getrefcount's argument
-    if buf is None or buf.dtype != dtype or buf.size < size or sys.getrefcount(buf) > 3:
+    if buf is None or buf.dtype != dtype or buf.size < size or sys.getrefcount(buf) != _FREE_REFS:
         buf = arrays[slot] = np.empty(size, dtype=dtype)
     return buf[:size]
 
