@@ -10,6 +10,13 @@ drafter's update — runs unchanged on every sample; what a memoized run does NO
 real model's KV-cache rollback (the model behind it sees only the misses). ``specot audit
 --no-memo`` runs the real models on every sample (slower) to cover it.
 
+**One row, one value.** An audit draws more rows than it keeps: a row dropped from memory and
+asked for again is computed again, and must come out as the engine first saw it. llama.cpp's CPU
+kernels give a pass of ONE token other logits than a pass of several (on SmolLM2 Q4_1, up to ~1
+nat apart; ~0.01 total variation at T = 1; passes of 2, 3, ... 33 tokens agree bit for bit), so
+every pass of a :class:`MemoModel` runs at least two tokens (the context's last token again, with
+the new one): every row and every cached key and value come from the batched kernels.
+
 A :class:`MemoModel` keeps a virtual cache (the token ids of the committed chain and the paths of
 an open tree) so that it speaks both roles: the target protocol (``logits_after``,
 ``tree_logits_after``, ``keep_tree_path``) and what a :class:`~specot.drafting.ModelDrafter`
@@ -81,19 +88,29 @@ class MemoModel:
         missing = [k for k, r in zip(keys, out) if r is None]
         if missing:
             self.misses += len(missing)
+            fresh: dict[tuple[int, ...], Tensor] = {}  # read from here: a small memory may drop them at once
             longest = max(missing, key=len)
             if all(longest[:len(k)] == k for k in missing) and len(missing) > 1:
                 base = min(len(k) for k in missing)
                 got = self.real.logits_after(list(longest[:base]), list(longest[base:]))  # [1 + extra, V]
                 self.forward_calls += 1
                 for i in range(got.shape[0]):
-                    self._put(longest[:base + i], got[i])
+                    fresh[longest[:base + i]] = got[i]
             else:
                 for k in missing:
-                    self._put(k, self.real.logits_after(list(k))[0])
+                    fresh[k] = self._two_token_pass(k)[-1]
                     self.forward_calls += 1
-            out = [r if r is not None else self._rows[k] for k, r in zip(keys, out)]
+            for k, row in fresh.items():
+                self._put(k, row)
+            out = [r if r is not None else fresh[k] for k, r in zip(keys, out)]
         return torch.stack(out)
+
+    def _two_token_pass(self, key: tuple[int, ...]) -> Tensor:
+        """The real model's logits after ``key[:-1]`` and after ``key`` ``[2, V]``, in a pass of at
+        least two tokens (module docstring: one row, one value)."""
+        if len(key) < 2:
+            return self.real.logits_after(list(key))
+        return self.real.logits_after(list(key[:-1]), [key[-1]])
 
     # ------------------------------------------------------------ target side
     def reset(self) -> None:
@@ -130,6 +147,8 @@ class MemoModel:
         self._ids, self._extra = list(ctx), paths
         keys = [ctx] + paths
         if any(k not in self._rows for k in keys):  # one real tree pass for the whole tree, its nodes then dropped
+            self._two_token_pass(ctx)  # the context's tail in a batched pass, not alone before the tree
+            self.forward_calls += 1
             got = self.real.tree_logits_after(list(ctx), [int(t) for t in tokens], [int(p) for p in parents])
             self.real.keep_tree_path(len(ctx), [])
             self.forward_calls += 1
