@@ -11,7 +11,8 @@ run (``--fresh`` starts it over; other options are refused with one line).
 from the results (finished or not). ``specot bench suite`` (``make bench``) runs the named set of
 speedup runs behind the README's results block and regenerates that block and ``docs/results.md``.
 
-``specot bench theory-speed | verifier-speed | head-speed | generate-speed | tree-speed`` are the
+``specot bench theory-speed | verifier-speed | head-speed | generate-speed | tree-speed |
+batch-invariance`` are the
 component timings (:mod:`specot_lab.bench.theory_speed` and its siblings; each module's
 ``add_arguments`` / ``run``), with their own options and JSON output.
 
@@ -328,5 +329,6 @@ _SPEED_BENCHES: list[tuple[str, str, str]] = [
     ("head-speed", "head_speed", "output-head cost by GEMM layout: F.linear vs W @ x^T, for 1-33 rows"),
     ("generate-speed", "generate_speed", "end-to-end speculative vs autoregressive decoding on the embedded target"),
     ("tree-speed", "tree_speed", "multi-draft tree decoding: tree-pass cost, overhead share, K x L grid"),
+    ("batch-invariance", "batch_invariance", "a backend's logits in a one-token pass vs a batched pass"),
 ]
 
