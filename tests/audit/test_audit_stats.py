@@ -242,3 +242,18 @@ def test_a_target_tv_sizes_the_audit_from_a_pilot_set_aside():
     assert capped.verdict.n == 5000 and capped.verdict.position_tv > 0.01
     with pytest.raises(ValueError, match="target TV"):
         samples_for_tv(row.verdict, 1.5)
+
+
+def test_a_one_token_law_is_covered_without_power_and_fails_on_any_other_token():
+    p0, P = _two_token_law()
+    P = P.copy()
+    P[0] = np.eye(len(p0))[3]  # after token 0 the law is token 3 alone
+    law = lambda pre: np.stack([p0 if not s else P[s[-1]] for s in pre])  # noqa: E731
+    s = _draw_rows(p0, P, 3000, np.random.default_rng(13))
+    v = audit_exact_law(s, law, n_boot=0)
+    pooled = next(t for t in v.tests if t.group_sizes)
+    behind0 = int((s[:, 0] == 0).sum())
+    assert v.exact and v.positions[1].coverage == 1.0 and (0,) in pooled.group_prefixes
+    assert pooled.n_eff == len(s) - behind0
+    s[np.flatnonzero(s[:, 0] == 0)[0], 1] = 4
+    assert not audit_exact_law(s, law, n_boot=0).exact

@@ -19,8 +19,9 @@ samples that start with ``s`` are compared with p(· | prompt, s):
 at T ≥ 1 most samples sit behind such prefixes. So for each position j ≥ 1 one more test pools
 every prefix seen ≥ :data:`MIN_POSITION_PREFIX` times that has ≥ 2 cells: the sum of their
 Pearson statistics, which, given the prefixes' counts, are independent, so the sum is
-chi-square with the summed degrees of freedom. Its ``coverage`` is the fraction of position j's
-samples behind those prefixes.
+chi-square with the summed degrees of freedom. Prefixes after which the law is one token join
+it without a statistic (any other token fails at once). Its ``coverage`` is the fraction of
+position j's samples behind its prefixes.
 
 Cells: every token whose expected count is ≥ ``min_expected`` (5) is a cell; all others are pooled
 into one cell, itself merged into the smallest cell when its expected count is below 5 (the usual
@@ -139,8 +140,9 @@ class CellTest:
     def n_eff(self) -> float:
         """Effective sample size of the test (module docstring: power); summed over the prefixes
         of a position test."""
-        if self.kind == "exact-law":
-            return float(self.n)
+        if self.kind == "exact-law":  # a prefix whose law is one token adds nothing to λ (only its failures)
+            return float(self.n if not self.group_sizes else
+                         sum(o.sum() for o, r in self.units() if (r > 0).sum() >= 2))
         total = 0.0
         for obs, ref in self.units():
             a, b = obs.sum(), ref.sum()
@@ -451,8 +453,10 @@ def audit_exact_law(samples: Any, law: Callable[[list[tuple[int, ...]]], np.ndar
             raw.append(dict(position=j, prefix=s, cells=tuple(cells), observed=tuple(obs.tolist()),
                             reference=tuple(prob.tolist()), kind="exact-law", statistic=stat, dof=dof, pvalue=pv,
                             outside_support=out))
-        units = [(s, fits[s]) for s in pooled if fits[s][4] >= 1]
-        if units:
+        support = {s: int((p > 0).sum()) for s, p in zip(prefixes, laws)}
+        # a prefix after which the law is one token is covered too: any other token fails at once
+        units = [(s, fits[s]) for s in pooled if fits[s][4] >= 1 or support[s] == 1]
+        if any(f[4] >= 1 for _, f in units):
             raw.append(_position_test(j, [(s, f[0], f[1], f[2], f[6]) for s, f in units], "exact-law"))
             covered[j] = sum(sum(groups[s].values()) for s, _ in units) / _at_position(arr, j)
     return _finish(raw, "exact-law", alpha, len(arr), 0, arr.shape[1], n_boot, seed, covered)
