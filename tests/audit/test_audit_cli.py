@@ -48,6 +48,12 @@ def test_one_line_errors(tmp_path, capsys):
     assert capsys.readouterr().err.strip().startswith("specot: error: not a saved specot audit")
     assert main(["audit", "--engine", "server"]) == 1
     assert "--server URL" in capsys.readouterr().err
+    try:
+        import vllm  # noqa: F401
+    except ImportError:  # the core's environment: the vLLM engine names its own
+        assert main(["audit", "--engine", "vllm", "--temperature", "1"]) == 1
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and ".venv-vllm/bin/specot audit --engine vllm" in err
     with pytest.raises(SystemExit) as exc:
         main(["audit", "--alpha", "2"])
     assert exc.value.code == 2

@@ -22,7 +22,7 @@ from .theory import _pos_int
 
 __all__ = ["register"]
 
-ENGINES = ("specot", "hf", "llamacpp", "server")
+ENGINES = ("specot", "hf", "llamacpp", "server", "vllm")
 
 
 def _unit_open(x: str) -> float:
@@ -45,7 +45,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                    help="specot's backend (default llamacpp)")
     p.add_argument("--method", nargs="+", default=None,
                    help="specot: speculative kseq rrs importance greedy; hf: assisted prompt-lookup; "
-                        "llamacpp: prompt-lookup (default: the engine's speculative methods)")
+                        "llamacpp: prompt-lookup; vllm: ngram ngram-stock plain (in .venv-vllm) "
+                        "(default: the engine's speculative methods)")
     p.add_argument("--draft", default="distilled", help="specot's drafter, as --draft of specot generate (default "
                    "distilled; e.g. xvocab:gemma3-270m for a draft with another tokenizer)")
     p.add_argument("--temperature", type=float, nargs="+", default=[0.6, 1.0, 0.0],

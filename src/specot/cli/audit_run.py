@@ -10,6 +10,7 @@ import platform
 import sys
 import time
 from dataclasses import dataclass
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Callable
 
@@ -29,9 +30,10 @@ AUDIT_PROMPT = "Repeat this list three times: apple, banana, cherry, apple, bana
 GREEDY_PROMPTS = ("Repeat this list three times: apple, banana, cherry, apple, banana, cherry.",
                   "Write a haiku about autumn.", "What is a Python generator?")
 #: Default samples per setting, per engine (what fits a few minutes on 2 busy cores).
-SAMPLES = {"specot[llamacpp]": 2000, "specot[transformers]": 300, "hf": 150, "llamacpp": 800, "server": 400}
+SAMPLES = {"specot[llamacpp]": 2000, "specot[transformers]": 300, "hf": 150, "llamacpp": 800, "server": 400,
+           "vllm": 2000}
 METHODS = {"specot": ["speculative"], "hf": ["assisted", "prompt-lookup"], "llamacpp": ["prompt-lookup"],
-           "server": ["speculative"]}
+           "server": ["speculative"], "vllm": ["ngram", "ngram-stock"]}
 GREEDY_TOKENS = 16
 
 
@@ -94,6 +96,18 @@ def _jobs(engine: str, methods: list[str], args: argparse.Namespace, models: _Mo
             jobs.append(Job(lambda: models.get("lcp-pl", lambda: LlamaCppPythonAdapter(path, prompt_lookup=3)),
                             lambda: models.get("lcp-plain", lambda: LlamaCppPythonAdapter(path)),
                             args.samples or SAMPLES["llamacpp"], False))
+        elif engine == "vllm":  # specot_vllm's adapter, found by its entry point (the core never imports it)
+            found = [ep for ep in entry_points(group="specot.audit_engines") if ep.name == "vllm"]
+            try:
+                vllm_adapter = found[0].load()
+            except (IndexError, ImportError):
+                raise ImportError("--engine vllm needs vLLM and specot-vllm: run it with .venv-vllm/bin/specot audit "
+                                  "--engine vllm ...") from None
+            if m not in vllm_adapter.METHODS:
+                raise ValueError(f"unknown vllm method {m!r}; choose from {' '.join(vllm_adapter.METHODS)}")
+            jobs.append(Job(lambda m=m, a=vllm_adapter: a(m),
+                            lambda a=vllm_adapter: models.get("vllm-plain", lambda: a("plain")),
+                            args.samples or SAMPLES["vllm"], False, text_prompt=True))
         else:
             if not args.server or not args.reference:
                 raise ValueError("--engine server needs --server URL (speculative) and --reference URL (plain)")
