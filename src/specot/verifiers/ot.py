@@ -70,10 +70,10 @@ group shadow, O(R) in vectorised numpy plus a few PAVA passes, and the selection
 over the drafted tokens' pieces; on a rejection, the residual over the levels with λ < 1. The
 full-vocabulary arrays live in per-thread work arrays (``ot_vocab.work_array``): made afresh at
 every position they landed on pages glibc had handed back, ~750 page faults per position, as
-much time as the sort. On the shared 2-core CPU (busy, load 4–8; one thread), n = 4, median ms
-per position over 30 fresh draft sets (three runs): real-shaped 2.1–2.3, peaked 1.0, near-uniform
-q 1.3–1.6, uniform q 1.4–1.5, top-50 supports 1.0–1.1, q = p 0.6–0.7, flat (one level of ~47k
-tokens) 5.5–6.1; the plan (sort, PAVA, sums) is ~0.65 ms of it, the sort ~0.28. Building the shadows one at a time over the whole sorted
+much time as the sort. On the quiet 2-core CPU (one thread), n = 4, median ms per position over
+30 fresh draft sets (docs/bench/ot_speed.json): real-shaped 2.0, peaked 1.0, near-uniform q 1.2,
+uniform q 1.2, top-50 supports 0.95, q = p 0.6, flat (one level of ~47k tokens) 3.9; the plan
+(sort, PAVA, sums) is ~0.65 ms of it, the sort ~0.28. Building the shadows one at a time over the whole sorted
 vocabulary took 30, 3.7, 3.0, 3.0, 1.4, 1.6 and 1100 ms on the same cases. Re-measure with
 ``specot bench verifier-speed --verifier ot``.
 
