@@ -535,9 +535,11 @@ def samples_for_tv(pilot: SamplingVerdict, target_tv: float, margin: float = 1.1
     """The sample size at which every position of an audit like ``pilot`` is predicted to detect
     a TV of ``target_tv`` (module docstring: power).
 
-    Each position's detectable TV falls as 1 / √n at fixed degrees of freedom; more samples also
-    open more cells (more degrees of freedom), which ``margin`` covers. A position whose test
-    covered a fraction ``c`` of its samples is scaled by 1 / c (its prefixes stay as frequent).
+    Scaling the sample by f multiplies each position test's ``n_eff`` by f; it also opens cells
+    and brings prefixes over :data:`MIN_POSITION_PREFIX`, which raises the degrees of freedom:
+    predicted here as growing like √f (between the fixed cells of position 0 and the new prefixes
+    of later positions at T ≥ 1). The smallest f (found by bisection) whose predicted detectable TV
+    (:func:`detectable_tv`) reaches the target at every position, times ``margin``.
 
     Args:
         pilot: the verdict of a pilot sample (set aside afterwards).
@@ -549,11 +551,26 @@ def samples_for_tv(pilot: SamplingVerdict, target_tv: float, margin: float = 1.1
     """
     if not 0 < target_tv < 1:
         raise ValueError(f"the target TV must lie in (0, 1), got {target_tv!r}")
-    need = pilot.n
-    for pos in pilot.positions:
-        if pos.tests and pos.detectable_tv < 1.0:
-            need = max(need, math.ceil(pilot.n * (pos.detectable_tv / target_tv) ** 2 * margin))
-    return int(need)
+    level = pilot.alpha / max(len(pilot.tests), 1)
+    basis = []
+    for j in range(pilot.k):
+        tests = [t for t in pilot.tests if t.position == j]
+        test = next((t for t in tests if t.group_sizes), None) or next((t for t in tests if t.dof >= 1), None)
+        if test is not None and test.n_eff > 0:
+            basis.append(test)
+
+    def worst(f: float) -> float:
+        return max((detectable_tv(t.n_eff * f, math.ceil(t.dof * math.sqrt(f)), level) for t in basis), default=0.0)
+
+    if worst(1.0) <= target_tv:
+        return pilot.n
+    lo, hi = 1.0, 2.0
+    while worst(hi) > target_tv and hi < 1e6:
+        lo, hi = hi, hi * 2
+    for _ in range(30):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if worst(mid) <= target_tv else (mid, hi)
+    return int(math.ceil(pilot.n * hi * margin))
 
 
 def _check_alpha(alpha: float) -> None:
