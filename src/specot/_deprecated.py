@@ -1,4 +1,4 @@
-"""Keyword arguments renamed in this release: the old name keeps working, with a
+"""Keyword arguments and attributes renamed in this release: the old name keeps working, with a
 :class:`DeprecationWarning`, until the next release removes it."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-__all__ = ["renamed_keyword"]
+__all__ = ["renamed_keyword", "renamed_attribute"]
 
 
 def renamed_keyword(new_value: Any, old_value: Any, *, old: str, new: str, where: str) -> Any:
@@ -33,3 +33,20 @@ def renamed_keyword(new_value: Any, old_value: Any, *, old: str, new: str, where
     warnings.warn(f"{where}({old}=...) is deprecated and will be removed in the next release; use {new}=",
                   DeprecationWarning, stacklevel=3)
     return old_value
+
+
+def renamed_attribute(new: str, *, old: str, owner: str, why: str = "") -> property:
+    """A read-only property ``old`` that returns attribute ``new`` with a :class:`DeprecationWarning`
+    (``owner``: the class's name for the message; ``why``: what the old name got wrong, if anything).
+
+    Warns:
+        DeprecationWarning: on every read.
+    """
+    reason = f" ({why})" if why else ""
+
+    def get(self: Any) -> Any:
+        warnings.warn(f"{owner}.{old} is deprecated{reason} and will be removed in the next release; read "
+                      f"{owner}.{new}", DeprecationWarning, stacklevel=2)
+        return getattr(self, new)
+
+    return property(get, doc=f"Deprecated name of :attr:`{new}`{reason}.")

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .._deprecated import renamed_attribute
 from .._validation import check_count, check_seed
 from ..sampling import SamplingConfig
 
@@ -94,12 +94,8 @@ class GenerationStats:
         many nodes per position and commits at most one, so for trees the two differ widely."""
         return self.accepted / self.drafted if self.drafted else 0.0
 
-    @property
-    def acceptance_rate(self) -> float:
-        """Deprecated name of :attr:`accepted_per_drafted` (it is not the acceptance rate α)."""
-        warnings.warn("GenerationStats.acceptance_rate is accepted / drafted tokens, not the acceptance rate α; "
-                      "read accepted_per_drafted", DeprecationWarning, stacklevel=2)
-        return self.accepted_per_drafted
+    acceptance_rate = renamed_attribute("accepted_per_drafted", old="acceptance_rate", owner="GenerationStats",
+                                        why="it is accepted / drafted tokens, not the acceptance rate α")
 
     @property
     def acceptance_per_position(self) -> list[float]:

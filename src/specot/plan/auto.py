@@ -17,12 +17,12 @@ The rule, one place (:func:`auto_choice`; :func:`specot.plan.make_plan` turns it
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 import torch
 
+from .._deprecated import renamed_attribute
 from ..models.device import prepacking_available, resolve_dtype
 from ..models.protocol import TargetModel
 from .backends import backend_of, capabilities_for, is_embedded
@@ -57,12 +57,7 @@ class AutoChoice:
     min_confidence: float | None = None  # τ of the EAGLE head's confidence gate; None: off
     options: tuple[tuple[str, Any], ...] = ()  # other drafter options (a backend's tuned suffix drafter)
 
-    @property
-    def drafts(self) -> int | None:
-        """Deprecated name of :attr:`children` (removed in the next release)."""
-        warnings.warn("AutoChoice.drafts is deprecated and will be removed in the next release; use "
-                      "AutoChoice.children", DeprecationWarning, stacklevel=2)
-        return self.children
+    drafts = renamed_attribute("children", old="drafts", owner="AutoChoice")
 
 
 def _names_greedy_tree(tree: Any) -> bool:
