@@ -176,6 +176,7 @@ def _all(args: argparse.Namespace, models: _Models, note: str) -> list[AuditRow]
 
     scale = args.samples or 500  # samples of the main setting; the others a fraction of it
     run("specot", ["speculative"], [0.6, 1.0, 0.0], scale, backend="llamacpp")
+    run("specot", ["speculative", "kseq"], [0.6, 1.0], scale // 2, backend="llamacpp", top_p=0.9, top_k=50)
     run("specot", ["kseq", "rrs", "importance", "greedy"], [1.0], scale // 2, backend="llamacpp")
     run("llamacpp", ["prompt-lookup"], [1.0, 0.0], scale // 2)
     run("hf", ["assisted", "prompt-lookup"], [1.0, 0.0], max(scale // 10, 20))
