@@ -16,24 +16,25 @@ __all__ = ["AUTO_PLAN", "CAPABILITIES", "PASS_COST", "auto_choice"]
 #: (:meth:`LlamaCppTarget.pass_cost_curve`).
 CAPABILITIES = Capabilities(hidden_states=False, dtypes=(torch.float32,), pass_cost=True)
 
-#: What ``auto`` should decode with on the llama.cpp backend, per temperature: suffix-decoding trees
-#: (:class:`specot.drafting.SuffixDrafter`, the GREEDY law, depth 4) whose adaptive budget prices a
-#: pass of 1 + N tokens at r(1 + N) one-token passes of the curve measured on this machine
+#: What ``auto`` should decode with on the llama.cpp backend, per temperature: suffix-decoding chains
+#: (:class:`specot.drafting.SuffixDrafter`, the GREEDY law, up to 8 deep) whose adaptive budget prices
+#: a pass of 1 + N tokens at r(1 + N) one-token passes of the curve measured on this machine
 #: (:meth:`LlamaCppTarget.pass_cost_curve`, calibrated on first use and cached; with
 #: ``SPECOT_CALIBRATE=0`` or a failed calibration, at ``1 + cost_fixed + cost_per_token·N``, the
-#: fallback :data:`PASS_COST`) instead of the drafter's defaults (0.05, 0.03, fitted
-#: to the transformers backend, whose 7-token pass costs 1.25 one-token passes) — drafting only after
-#: a match of at least ``min_n = 4`` tokens, with the count discount ``kappa = 0.05`` (a continuation
-#: seen once scores 0.95, not 0.67: with the default 0.5 a priced budget never drafts even when the
-#: answer copies the prompt). Chosen by the speedup the quiet curve predicts for each run's passes
-#: (``plan.run_speedup``; timing-free) on 8 prompts (2 chat, 2 code edits, a summary, raw prose, raw
-#: code, a copy), 64 tokens: mean 1.14 at T = 0 (chat 1.00–1.03, edits 1.25 / 1.43, copy 1.46) and
-#: 1.04 at T = 1, against 1.04 / 0.99 with the default kappa and min_n and 0.68 / 0.47 for n-gram chains
-#: of 4 (docs/llamacpp.md). n-gram chains, fixed trees and the distilled draft model do not pay on
-#: this cost curve at any temperature; EAGLE is not available (no hidden states).
+#: fallback :data:`PASS_COST`) — drafting only after a match of at least ``min_n = 4`` tokens, each
+#: node scored by the copy model (``copy_model``: the rate at which text after a match of its
+#: length is copied, learned per generation around :data:`specot.drafting.suffix.COPY_PRIOR`), so a
+#: long copy drafts a long chain and a short match none. Where a wide pass costs about its width
+#: (a CPU), a draft pays only when nearly certain: against the count-discounted scores (κ = 0.05)
+#: and chains of 4 it had before, the copy model and chains of 8 raise the speedup the measured
+#: curve predicts from 1.01 / 0.99 / 0.98 to 1.06 / 1.01 / 1.01 on three prompt sets it was not
+#: fitted to (code_more, tasks, kinds; T = 0, 12 prompts, 64 tokens) and from 1.15 to 1.26 on the
+#: repeat set; at T = 1 it drafts less (1.00 everywhere; 1.03 on the repeat set). n-gram chains,
+#: fixed trees and the distilled draft model do not pay on this cost curve at any temperature;
+#: EAGLE is not available (no hidden states).
 AUTO_PLAN = {
-    0.0: {"draft": "suffix", "children": 1, "depth": 4, "kappa": 0.05, "min_n": 4},
-    1.0: {"draft": "suffix", "children": 1, "depth": 4, "kappa": 0.05, "min_n": 4},
+    0.0: {"draft": "suffix", "children": 1, "depth": 8, "kappa": 0.05, "min_n": 4, "copy_model": True},
+    1.0: {"draft": "suffix", "children": 1, "depth": 8, "kappa": 0.05, "min_n": 4, "copy_model": True},
 }
 #: FALLBACK ``(cost_fixed, cost_per_token)``: a pass over 1 + N tokens costs ``1 + f + c·N`` one-token
 #: passes, the linear fit of :data:`specot_llamacpp.plan.QUIET_CURVE` (measured on a Zen 4 with
@@ -49,4 +50,5 @@ def auto_choice(temperature: float) -> AutoChoice:
     nearest temperature listed."""
     e = AUTO_PLAN[min(AUTO_PLAN, key=lambda t: abs(t - float(temperature)))]
     return AutoChoice(e["draft"], e["children"], e["depth"],
-                      options=(("suffix_kappa", e["kappa"]), ("suffix_min_match", e["min_n"])))
+                      options=(("suffix_kappa", e["kappa"]), ("suffix_min_match", e["min_n"]),
+                               ("suffix_copy_model", e["copy_model"])))
