@@ -49,8 +49,11 @@ __all__ = ["PassCostCurve", "FORMAT_VERSION", "DEFAULT_WIDTHS", "DEFAULT_REPEATS
 
 #: Version of the cache entries' format and of the measurement; an entry of another version is stale.
 FORMAT_VERSION = 2  # 2: measured times made plausible (non-decreasing, at most B one-token passes)
-#: The pass widths B timed by default: those specot's plans run (a plain step, chains and trees up to 8 nodes).
-DEFAULT_WIDTHS = (1, 2, 3, 4, 5, 7, 9)
+#: The pass widths B timed by default: every width specot's plans run (a plain step, chains and trees
+#: up to 8 nodes). Every one, not a few to interpolate between: on llama.cpp's CPU kernels a pass of
+#: an even width can cost what the odd width below it costs (r(4) ≈ r(3) on a Zen 4), which a line
+#: between r(3) and r(5) would price 20 % too high.
+DEFAULT_WIDTHS = tuple(range(1, 10))
 #: Timed passes per width (after one warm-up round); their median is t(B).
 DEFAULT_REPEATS = 8
 
