@@ -22,7 +22,9 @@ break-even acceptance of every chain length (:mod:`specot_llamacpp.plan`); JSON 
 Every method decodes every prompt of a set from a cold cache (prompt included in the time), at
 most ``--max-new-tokens`` tokens, stopping at EOS, ``--repeats`` times (T > 0: seeds 0..r−1); the
 methods alternate prompt by prompt so drifts of the machine hit them alike. A set's tokens/s is its
-tokens over its seconds; each specot method also records its passes, tree sizes and acceptance, and
+tokens over its seconds, end to end; ``decode_tokens_per_s`` leaves out the time to the first
+emitted tokens (the prompt's pass) and those tokens — at T > 0 the methods' answers end at
+different lengths, and a shorter answer spreads the same prompt pass over fewer tokens; each specot method also records its passes, tree sizes and acceptance, and
 the speedup over ``specot-ar`` that the measured cost curve predicts for those passes
 (:func:`specot_llamacpp.plan.run_speedup`). JSON on stdout or ``--out``; progress on stderr.
 """
@@ -114,15 +116,18 @@ def _llama_runner(target: LlamaCppTarget, lookup: bool) -> Callable[[list[int], 
                           n_threads_batch=target.n_threads, verbose=False, **kw)
     eos = target.eos_token_ids
 
-    def run(ids: list[int], T: float, max_new: int, seed: int) -> int:
+    def run(ids: list[int], T: float, max_new: int, seed: int) -> dict:
+        t0 = time.perf_counter()
         llm.reset()  # a cold cache, as specot's runs
         llm.set_seed(seed)
-        n = 0
+        n, first = 0, 0.0
         for tok in llm.generate(ids, temp=T, top_k=0, top_p=1.0, min_p=0.0, repeat_penalty=1.0):
             n += 1
+            if n == 1:
+                first = time.perf_counter() - t0
             if tok in eos or n >= max_new:
                 break
-        return n
+        return {"tokens": n, "ttft_s": first}
     return run
 
 
@@ -149,12 +154,19 @@ def _specot_runner(target: LlamaCppTarget, method: str, args: argparse.Namespace
     def run(ids: list[int], T: float, max_new: int, seed: int) -> dict:
         cfg = GenerationConfig(max_new_tokens=max_new, gamma=args.gamma, sampling=SamplingConfig(temperature=T),
                                seed=seed)
+        t0, first = time.perf_counter(), []
+
+        def on_tokens(batch: list[int]) -> None:
+            if not first:  # the first tokens committed: after the prompt's pass
+                first.append((time.perf_counter() - t0, len(batch)))
         if spec is not None:
-            res = tree_generate(target, drafter, ids, spec, cfg)
+            res = tree_generate(target, drafter, ids, spec, cfg, on_tokens=on_tokens)
         else:
-            res = speculative_generate(target, drafter, ids, cfg)
+            res = speculative_generate(target, drafter, ids, cfg, on_tokens=on_tokens)
         s = res.stats
-        return {"tokens": len(res.tokens), "passes": s.target_calls, "drafted": s.drafted, "accepted": s.accepted,
+        ttft, firsts = first[0] if first else (0.0, 0)
+        return {"tokens": len(res.tokens), "ttft_s": ttft, "firsts": firsts,
+                "passes": s.target_calls, "drafted": s.drafted, "accepted": s.accepted,
                 "tree_sizes": list(s.tree_sizes), "emitted": [a + 1 for a in s.accepted_lengths],
                 "draft_time_s": s.draft_time_s}
     return run
@@ -210,11 +222,12 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
                         dt = time.perf_counter() - t0
                         cell = acc.setdefault(name, {}).setdefault(m, {}).setdefault(str(T), {
                             "tokens": 0, "time_s": 0.0, "passes": 0, "drafted": 0, "accepted": 0,
-                            "tree_sizes": [], "emitted": [], "draft_time_s": 0.0})
+                            "tree_sizes": [], "emitted": [], "draft_time_s": 0.0, "ttft_s": 0.0, "firsts": 0})
                         rec = out if isinstance(out, dict) else {"tokens": out}
                         cell["tokens"] += rec["tokens"]
                         cell["time_s"] += dt
-                        for k in ("passes", "drafted", "accepted", "draft_time_s"):
+                        rec.setdefault("firsts", 1 if "ttft_s" in rec else 0)
+                        for k in ("passes", "drafted", "accepted", "draft_time_s", "ttft_s", "firsts"):
                             cell[k] += rec.get(k, 0)
                         cell["tree_sizes"] += rec.get("tree_sizes", [])
                         cell["emitted"] += rec.get("emitted", [])
@@ -233,6 +246,9 @@ def _summarise(acc: dict, curve: CostCurve) -> dict:
             for T, c in temps.items():
                 row = {"tokens_per_s": round(c["tokens"] / c["time_s"], 2), "tokens": c["tokens"],
                        "time_s": round(c["time_s"], 3)}
+                if c["firsts"]:  # after the first tokens: the prompt's pass left out
+                    row["ttft_s"] = round(c["ttft_s"], 3)
+                    row["decode_tokens_per_s"] = round((c["tokens"] - c["firsts"]) / (c["time_s"] - c["ttft_s"]), 2)
                 if c["emitted"]:
                     row.update(passes=c["passes"], drafted=c["drafted"], accepted=c["accepted"],
                                tokens_per_pass=round(sum(c["emitted"]) / len(c["emitted"]), 3),
@@ -242,9 +258,12 @@ def _summarise(acc: dict, curve: CostCurve) -> dict:
     for name, temps in out.items():
         for T, rows in temps.items():
             base = rows.get("plain", {}).get("tokens_per_s")
+            dbase = rows.get("plain", {}).get("decode_tokens_per_s")
             for r in rows.values():
                 if base:
                     r["vs_plain"] = round(r["tokens_per_s"] / base, 3)
+                if dbase and "decode_tokens_per_s" in r:
+                    r["decode_vs_plain"] = round(r["decode_tokens_per_s"] / dbase, 3)
     means: dict = {}
     for temps in out.values():
         for T, rows in temps.items():
