@@ -31,10 +31,14 @@ CAPABILITIES = Capabilities(hidden_states=False, dtypes=(torch.float32,), pass_c
 #: fitted to (code_more, tasks, kinds; T = 0, 12 prompts, 64 tokens) and from 1.15 to 1.26 on the
 #: repeat set; at T = 1 it drafts less (1.00 everywhere; 1.03 on the repeat set). n-gram chains,
 #: fixed trees and the distilled draft model do not pay on this cost curve at any temperature;
-#: EAGLE is not available (no hidden states).
+#: EAGLE is not available (no hidden states). No n-gram corpus (``corpus``): its nodes start at a
+#: 0.3 acceptance gate and a draft token here needs about 0.9, so it never drafted, and building it
+#: took 0.2 s of every run's start.
 AUTO_PLAN = {
-    0.0: {"draft": "suffix", "children": 1, "depth": 8, "kappa": 0.05, "min_n": 4, "copy_model": True},
-    1.0: {"draft": "suffix", "children": 1, "depth": 8, "kappa": 0.05, "min_n": 4, "copy_model": True},
+    0.0: {"draft": "suffix", "children": 1, "depth": 8, "kappa": 0.05, "min_n": 4, "copy_model": True,
+          "corpus": "none"},
+    1.0: {"draft": "suffix", "children": 1, "depth": 8, "kappa": 0.05, "min_n": 4, "copy_model": True,
+          "corpus": "none"},
 }
 #: FALLBACK ``(cost_fixed, cost_per_token)``: a pass over 1 + N tokens costs ``1 + f + c·N`` one-token
 #: passes, the linear fit of :data:`specot_llamacpp.plan.QUIET_CURVE` (measured on a Zen 4 with
@@ -51,4 +55,4 @@ def auto_choice(temperature: float) -> AutoChoice:
     e = AUTO_PLAN[min(AUTO_PLAN, key=lambda t: abs(t - float(temperature)))]
     return AutoChoice(e["draft"], e["children"], e["depth"],
                       options=(("suffix_kappa", e["kappa"]), ("suffix_min_match", e["min_n"]),
-                               ("suffix_copy_model", e["copy_model"])))
+                               ("suffix_copy_model", e["copy_model"]), ("ngram_corpus", e["corpus"])))
