@@ -33,12 +33,15 @@ CAPABILITIES = Capabilities(hidden_states=False, dtypes=(torch.float32,), pass_c
 #: fixed trees and the distilled draft model do not pay on this cost curve at any temperature;
 #: EAGLE is not available (no hidden states). No n-gram corpus (``corpus``): its nodes start at a
 #: 0.3 acceptance gate and a draft token here needs about 0.9, so it never drafted, and building it
-#: took 0.2 s of every run's start.
+#: took 0.2 s of every run's start. ``overhead``: a drafted step's work outside its pass beyond a
+#: plain step's (the chain's verification, its rows copied, the cache cut back), about 0.3 ms
+#: against a one-token pass of 6–7 ms here, so 0.05 one-token passes: a budget that ignores it
+#: drafts chains that gain less than they cost.
 AUTO_PLAN = {
     0.0: {"draft": "suffix", "children": 1, "depth": 8, "kappa": 0.05, "min_n": 4, "copy_model": True,
-          "corpus": "none"},
+          "corpus": "none", "overhead": 0.05},
     1.0: {"draft": "suffix", "children": 1, "depth": 8, "kappa": 0.05, "min_n": 4, "copy_model": True,
-          "corpus": "none"},
+          "corpus": "none", "overhead": 0.05},
 }
 #: FALLBACK ``(cost_fixed, cost_per_token)``: a pass over 1 + N tokens costs ``1 + f + c·N`` one-token
 #: passes, the linear fit of :data:`specot_llamacpp.plan.QUIET_CURVE` (measured on a Zen 4 with
@@ -55,4 +58,5 @@ def auto_choice(temperature: float) -> AutoChoice:
     e = AUTO_PLAN[min(AUTO_PLAN, key=lambda t: abs(t - float(temperature)))]
     return AutoChoice(e["draft"], e["children"], e["depth"],
                       options=(("suffix_kappa", e["kappa"]), ("suffix_min_match", e["min_n"]),
-                               ("suffix_copy_model", e["copy_model"]), ("ngram_corpus", e["corpus"])))
+                               ("suffix_copy_model", e["copy_model"]), ("ngram_corpus", e["corpus"]),
+                               ("suffix_draft_overhead", e["overhead"])))

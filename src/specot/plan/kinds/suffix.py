@@ -17,14 +17,16 @@ SUFFIX_CHILDREN = 4
 
 
 #: The suffix drafter's own options, beside the corpus': the shortest suffix match that drafts
-#: (``SuffixDrafter(min_n=)``), the count discount κ of its scores, and the copy model
-#: (``SuffixDrafter(copy_model=)``: nodes scored by the copy rate of their match length). A backend
+#: (``SuffixDrafter(min_n=)``), the count discount κ of its scores, the copy model
+#: (``SuffixDrafter(copy_model=)``: nodes scored by the copy rate of their match length) and the
+#: work a drafted step adds outside its pass (``SuffixDrafter(draft_overhead=)``). A backend
 #: whose wide passes cost much (llama.cpp on a CPU) asks for long matches and the copy model in its ``auto``.
 SUFFIX_OPTIONS = {
     **NGRAM_OPTIONS,
     "suffix_min_match": Option(1, lambda v: check_count(v, "suffix_min_match")),
     "suffix_kappa": Option(0.5, lambda v: check_positive_number(v, "suffix_kappa", allow_zero=True)),
     "suffix_copy_model": Option(False, lambda v: _check_bool(v, "suffix_copy_model")),
+    "suffix_draft_overhead": Option(0.0, lambda v: check_positive_number(v, "suffix_draft_overhead", allow_zero=True)),
 }
 
 
@@ -77,7 +79,8 @@ class SuffixKind(DraftKind):
         opts = dict(spec.options)
         return SuffixDrafter(vocab_size=target.vocab_size, corpus=corpus, min_n=opts.get("suffix_min_match", 1),
                              kappa=float(opts.get("suffix_kappa", 0.5)),
-                             copy_model=bool(opts.get("suffix_copy_model", False)), **pass_cost(target))
+                             copy_model=bool(opts.get("suffix_copy_model", False)),
+                             draft_overhead=float(opts.get("suffix_draft_overhead", 0.0)), **pass_cost(target))
 
 
 KIND = register_kind(SuffixKind())
