@@ -42,3 +42,6 @@ def test_the_report_says_what_a_wide_pass_costs_and_how_often_it_drafted():
     assert "no draft can pay" in flat and "drafted at 0 of 2 steps" in flat
     cheap = pricing_line(PassCostCurve((1, 2, 5), (10.0, 10.5, 11.0)).to_dict(), [2, 2])
     assert "wherever a draft is likely" in cheap
+    # llama.cpp's CPU kernels: a 4-token pass costs what a 3-token one does, so chains of 3 pay first
+    paired = PassCostCurve((1, 2, 3, 4, 5), (10.0, 19.2, 24.7, 25.2, 30.7)).to_dict()
+    assert "(chains of 3)" in pricing_line(paired, [3, 0])

@@ -174,21 +174,26 @@ def pricing_line(pass_cost: dict | None, tree_sizes: list[int]) -> str:
     """One line saying what a wide pass costs on this machine and how often the run drafted, when a
     measured pass-cost curve priced the drafts (``GenerateReport.pass_cost``); ``""`` otherwise.
     E.g. ``[pass cost] here a 2-token pass costs 1.56 one-token passes and a 5-token pass 3.28
-    (cache; specot calibrate): a draft token pays only if accepted >= 56% of the time, so drafts go
-    where the text repeats: drafted at 12 of 80 steps``."""
+    (cache; specot calibrate): a draft token pays only if accepted >= 56% of the time (chains of 1),
+    so drafts go where the text repeats: drafted at 12 of 80 steps`` — the chain length γ whose
+    break-even acceptance is lowest."""
     if not pass_cost or not pass_cost.get("ratios"):
         return ""
     curve = PassCostCurve.from_dict(pass_cost, source=str(pass_cost.get("source", "cache")))
     r2, r5 = curve.ratio(2), curve.ratio(5)
     steps, drafted = len(tree_sizes), sum(1 for n in tree_sizes if n > 0)
-    need = break_even_alpha(1, curve)  # one draft token pays for a 2-token pass when accepted this often
+    # the chain of γ drafts that pays at the lowest per-token acceptance (an even-width pass can cost
+    # what the odd one below it does, so it need not be γ = 1)
+    needs = [(a, g) for g in range(1, min(8, max(curve.widths) - 1) + 1)
+             if (a := break_even_alpha(g, curve)) is not None]
     head = (f"[pass cost] here a 2-token pass costs {r2:.2f} one-token passes and a 5-token pass {r5:.2f} "
             f"({curve.source}; specot calibrate): ")
-    if need is None:
+    if not needs:
         return head + f"no draft can pay for a wider pass, so every step is plain: drafted at {drafted} of {steps} steps"
+    need, gamma = min(needs)
     where = "where the text repeats" if need >= 0.4 else "wherever a draft is likely"
-    return head + (f"a draft token pays only if accepted >= {need:.0%} of the time, so drafts go {where}: "
-                   f"drafted at {drafted} of {steps} steps")
+    return head + (f"a draft token pays only if accepted >= {need:.0%} of the time (chains of {gamma}), so drafts "
+                   f"go {where}: drafted at {drafted} of {steps} steps")
 
 
 def _interrupted(stop: GenerationInterrupted, as_json: bool) -> int:
