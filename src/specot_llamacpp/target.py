@@ -265,8 +265,10 @@ class LlamaCppTarget:
 
     # ----------------------------------------------------------------- cache
     def reset(self) -> None:
-        """Empty the KV cache (a new sequence starts)."""
-        lc.llama_memory_clear(self._mem, True)
+        """Empty the KV cache (a new sequence starts). The cells are freed, their data left: an empty
+        cell is masked out of every later pass, and zeroing the buffers (``data=True``) cost ~3.5 ms of
+        memset for an 8,192-position cache — half a decode step of every generation's first token."""
+        lc.llama_memory_clear(self._mem, False)
         self.main_seq = 0
         self._ids = []
         self._tree = None

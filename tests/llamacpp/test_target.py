@@ -208,3 +208,21 @@ def test_too_many_leaves_and_non_paths_are_refused(target):
     with pytest.raises(ValueError, match="root path"):
         target.keep_tree_path(3, [3 + 0, 3 + 6])  # 6 hangs below 3, not 0
     target.reset()
+
+
+def test_reset_leaves_no_trace_of_the_last_sequence(target, prompt_ids):
+    """``reset`` frees the cells without zeroing their data: a prompt scored after a long run of
+    trees and chains gets the same logits, bit for bit, as it got before them (an empty cell is
+    masked out of every pass, whatever it holds)."""
+    ids = list(prompt_ids[1])
+    target.reset()
+    first = target.logits_after(ids).clone()
+    ctx = list(prompt_ids[2])
+    target.reset()
+    for _ in range(3):
+        target.tree_logits_after(ctx, WIDE_TOKENS, WIDE_PARENTS)
+        target.keep_tree_path(len(ctx), [len(ctx)])
+        ctx = ctx + [WIDE_TOKENS[0], 13]
+        target.logits_after(ctx, [11, 12])
+    target.reset()
+    assert torch.equal(target.logits_after(ids), first)
