@@ -4,7 +4,8 @@
 :data:`specot_vllm.engines.METHODS` (vLLM plain, vLLM ``ngram`` / ``suffix`` / ``eagle3`` with
 specot's head drafting greedily, specot's suffix drafter, specot's head drafting from its calibrated
 q, specot's suffix draft TREES scored in one pass and verified by the ``greedy`` verifier or by
-k-Seq on redrawn trees — ``specot-tree``, ``specot-tree-kseq``, ``--tree-nodes`` nodes per tree),
+k-Seq or the optimal transport verifier on redrawn trees — ``specot-tree``, ``specot-tree-kseq``,
+``specot-tree-ot``, ``--tree-nodes`` nodes per tree),
 one engine, and in it every (batch size, temperature) cell: ``batch`` prompts generated
 together, ``--max-tokens`` new tokens each (``ignore_eos``, so every cell decodes the same count),
 timed after one warm-up generation; a cell runs batches one after another until ``--min-requests``

@@ -32,6 +32,8 @@ METHODS: dict[str, tuple[dict | None, dict | None]] = {
                     {"specot": {"verifier": "greedy"}}),
     "specot-tree-kseq": ({"method": "custom_class", "model": "specot_vllm.SuffixTreeProposer"},
                          {"specot": {"verifier": "kseq"}}),
+    "specot-tree-ot": ({"method": "custom_class", "model": "specot_vllm.SuffixTreeProposer"},
+                       {"specot": {"verifier": "ot"}}),
 }
 
 

@@ -90,7 +90,7 @@ def test_skipping_the_kv_move_is_caught(engine, reference):
     assert greedy_ids(engine, TREE_PROMPTS) == reference["tree_greedy"][len(PROMPTS):]
 
 
-@pytest.fixture(scope="module", params=["kseq", "rrs_wor"])
+@pytest.fixture(scope="module", params=["kseq", "rrs_wor", "ot"])
 def redrawn_engine(request, reference):
     from specot_vllm import engines
 
@@ -101,8 +101,9 @@ def redrawn_engine(request, reference):
 
 
 def test_law_at_temperature_1_on_redrawn_trees(redrawn_engine, reference):
-    """SpecTr's k-Seq on trees whose children are i.i.d. draws from the drafter's q, and recursive
-    rejection sampling without replacement on trees drawn without replacement: the first three
+    """SpecTr's k-Seq and the optimal transport verifier ``ot`` (α*_iid at full vocabulary) on trees
+    whose children are i.i.d. draws from the drafter's q, and recursive rejection sampling without
+    replacement on trees drawn without replacement: the first three
     tokens (the third drawn at a tree node when the second was an accepted draft) follow vLLM's
     autoregressive law."""
     from specot_vllm.engines import law_check
@@ -110,5 +111,5 @@ def test_law_at_temperature_1_on_redrawn_trees(redrawn_engine, reference):
     name, llm = redrawn_engine
     ok, p = law_check(law_samples(llm, reference["law_ids"]["repeat"], tokens=3), reference["law3"], ALPHA)
     assert ok, f"{name}: chi-square p-value {p:.2e} < {ALPHA}"
-    cls = {"kseq": "KSeqVerifier", "rrs_wor": "RRSWORVerifier"}[name]
+    cls = {"kseq": "KSeqVerifier", "rrs_wor": "RRSWORVerifier", "ot": "OTVerifier"}[name]
     assert any(d["verifier"] == cls and d["redrawn"] for d in traced("tree_verify"))
