@@ -164,13 +164,16 @@ def redraw_tree(tree: Any, law: Any, generator: Any) -> Any:
     ``rrs_wor``: without replacement).
 
     Args:
-        tree: a :class:`specot.drafting.DraftTree` with q rows (``SuffixDrafter(vocab_size=V)``).
+        tree: a :class:`specot.drafting.DraftTree` with q rows (``SuffixDrafter(vocab_size=V)``), or
+            a deterministic chain (q = None: one-hot rows), returned as it is.
         law: a :class:`specot.laws.DraftLaw`.
         generator: the draws' randomness (a CPU ``torch.Generator``) or ``None``.
     """
     from specot.drafting import DraftTree
     from specot.laws import sample_drafts
 
+    if tree.q is None:  # a chain whose q rows are one-hot (left implicit): every redraw is the chain itself
+        return tree
     out = DraftTree.root(tree.tokens[0])
     out.law = law
     rows: list[int] = []

@@ -120,6 +120,9 @@ def _check_tree_invariants(tree, V, width=None):
     for i in range(1, len(tree.tokens)):
         assert tree.parents[i] < i and tree.depths[i] == tree.depths[tree.parents[i]] + 1
     assert tree.law == DraftLaw.GREEDY
+    if tree.q is None:  # a chain: deterministic, its q one-hot rows left implicit
+        assert tree.deterministic and all(len(d) == 1 for d in tree.drafts.values())
+        return
     for node, drafts in tree.drafts.items():
         n = len(drafts)
         assert len(set(drafts)) == n  # distinct children

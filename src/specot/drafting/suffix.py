@@ -697,7 +697,11 @@ class SuffixDrafter(Drafter):
         kids_of: dict[int, list[_TNode]] = {}
         for c in selected:
             kids_of.setdefault(id(c.parent), []).append(c)
-        if self._vocab is None:  # no q possible: the best chain only (one-hot q via q = None)
+        # no q possible, or a budget of chains (one child per node, so q would be one-hot rows): the
+        # best chain as a deterministic tree, q = None — the same law under any lossless verifier
+        # (accept the child iff p's draw is it) without [N, V] one-hot rows to build and move. A wider
+        # budget keeps q rows even for a chain: a caller may redraw its children from them.
+        if self._vocab is None or self._children() == 1:
             node, chain, picked = root, [], []
             while True:
                 kids = kids_of.get(id(node), [])
@@ -707,9 +711,13 @@ class SuffixDrafter(Drafter):
                 chain.append(node.token)
                 picked.append(node)
             tree = DraftTree.chain(root_tok, chain)
+            if self._vocab is not None:
+                tree.law = DraftLaw.GREEDY  # one child per node: the GREEDY law's draw, q one-hot
             parent = 0
             for c in picked:
                 nid = tree.child_of[parent][c.token]
+                if c.origin == "corpus":
+                    self._last_corpus.append((nid, parent, c.freq))
                 self._note_copy(c, nid, parent)
                 parent = nid
             return tree
