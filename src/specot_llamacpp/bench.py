@@ -127,7 +127,7 @@ def _llama_runner(target: LlamaCppTarget, lookup: bool) -> Callable[[list[int], 
                 first = time.perf_counter() - t0
             if tok in eos or n >= max_new:
                 break
-        return {"tokens": n, "ttft_s": first}
+        return {"tokens": n, "ttft_s": first, "firsts": 1}  # llama-cpp-python yields one token at a time
     return run
 
 
@@ -226,7 +226,6 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
                         rec = out if isinstance(out, dict) else {"tokens": out}
                         cell["tokens"] += rec["tokens"]
                         cell["time_s"] += dt
-                        rec.setdefault("firsts", 1 if "ttft_s" in rec else 0)
                         for k in ("passes", "drafted", "accepted", "draft_time_s", "ttft_s", "firsts"):
                             cell[k] += rec.get(k, 0)
                         cell["tree_sizes"] += rec.get("tree_sizes", [])

@@ -82,6 +82,7 @@ moves the rows it needs to p's device and dtype (``.to``).
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import time
 from collections import Counter, defaultdict
@@ -751,8 +752,4 @@ class SuffixDrafter(Drafter):
 
 def _copy_bucket(match: int) -> int:
     """Index of the :data:`COPY_EDGES` bucket of a match length (0 for matches shorter than 1)."""
-    b = 0
-    for i, edge in enumerate(COPY_EDGES):
-        if match >= edge:
-            b = i
-    return b
+    return max(0, bisect.bisect_right(COPY_EDGES, match) - 1)
