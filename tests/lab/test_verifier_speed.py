@@ -46,3 +46,17 @@ def test_only_ot_through_the_cli(tmp_path, monkeypatch):
     assert main(["bench", "verifier-speed", "--verifier", "ot", "--quick", "--out", str(out)]) == 0
     assert seen == [True]
     assert [r["dist"] for r in json.loads(out.read_text())["results"]] == ["flat"]
+
+
+def test_real_rows_time_ot_and_kseq_on_every_position(monkeypatch):
+    """``--real``: one row per verifier and n over all positions given (here crafted ones; the real
+    ones come from the models), with the spread reported."""
+    g = torch.Generator().manual_seed(0)
+    p = torch.softmax(3 * torch.randn(5, 200, generator=g), -1)
+    q = torch.softmax(3 * torch.randn(5, 200, generator=g), -1)
+    monkeypatch.setattr(verifier_speed, "real_positions", lambda draft, temperature: (p, q))
+    rows = verifier_speed.measure_real("tiny", 1.0)
+    assert [(r["verifier"], r["n"]) for r in rows] == [(v, n) for n in verifier_speed.OT_NS for v in ("ot", "kseq")]
+    for r in rows:
+        assert r["positions"] == 5 and r["dist"] == "real:tiny:T=1"
+        assert 0 < r["ms_per_position"] <= r["p90_ms"] <= r["max_ms"]

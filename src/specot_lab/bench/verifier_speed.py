@@ -10,6 +10,10 @@ The optimal i.i.d. verifier ``ot`` (whose cost depends on the shape of p and q, 
 timed per position (B = 1) for n ∈ {2, 4, 8} on the distributions of :data:`OT_DISTRIBUTIONS`
 (real-shaped, peaked, flat, near-uniform and uniform q, top-50 supports, q = p), each row with its
 α*; ``--verifier ot`` times only those (``specot bench verifier-speed --verifier ot --out ot.json``).
+``--real DRAFT`` adds rows on real distributions: the embedded target's and the draft model's p and q
+(standardized at T = 1) at every position of the target's sampled continuations of 3 code, 3 chat
+and 3 general prompts (32 tokens each), ``ot`` beside ``kseq`` (median, 90th percentile and maximum
+ms per position over the positions, one timed call each after an untimed one with the same drafts).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import platform
 import statistics
 import time
 
+import numpy as np
 import torch
 from tqdm import tqdm
 
@@ -114,6 +119,64 @@ def measure_ot(quick: bool = False, vocab: int = V) -> list[dict]:
     return rows
 
 
+def real_positions(draft: str, temperature: float = 1.0, per_set: int = 3,
+                   tokens: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(p, q) [R, V]`` float32: the embedded target's and ``draft``'s standardized distributions at
+    every position of the target's seeded continuations of ``per_set`` prompts of the code, chat and
+    general sets (``tokens`` each).
+
+    Raises:
+        ValueError: a draft without a draft distribution here (see ``load_bench_draft``).
+    """
+    from specot.api import load_target
+    from specot.engine import GenerationConfig, autoregressive_generate
+    from specot.sampling import SamplingConfig, standardize
+
+    from ..corpus import load_prompts
+    from .acceptance import load_bench_draft
+
+    tgt = load_target(None)
+    bd = load_bench_draft(draft, tgt)
+    if not bd.available or bd.kind != "model":
+        raise ValueError(f"--real {draft!r}: {bd.reason or 'no draft distribution q'}; name a draft model "
+                         "(distilled, early-exit:K or a model directory)")
+    sc = SamplingConfig(temperature=temperature)
+    ps, qs = [], []
+    for name in ("code", "chat", "general"):
+        for prompt in load_prompts(name, per_set):
+            ids = tgt.encode_prompt(prompt)
+            cont = autoregressive_generate(tgt, ids, GenerationConfig(max_new_tokens=tokens, seed=1, sampling=sc)).tokens
+            tgt.reset()
+            bd.obj.reset()
+            ps.append(standardize(tgt.logits_after(ids, cont[:-1]).double(), sc))  # [len(cont), V]
+            qs.append(standardize(bd.obj.logits_after(ids, cont[:-1]).double(), sc))
+    return torch.cat(ps).float(), torch.cat(qs).float()
+
+
+def measure_real(draft: str, temperature: float = 1.0) -> list[dict]:
+    """Rows of ``ot`` and ``kseq`` per n ∈ :data:`OT_NS` on :func:`real_positions` (B = 1 per call):
+    median, 90th percentile and maximum ms per position."""
+    p, q = real_positions(draft, temperature)
+    g = torch.Generator().manual_seed(0)
+    rows = []
+    for n in OT_NS:
+        for name in ("ot", "kseq"):
+            v = get_verifier(name)
+            times = []
+            for i in tqdm(range(p.shape[0]), desc=f"{name} n={n} on real positions", leave=False):
+                pi, qi = p[i:i + 1], q[i:i + 1]
+                d = sample_drafts(qi, n, DraftLaw.IID, g)
+                v.verify(pi, qi, d, g)  # untimed: the same drafts, so the timed call is not the first
+                t0 = time.perf_counter()
+                v.verify(pi, qi, d, g)
+                times.append((time.perf_counter() - t0) * 1e3)
+            med = statistics.median(times)
+            rows.append({"verifier": name, "law": "iid", "dist": f"real:{draft}:T={temperature:g}", "B": 1, "n": n,
+                         "ms_per_call": med, "ms_per_position": med, "positions": len(times),
+                         "p90_ms": float(np.percentile(times, 90)), "max_ms": max(times)})
+    return rows
+
+
 def measure(quick: bool = False, only: str | None = None) -> list[dict]:
     """Rows of every verifier of :data:`CONFIGS` then of ``ot`` (:func:`measure_ot`); ``only``: one name."""
     batches = (1, 64)
@@ -147,6 +210,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--out", default=None, help="write results as JSON to this file")
     ap.add_argument("--verifier", default=None, choices=[c[0] for c in CONFIGS] + ["ot"],
                     help="time only this verifier (default: all)")
+    ap.add_argument("--real", default=None, metavar="DRAFT",
+                    help="also time ot and kseq on the embedded target's and this draft model's real distributions")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch intra-op threads (default 1: per-position latency, stable on a shared CPU)")
 
@@ -155,6 +220,8 @@ def run(args: argparse.Namespace) -> int:
     """``specot bench verifier-speed``: time every verifier; print the table, write JSON with ``--out``."""
     torch.set_num_threads(args.threads)
     rows = measure(args.quick, only=args.verifier)
+    if args.real:
+        rows += measure_real(args.real)
     print(f"{'verifier':<12}{'law':<9}{'B':>4}{'n':>3}{'ms/call':>10}{'ms/pos':>10}  {'distribution (ot)'}")
     for r in rows:
         print(f"{r['verifier']:<12}{r['law']:<9}{r['B']:>4}{r['n']:>3}{r['ms_per_call']:>10.3f}"
