@@ -45,7 +45,8 @@ from .models.embedded import model_cache_dir
 from .theory.speedup import expected_tokens
 
 __all__ = ["PassCostCurve", "FORMAT_VERSION", "DEFAULT_WIDTHS", "DEFAULT_REPEATS", "calibration_key",
-           "calibration_path", "calibrate", "break_even_alpha", "interpolate", "calibration_enabled", "pricing_curve"]
+           "calibration_path", "calibrate", "break_even_alpha", "interpolate", "calibration_enabled", "pricing_curve",
+           "cached_measurement"]
 
 #: Version of the cache entries' format and of the measurement; an entry of another version is stale.
 FORMAT_VERSION = 2  # 2: measured times made plausible (non-decreasing, at most B one-token passes)
@@ -277,8 +278,17 @@ def _write_entry(path: Path, curve: PassCostCurve) -> None:
     Raises:
         OSError: the directory cannot be made or written.
     """
+    _write_json(path, {"format": FORMAT_VERSION, "curve": curve.to_dict()})
+
+
+def _write_json(path: Path, obj: Mapping[str, Any]) -> None:
+    """Write ``obj`` as JSON to ``path`` atomically (a temporary file in its directory, then ``os.replace``).
+
+    Raises:
+        OSError: the directory cannot be made or written.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    body = json.dumps({"format": FORMAT_VERSION, "curve": curve.to_dict()}, indent=1, sort_keys=True, default=str)
+    body = json.dumps(obj, indent=1, sort_keys=True, default=str)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -373,6 +383,73 @@ def calibrate(target: Any, *, widths: Sequence[int] = DEFAULT_WIDTHS, repeats: i
             warnings.warn(f"pass-cost calibration not stored: {path.parent} is not writable "
                           f"({exc.strerror or exc})", stacklevel=2)
     return curve
+
+
+def _read_measurement(path: Path, name: str, key: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+    """(the cached measurement, None), or (None, why it cannot be used); ``(None, None)``: no entry."""
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, NotADirectoryError):
+        return None, None
+    except OSError as exc:
+        return None, f"unreadable ({exc.strerror or exc})"
+    except ValueError as exc:
+        return None, f"damaged ({' '.join(str(exc).split())[:120]})"
+    if not isinstance(obj, dict) or obj.get("format") != FORMAT_VERSION:
+        version = obj.get("format") if isinstance(obj, dict) else None
+        return None, f"stale (format version {version!r}, this specot writes {FORMAT_VERSION})"
+    body = obj.get("measurement")
+    values = body.get("values") if isinstance(body, dict) else None
+    if not isinstance(values, dict) or not all(isinstance(v, (int, float)) and v == v for v in values.values()):
+        return None, "damaged (no measured values)"
+    if body.get("name") != name or json.loads(json.dumps(body.get("key"), sort_keys=True, default=str)) != \
+            json.loads(json.dumps(dict(key), sort_keys=True, default=str)):
+        return None, "stale (measured under another key)"
+    return {**body, "source": "cache"}, None
+
+
+def cached_measurement(name: str, key: Mapping[str, Any], measure: Callable[[], Mapping[str, float]], *,
+                       refresh: bool = False, cache_dir: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """A small measurement of this machine beside the pass-cost curves (e.g. the decoding loop's
+    work per drafted step, :mod:`specot.plan.step_work`), cached the same way (module docstring:
+    ``<cache>/calibration/<digest>.json``, atomic write, a damaged or stale entry measured again
+    with one warning, ``SPECOT_NO_CACHE=1`` measures every time).
+
+    Args:
+        name: what is measured (part of the entry's identity).
+        key: what the measurement depends on (JSON-ready; compared on read).
+        measure: returns the values ``{field: number}``.
+        refresh: measure even when an entry exists (and replace it).
+        cache_dir: the cache's root (default: specot's cache directory).
+
+    Returns:
+        ``{"name", "key", "values", "measured_at", "load_average", "source"}`` (``source``:
+        ``"cache"`` or ``"measured"``).
+
+    Raises:
+        ValueError: ``measure`` returned a value that is not a finite number.
+    """
+    full_key = {"format": FORMAT_VERSION, "measurement": name, **dict(key)}
+    path = calibration_path(full_key, Path(cache_dir) if cache_dir is not None else None)
+    if path is not None and not refresh:
+        cached, why = _read_measurement(path, name, full_key)
+        if cached is not None:
+            return cached
+        if why is not None:
+            warnings.warn(f"calibration cache {path} ({name}) is {why}; measuring again", stacklevel=2)
+    load = load_average()
+    values = {k: float(v) for k, v in measure().items()}
+    if not all(v == v and abs(v) != float("inf") for v in values.values()):
+        raise ValueError(f"{name}: measured values must be finite numbers, got {values}")
+    body = {"name": name, "key": full_key, "values": values,
+            "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "load_average": list(load) if load is not None else None}
+    if path is not None:
+        try:
+            _write_json(path, {"format": FORMAT_VERSION, "measurement": body})
+        except OSError as exc:
+            warnings.warn(f"{name} not stored: {path.parent} is not writable ({exc.strerror or exc})", stacklevel=2)
+    return {**body, "source": "measured"}
 
 
 def break_even_alpha(gamma: int, ratio: Callable[[int], float], c: float = 0.0) -> float | None:

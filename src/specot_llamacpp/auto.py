@@ -39,9 +39,9 @@ CAPABILITIES = Capabilities(hidden_states=False, dtypes=(torch.float32,), pass_c
 #: drafts chains that gain less than they cost.
 AUTO_PLAN = {
     0.0: {"draft": "suffix", "children": 1, "depth": 8, "kappa": 0.05, "min_n": 4, "copy_model": True,
-          "corpus": "none", "overhead": 0.05},
+          "corpus": "none", "overhead": "measure"},
     1.0: {"draft": "suffix", "children": 1, "depth": 8, "kappa": 0.05, "min_n": 4, "copy_model": True,
-          "corpus": "none", "overhead": 0.05},
+          "corpus": "none", "overhead": "measure"},
 }
 #: FALLBACK ``(cost_fixed, cost_per_token)``: a pass over 1 + N tokens costs ``1 + f + c·N`` one-token
 #: passes, the linear fit of :data:`specot_llamacpp.plan.QUIET_CURVE` (measured on a Zen 4 with

@@ -425,6 +425,9 @@ class SuffixDrafter(Drafter):
         self.corpus, self.corpus_min_n = corpus, corpus_min_n
         self.copy_model, self.copy_weight = bool(copy_model), float(copy_weight)
         self.draft_overhead = float(draft_overhead)
+        #: the measurement that priced ``draft_overhead`` when the plan measured it
+        #: (:func:`specot.plan.step_work.suffix_draft_overhead`), else None
+        self.step_work: dict | None = None
         self.index = SuffixIndex(max_n)
         self.reset()
 

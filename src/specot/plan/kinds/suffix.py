@@ -10,6 +10,7 @@ from ...drafting.suffix import SuffixDrafter
 from ...laws import DraftLaw
 from ..corpus import ngram_counts
 from ..draft import DraftKind, DraftSpec, Option, TreeSupport, register_kind
+from ..step_work import suffix_draft_overhead
 from .ngram import NGRAM_OPTIONS
 
 #: Children per node of a suffix tree when none is given.
@@ -19,15 +20,24 @@ SUFFIX_CHILDREN = 4
 #: The suffix drafter's own options, beside the corpus': the shortest suffix match that drafts
 #: (``SuffixDrafter(min_n=)``), the count discount κ of its scores, the copy model
 #: (``SuffixDrafter(copy_model=)``: nodes scored by the copy rate of their match length) and the
-#: work a drafted step adds outside its pass (``SuffixDrafter(draft_overhead=)``). A backend
-#: whose wide passes cost much (llama.cpp on a CPU) asks for long matches and the copy model in its ``auto``.
+#: work a drafted step adds outside its pass (``SuffixDrafter(draft_overhead=)``, in one-token
+#: passes; ``"measure"``: measured on this machine against the target's measured t(1), cached,
+#: :func:`specot.plan.step_work.suffix_draft_overhead`). A backend whose wide passes cost much
+#: (llama.cpp on a CPU) asks for long matches, the copy model and a measured overhead in its ``auto``.
 SUFFIX_OPTIONS = {
     **NGRAM_OPTIONS,
     "suffix_min_match": Option(1, lambda v: check_count(v, "suffix_min_match")),
     "suffix_kappa": Option(0.5, lambda v: check_positive_number(v, "suffix_kappa", allow_zero=True)),
     "suffix_copy_model": Option(False, lambda v: _check_bool(v, "suffix_copy_model")),
-    "suffix_draft_overhead": Option(0.0, lambda v: check_positive_number(v, "suffix_draft_overhead", allow_zero=True)),
+    "suffix_draft_overhead": Option(0.0, lambda v: _check_overhead(v)),
 }
+
+
+def _check_overhead(v: Any) -> Any:
+    if v == "measure":
+        return v
+    return check_positive_number(v, "suffix_draft_overhead (a number of one-token passes >= 0, or 'measure')",
+                                 allow_zero=True)
 
 
 def _check_bool(v: Any, name: str) -> bool:
@@ -77,10 +87,22 @@ class SuffixKind(DraftKind):
     def load(self, spec: DraftSpec, target: Any, *, dtype: Any, device: str) -> SuffixDrafter:
         corpus = ngram_counts(spec.option("ngram_corpus"), target.tokenizer, spec.option("ngram_n"))
         opts = dict(spec.options)
-        return SuffixDrafter(vocab_size=target.vocab_size, corpus=corpus, min_n=opts.get("suffix_min_match", 1),
-                             kappa=float(opts.get("suffix_kappa", 0.5)),
-                             copy_model=bool(opts.get("suffix_copy_model", False)),
-                             draft_overhead=float(opts.get("suffix_draft_overhead", 0.0)), **pass_cost(target))
+        cost = pass_cost(target)
+        mine = {"min_n": int(opts.get("suffix_min_match", 1)), "kappa": float(opts.get("suffix_kappa", 0.5)),
+                "copy_model": bool(opts.get("suffix_copy_model", False))}
+
+        def make(overhead: float = 0.0, with_corpus: bool = True) -> SuffixDrafter:
+            return SuffixDrafter(vocab_size=target.vocab_size, corpus=corpus if with_corpus else None,
+                                 draft_overhead=overhead, **mine, **cost)
+
+        overhead = opts.get("suffix_draft_overhead", 0.0)
+        measurement = None
+        if overhead == "measure":
+            overhead, measurement = suffix_draft_overhead(lambda: make(with_corpus=False), cost.get("pass_cost"),
+                                                          target.vocab_size, mine)
+        drafter = make(float(overhead))
+        drafter.step_work = measurement  # what priced draft_overhead (None: a given number or the fallback)
+        return drafter
 
 
 KIND = register_kind(SuffixKind())
