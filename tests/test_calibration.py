@@ -179,7 +179,7 @@ def _auto_suffix(curve: PassCostCurve, linear: tuple[float, float]):
     target.pass_cost_curve = lambda: curve
     e = AUTO_PLAN[0.0]
     d = P.parse_draft("suffix", ngram_corpus="none", suffix_min_match=e["min_n"], suffix_kappa=e["kappa"]).load(target)
-    assert d.pass_cost is curve and pricing_curve(d) == curve.to_dict()
+    assert d.pass_cost is curve and pricing_curve(d) == {**curve.to_dict(), "draft_overhead": 0.0, "step_work": None}
     d.start(REPEATS, TreeSpec.sequences(e["children"], e["depth"], DraftLaw.GREEDY))
     return d, d.propose(REPEATS, e["depth"], SamplingConfig(0.0))
 

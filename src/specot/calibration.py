@@ -25,6 +25,8 @@ whole file and the last rename wins, so one valid entry remains. An entry that d
 has the wrong fields (damaged), or was written under another :data:`FORMAT_VERSION` or key (stale),
 is measured again with one warning and replaced. ``SPECOT_NO_CACHE=1``: measured every time, nothing
 stored. A cache that cannot be written: measured, one warning, nothing stored.
+:func:`cached_measurement` keeps other small measurements of the machine the same way (the work of a
+drafted step outside its pass, :mod:`specot.plan.step_work`).
 """
 
 from __future__ import annotations
@@ -481,9 +483,14 @@ def break_even_alpha(gamma: int, ratio: Callable[[int], float], c: float = 0.0) 
 
 def pricing_curve(drafter: Any) -> dict[str, Any] | None:
     """The measured curve that prices ``drafter``'s budget — its ``pass_cost``, or its suffix part's
-    (a ``suffix+MODEL`` hybrid) — as :meth:`PassCostCurve.to_dict`; ``None`` when none does."""
+    (a ``suffix+MODEL`` hybrid) — as :meth:`PassCostCurve.to_dict`, with ``draft_overhead`` (a drafted
+    step's own work in one-token passes, priced beside the pass) and ``step_work`` (its measurement,
+    :mod:`specot.plan.step_work`, or ``None`` when the overhead was given); ``None`` when no curve does."""
     for d in (drafter, getattr(drafter, "suffix", None)):
         curve = getattr(d, "pass_cost", None)
         if isinstance(curve, PassCostCurve):
-            return curve.to_dict()
+            work = getattr(d, "step_work", None)
+            return {**curve.to_dict(), "draft_overhead": float(getattr(d, "draft_overhead", 0.0)),
+                    "step_work": {"values": work["values"], "source": work["source"],
+                                  "measured_at": work["measured_at"]} if work else None}
     return None

@@ -34,9 +34,12 @@ CAPABILITIES = Capabilities(hidden_states=False, dtypes=(torch.float32,), pass_c
 #: EAGLE is not available (no hidden states). No n-gram corpus (``corpus``): its nodes start at a
 #: 0.3 acceptance gate and a draft token here needs about 0.9, so it never drafted, and building it
 #: took 0.2 s of every run's start. ``overhead``: a drafted step's work outside its pass beyond a
-#: plain step's (the chain's verification, its rows copied, the cache cut back), about 0.3 ms
-#: against a one-token pass of 6–7 ms here, so 0.05 one-token passes: a budget that ignores it
-#: drafts chains that gain less than they cost.
+#: plain step's (the suffix drafter's proposal, the chain's verification, the drafter's update),
+#: ``"measure"``d on the machine that runs against its measured t(1) and cached
+#: (:mod:`specot.plan.step_work`; ~0.1 ms, 0.013 of a 7.5 ms pass on a 2-core Zen 4, where the
+#: constant 0.05 priced before also counted the logits rows the curve already holds): a budget that
+#: ignores it drafts chains that gain less than they cost, and on a fast pass (a GPU) it is most of
+#: the price.
 AUTO_PLAN = {
     0.0: {"draft": "suffix", "children": 1, "depth": 8, "kappa": 0.05, "min_n": 4, "copy_model": True,
           "corpus": "none", "overhead": "measure"},

@@ -226,3 +226,19 @@ def test_reset_leaves_no_trace_of_the_last_sequence(target, prompt_ids):
         target.logits_after(ctx, [11, 12])
     target.reset()
     assert torch.equal(target.logits_after(ids), first)
+
+
+def test_returned_logits_are_copies_that_later_passes_leave_alone(target, prompt_ids):
+    """The rows come out of llama.cpp's buffer through a cached view of it; what a pass returns must
+    be the caller's own: passes of other widths after it (the buffer reused, or moved when it grows)
+    leave it as it was, and a pass of the same width returns the same rows again."""
+    ids = prompt_ids[0]
+    target.reset()
+    first = target.logits_after(ids, [11, 12])  # [3, V]
+    kept = first.clone()
+    for extra in ([], [11], [11, 12, 13, 14, 15, 16], [], [11, 12]):
+        out = target.logits_after(ids, extra)
+        assert out.shape == (1 + len(extra), target.vocab_size)
+    assert torch.equal(first, kept)
+    again = target.logits_after(ids, [11, 12])
+    torch.testing.assert_close(again, kept, rtol=0, atol=1e-4)

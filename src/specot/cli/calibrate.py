@@ -6,8 +6,11 @@ r(B) = t(B)/t(1), and the break-even acceptance of a chain of γ = B − 1 draft
 α at which it pays for its wider pass, :func:`specot.calibration.break_even_alpha`; "never" when
 even α = 1 does not). The curve is what the suffix drafter prices its drafts with on the llama.cpp
 backend (:mod:`specot.calibration`); it is cached per model file, backend, threads, CPU and library
-versions, so a second call only reads it (``--refresh`` measures again). Timings on a busy machine are
-noisy: the output carries the load average at the measurement.
+versions, so a second call only reads it (``--refresh`` measures again). Where the backend's ``auto``
+prices a drafted step's own work by measurement (llama.cpp: the suffix drafter's proposal,
+verification and update, :mod:`specot.plan.step_work`), that measurement is shown, cached and
+refreshed with the curve. Timings on a busy machine are noisy: the output carries the load average
+at the measurement.
 """
 
 from __future__ import annotations

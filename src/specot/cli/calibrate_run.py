@@ -9,6 +9,7 @@ from typing import Any
 
 from ..calibration import (DEFAULT_REPEATS, DEFAULT_WIDTHS, PassCostCurve, break_even_alpha, calibrate,
                            calibration_key, calibration_path)
+from ..plan import make_plan
 from ..plan.backends import available_backends, get_backend
 
 __all__ = ["cmd_calibrate"]
@@ -50,6 +51,17 @@ def _plot(curve: PassCostCurve, path: Path, label: str) -> None:
     plt.close(fig)
 
 
+def _step_work(target: Any, refresh: bool) -> dict[str, Any] | None:
+    """The measured work of a drafted step that prices ``auto``'s drafts on ``target`` (with its
+    ``draft_overhead``), when ``auto`` there measures it; else None."""
+    plan = make_plan("auto", target=target, temperature=0.0)
+    spec = plan.draft
+    if spec is None or spec.kind != "suffix" or spec.option("suffix_draft_overhead") != "measure":
+        return None
+    overhead, rec = spec.kind_obj.step_work(spec, target, refresh=refresh)
+    return None if rec is None else {**rec, "draft_overhead": overhead}
+
+
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """``specot calibrate``: measure or read the target's curve, print the table (or one JSON object),
     optionally plot it; returns 0.
@@ -63,13 +75,15 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                       repeats=DEFAULT_REPEATS if args.repeats is None else args.repeats, refresh=args.refresh)
     path = calibration_path(calibration_key(target))
     rows = _rows(curve)
+    work = _step_work(target, args.refresh)
     label = f"{getattr(target, 'name', 'target')}: {name}, {curve.key.get('threads')} threads"
     if args.plot is not None:
         _plot(curve, args.plot, label)
     if args.json:
         print(json.dumps({"target": getattr(target, "name", None), "backend": name, "source": curve.source,
                           "cache_file": str(path) if path is not None else None, "curve": curve.to_dict(),
-                          "rows": rows, "plot": str(args.plot) if args.plot is not None else None}))
+                          "rows": rows, "step_work": work,
+                          "plot": str(args.plot) if args.plot is not None else None}))
         return 0
     where = "measured now" if curve.source == "measured" else f"cached ({curve.measured_at})"
     print(f"pass-cost curve of {label}, {where}; load average then {curve.load_average}")
@@ -77,6 +91,12 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     for r in rows:
         be = "-" if r["gamma"] == 0 else ("never" if r["break_even_alpha"] is None else f"{r['break_even_alpha']:.3f}")
         print(f"{r['B']:>3} {r['t_ms']:>9.2f} {r['r']:>6.2f}  {be}")
+    if work is not None:
+        v = work["values"]
+        when = "measured now" if work["source"] == "measured" else f"cached ({work['measured_at']})"
+        print(f"a drafted step's own work (suffix drafter, {when}): {v['chain_ms']:.3f} ms for a chain of "
+              f"{v['chain_nodes']:g} against {v['plain_ms']:.3f} ms for a plain step: "
+              f"{work['draft_overhead']:g} one-token passes more, priced into every chain")
     if path is not None:
         print(f"cache: {path}")
     if args.plot is not None:

@@ -41,6 +41,7 @@ Philox), so one seed gives different (equally exact) draws on the two devices.
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 import time
 from dataclasses import dataclass
@@ -247,9 +248,13 @@ def _verify_argmax(tree: DraftTree, logits: Tensor) -> TreeStep | None:
     run on the one-hot p (first maximal index on ties, as :func:`~specot.sampling.standardize`).
     ``None`` when a row's maximum is not finite (NaN, +inf, all −inf): the caller's
     :func:`standardize` then raises its error."""
-    x = logits.to(torch.float32)  # exact for bf16/fp16; a float32 argmax is also the faster one on a CPU
+    # exact for bf16/fp16; a float32 argmax is also the faster one on a CPU (no call when already float32)
+    x = logits if logits.dtype == torch.float32 else logits.to(torch.float32)
     if x.device.type == "cpu":  # numpy's argmax: a few microseconds a row where torch's dispatch costs tens
         a = x.detach().numpy()  # [1 + N, V]
+        if a.shape[0] == 1:  # a plain step: one row, no fancy indexing
+            top = int(a[0].argmax())  # first maximal index; the first NaN where the row holds one
+            return _walk(tree, [top].__getitem__) if math.isfinite(a[0, top]) else None
         top_np = a.argmax(-1)  # first maximal index; the first NaN where a row holds one
         if not np.isfinite(a[np.arange(a.shape[0]), top_np]).all():
             return None

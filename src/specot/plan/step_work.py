@@ -131,19 +131,20 @@ def _key(curve: PassCostCurve, vocab_size: int, options: Mapping[str, Any], dept
 
 
 def suffix_draft_overhead(make_drafter: Callable[[], SuffixDrafter], curve: PassCostCurve | None, vocab_size: int,
-                          options: Mapping[str, Any], *, depth: int = 8,
+                          options: Mapping[str, Any], *, depth: int = 8, refresh: bool = False,
                           cache_dir: str | None = None) -> tuple[float, dict[str, Any] | None]:
     """``(draft_overhead, measurement)``: a drafted step's work beyond a plain step's in one-token
     passes of ``curve`` (its t(1)), from the cached :func:`measure_suffix_step_work` of drafters
     made by ``make_drafter`` (``options``: their configuration, part of the cache key); the
     :data:`FALLBACK_DRAFT_OVERHEAD` and ``None`` when ``curve`` is ``None`` or was not measured
     here (a synthetic or fallback curve, ``repeats == 0``), or when no chain paid in the measurement.
+    ``refresh``: measure even when a cached entry exists.
     """
     if curve is None or curve.repeats == 0:
         return FALLBACK_DRAFT_OVERHEAD, None
     rec = cached_measurement(STEP_WORK_NAME, _key(curve, vocab_size, options, depth),
                              lambda: measure_suffix_step_work(make_drafter, vocab_size, depth=depth),
-                             cache_dir=cache_dir)
+                             refresh=refresh, cache_dir=cache_dir)
     v = rec["values"]
     if v.get("chains", 0) < 1:
         return FALLBACK_DRAFT_OVERHEAD, rec

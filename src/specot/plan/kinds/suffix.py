@@ -84,24 +84,29 @@ class SuffixKind(DraftKind):
         width = spec.obj.children if spec.obj is not None else SUFFIX_CHILDREN
         return TreeSupport(laws=frozenset({DraftLaw.GREEDY}), own_shape=True, default_children=width, chains=False)
 
-    def load(self, spec: DraftSpec, target: Any, *, dtype: Any, device: str) -> SuffixDrafter:
-        corpus = ngram_counts(spec.option("ngram_corpus"), target.tokenizer, spec.option("ngram_n"))
+    @staticmethod
+    def _settings(spec: DraftSpec) -> dict[str, Any]:
         opts = dict(spec.options)
-        cost = pass_cost(target)
-        mine = {"min_n": int(opts.get("suffix_min_match", 1)), "kappa": float(opts.get("suffix_kappa", 0.5)),
+        return {"min_n": int(opts.get("suffix_min_match", 1)), "kappa": float(opts.get("suffix_kappa", 0.5)),
                 "copy_model": bool(opts.get("suffix_copy_model", False))}
 
-        def make(overhead: float = 0.0, with_corpus: bool = True) -> SuffixDrafter:
-            return SuffixDrafter(vocab_size=target.vocab_size, corpus=corpus if with_corpus else None,
-                                 draft_overhead=overhead, **mine, **cost)
+    def step_work(self, spec: DraftSpec, target: Any, *, refresh: bool = False) -> tuple[float, dict[str, Any] | None]:
+        """``(draft_overhead, measurement)`` of ``spec`` on ``target`` when its
+        ``suffix_draft_overhead`` is ``"measure"`` (:func:`specot.plan.step_work.suffix_draft_overhead`;
+        ``refresh``: measured again), else ``(the given number, None)``."""
+        overhead = dict(spec.options).get("suffix_draft_overhead", 0.0)  # a hybrid's suffix part has none
+        if overhead != "measure":
+            return float(overhead), None
+        cost, mine = pass_cost(target), self._settings(spec)
+        return suffix_draft_overhead(lambda: SuffixDrafter(vocab_size=target.vocab_size, **mine, **cost),
+                                     cost.get("pass_cost"), target.vocab_size, mine, refresh=refresh)
 
-        overhead = opts.get("suffix_draft_overhead", 0.0)
-        measurement = None
-        if overhead == "measure":
-            overhead, measurement = suffix_draft_overhead(lambda: make(with_corpus=False), cost.get("pass_cost"),
-                                                          target.vocab_size, mine)
-        drafter = make(float(overhead))
-        drafter.step_work = measurement  # what priced draft_overhead (None: a given number or the fallback)
+    def load(self, spec: DraftSpec, target: Any, *, dtype: Any, device: str) -> SuffixDrafter:
+        corpus = ngram_counts(spec.option("ngram_corpus"), target.tokenizer, spec.option("ngram_n"))
+        overhead, measurement = self.step_work(spec, target)
+        drafter = SuffixDrafter(vocab_size=target.vocab_size, corpus=corpus, draft_overhead=overhead,
+                                **self._settings(spec), **pass_cost(target))
+        drafter.step_work = measurement
         return drafter
 
 
