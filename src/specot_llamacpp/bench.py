@@ -26,7 +26,10 @@ tokens over its seconds, end to end; ``decode_tokens_per_s`` leaves out the time
 emitted tokens (the prompt's pass) and those tokens — at T > 0 the methods' answers end at
 different lengths, and a shorter answer spreads the same prompt pass over fewer tokens; each specot method also records its passes, tree sizes and acceptance, and
 the speedup over ``specot-ar`` that the measured cost curve predicts for those passes
-(:func:`specot_llamacpp.plan.run_speedup`). JSON on stdout or ``--out``; progress on stderr.
+(:func:`specot_llamacpp.plan.run_speedup`). ``outside_decode_ms_per_token``: each method's time
+outside ``llama_decode`` per token (its loop's own work; the passes' share of machine noise left
+out), the measure of how close a loop is to llama-cpp-python's. JSON on stdout or ``--out``;
+progress on stderr.
 """
 
 from __future__ import annotations
@@ -192,6 +195,37 @@ def _hf_runner(args: argparse.Namespace):
     return run
 
 
+class _DecodeClock:
+    """Seconds spent inside ``llama_decode`` — llama-cpp-python's calls and specot's alike, both made
+    through the ``llama_cpp`` module's attribute — while entered: the rest of a run's time is each
+    loop's own work (sampling, logits copies, bookkeeping), which machine noise moves far less than
+    the passes."""
+
+    def __init__(self) -> None:
+        self.s = 0.0
+
+    def __enter__(self) -> "_DecodeClock":
+        import llama_cpp
+        import llama_cpp.llama_cpp as low
+
+        self._mods, self._orig = (llama_cpp, low), low.llama_decode
+        orig = self._orig
+
+        def timed(ctx, batch):  # type: ignore[no-untyped-def]
+            t0 = time.perf_counter()
+            try:
+                return orig(ctx, batch)
+            finally:
+                self.s += time.perf_counter() - t0
+        for m in self._mods:
+            m.llama_decode = timed
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for m in self._mods:
+            m.llama_decode = self._orig
+
+
 def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
     from tqdm import tqdm
 
@@ -212,17 +246,30 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
     acc: dict = {}
     total = sum(len(v) for v in encoded.values()) * len(args.temperatures) * args.repeats * len(methods)
     bar = tqdm(total=total, desc="llama.cpp bench", file=sys.stderr, disable=args.no_progress)
+    with _DecodeClock() as clock:
+        _run_cells(encoded, args, methods, runners, acc, bar, clock)
+    bar.close()
+    return {**_meta(target), "kind": "llama.cpp decoding benchmark", "max_new_tokens": args.max_new_tokens,
+            "repeats": args.repeats, "gamma": args.gamma, "suffix_depth": args.suffix_depth,
+            "prompt_sets": {n: str(p) for n, p in zip(sets, args.prompts)}, "cost_curve": curve.to_dict(),
+            "results": _summarise(acc, curve)}
+
+
+def _run_cells(encoded: dict[str, list[list[int]]], args: argparse.Namespace, methods: list[str],
+               runners: dict[str, Callable], acc: dict, bar: Any, clock: _DecodeClock) -> None:
+    """Every (set, T, repeat, prompt) with every method in turn, accumulated into ``acc``."""
     for name, prompts in encoded.items():
         for T in args.temperatures:
             for rep in range(args.repeats):
                 for ids in prompts:
                     for m in methods:
-                        t0 = time.perf_counter()
+                        t0, c0 = time.perf_counter(), clock.s
                         out = runners[m](ids, T, args.max_new_tokens, rep)
                         dt = time.perf_counter() - t0
                         cell = acc.setdefault(name, {}).setdefault(m, {}).setdefault(str(T), {
-                            "tokens": 0, "time_s": 0.0, "passes": 0, "drafted": 0, "accepted": 0,
+                            "tokens": 0, "time_s": 0.0, "passes": 0, "drafted": 0, "accepted": 0, "decode_s": 0.0,
                             "tree_sizes": [], "emitted": [], "draft_time_s": 0.0, "ttft_s": 0.0, "firsts": 0})
+                        cell["decode_s"] += clock.s - c0
                         rec = out if isinstance(out, dict) else {"tokens": out}
                         cell["tokens"] += rec["tokens"]
                         cell["time_s"] += dt
@@ -231,11 +278,6 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
                         cell["tree_sizes"] += rec.get("tree_sizes", [])
                         cell["emitted"] += rec.get("emitted", [])
                         bar.update()
-    bar.close()
-    return {**_meta(target), "kind": "llama.cpp decoding benchmark", "max_new_tokens": args.max_new_tokens,
-            "repeats": args.repeats, "gamma": args.gamma, "suffix_depth": args.suffix_depth,
-            "prompt_sets": {n: str(p) for n, p in zip(sets, args.prompts)}, "cost_curve": curve.to_dict(),
-            "results": _summarise(acc, curve)}
 
 
 def _summarise(acc: dict, curve: CostCurve) -> dict:
@@ -244,7 +286,9 @@ def _summarise(acc: dict, curve: CostCurve) -> dict:
         for m, temps in methods.items():
             for T, c in temps.items():
                 row = {"tokens_per_s": round(c["tokens"] / c["time_s"], 2), "tokens": c["tokens"],
-                       "time_s": round(c["time_s"], 3)}
+                       "time_s": round(c["time_s"], 3), "llama_decode_s": round(c["decode_s"], 3),
+                       # the loop's own work: the run's time outside llama_decode, per token
+                       "outside_decode_ms_per_token": round(1e3 * (c["time_s"] - c["decode_s"]) / max(c["tokens"], 1), 4)}
                 if c["firsts"]:  # after the first tokens: the prompt's pass left out
                     row["ttft_s"] = round(c["ttft_s"], 3)
                     row["decode_tokens_per_s"] = round((c["tokens"] - c["firsts"]) / (c["time_s"] - c["ttft_s"]), 2)

@@ -1,0 +1,29 @@
+"""``python -m specot_llamacpp.bench run`` on one tiny cell: every method's time inside llama_decode
+is counted (llama-cpp-python's calls and specot's), and llama_decode is itself again afterwards."""
+
+from __future__ import annotations
+
+import json
+
+import llama_cpp
+import llama_cpp.llama_cpp as low
+
+from specot_llamacpp import bench
+
+
+def test_run_records_each_loops_time_outside_llama_decode(tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"prompt": "Name three colours."}) + "\n", encoding="utf-8")
+    out = tmp_path / "r.json"
+    before = low.llama_decode
+    assert bench.main(["run", "--prompts", str(prompts), "--n-prompts", "1", "--max-new-tokens", "6",
+                       "--temperatures", "0", "--methods", "plain", "specot-ar", "--cost-repeats", "1",
+                       "--no-progress", "--out", str(out)]) == 0
+    assert low.llama_decode is before and llama_cpp.llama_decode is before
+    rows = json.loads(out.read_text())["results"]["p"]["0.0"]
+    for m in ("plain", "specot-ar"):
+        r = rows[m]
+        assert 0 < r["llama_decode_s"] < r["time_s"]  # both loops' passes were seen
+        recomputed = 1e3 * (r["time_s"] - r["llama_decode_s"]) / r["tokens"]  # from fields rounded to 1 ms
+        assert r["outside_decode_ms_per_token"] >= 0
+        assert abs(r["outside_decode_ms_per_token"] - recomputed) <= 1.0 / r["tokens"]
