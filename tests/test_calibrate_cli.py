@@ -45,3 +45,7 @@ def test_the_report_says_what_a_wide_pass_costs_and_how_often_it_drafted():
     # llama.cpp's CPU kernels: a 4-token pass costs what a 3-token one does, so chains of 3 pay first
     paired = PassCostCurve((1, 2, 3, 4, 5), (10.0, 19.2, 24.7, 25.2, 30.7)).to_dict()
     assert "(chains of 3)" in pricing_line(paired, [3, 0])
+    # a drafted step's own work is priced beside the pass: it raises the acceptance a draft needs
+    costly = pricing_line({**curve, "draft_overhead": 0.2, "step_work": {"values": {}}}, [0, 4])
+    assert ", plus 0.20 for a drafted step's own work, measured" in costly
+    assert ">= 56% of the time" not in costly and "(chains of 1)" not in costly

@@ -173,8 +173,8 @@ def _print_report(report: object, *, baseline: bool = True) -> None:
 def pricing_line(pass_cost: dict | None, tree_sizes: list[int]) -> str:
     """One line saying what a wide pass costs on this machine and how often the run drafted, when a
     measured pass-cost curve priced the drafts (``GenerateReport.pass_cost``); ``""`` otherwise.
-    E.g. ``[pass cost] here a 2-token pass costs 1.56 one-token passes and a 5-token pass 3.28 plus
-    0.01 for a drafted step's own work (measured) (cache; specot calibrate): a draft token pays only if accepted >= 56% of the time (chains of 1),
+    E.g. ``[pass cost] here a 2-token pass costs 1.56 one-token passes and a 5-token pass 3.28, plus
+    0.01 for a drafted step's own work, measured (cache; specot calibrate): a draft token pays only if accepted >= 56% of the time (chains of 1),
     so drafts go where the text repeats: drafted at 12 of 80 steps`` — the chain length γ whose
     break-even acceptance is lowest."""
     if not pass_cost or not pass_cost.get("ratios"):
@@ -187,7 +187,7 @@ def pricing_line(pass_cost: dict | None, tree_sizes: list[int]) -> str:
     over = float(pass_cost.get("draft_overhead") or 0.0)  # a drafted step's own work, in one-token passes
     needs = [(a, g) for g in range(1, min(8, max(curve.widths) - 1) + 1)
              if (a := break_even_alpha(g, curve, over / g)) is not None]
-    work = (f" plus {over:.2f} for a drafted step's own work ({'measured' if pass_cost.get('step_work') else 'given'})"
+    work = (f", plus {over:.2f} for a drafted step's own work, {'measured' if pass_cost.get('step_work') else 'given'}"
             if over > 0 else "")
     head = (f"[pass cost] here a 2-token pass costs {r2:.2f} one-token passes and a 5-token pass {r5:.2f}{work} "
             f"({curve.source}; specot calibrate): ")
