@@ -249,9 +249,9 @@ def calibration_path(key: Mapping[str, Any], root: Path | None = None) -> Path |
     return None if root is None else root / "calibration" / f"{_digest(key)}.json"
 
 
-def _read_entry(path: Path, key: Mapping[str, Any]) -> tuple[PassCostCurve | None, str | None]:
-    """(the cached curve, None), or (None, why it cannot be used) — ``None`` reason when there is
-    no entry."""
+def _read_json_entry(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """(the entry's JSON object of this :data:`FORMAT_VERSION`, None), or (None, why it cannot be
+    used) — ``(None, None)`` when there is no entry."""
     try:
         text = path.read_text(encoding="utf-8")
     except (FileNotFoundError, NotADirectoryError):
@@ -262,14 +262,32 @@ def _read_entry(path: Path, key: Mapping[str, Any]) -> tuple[PassCostCurve | Non
         obj = json.loads(text)
         if not isinstance(obj, dict):
             raise ValueError("not a JSON object")
-        version = obj.get("format")
-        if version != FORMAT_VERSION:
-            return None, f"stale (format version {version!r}, this specot writes {FORMAT_VERSION})"
+    except ValueError as exc:
+        return None, f"damaged ({' '.join(str(exc).split())[:120]})"
+    version = obj.get("format")
+    if version != FORMAT_VERSION:
+        return None, f"stale (format version {version!r}, this specot writes {FORMAT_VERSION})"
+    return obj, None
+
+
+def _same_key(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Whether two keys are equal as JSON (tuples and lists alike, values as :func:`json.dumps` writes them)."""
+    def norm(k: Mapping[str, Any]) -> Any:
+        return json.loads(json.dumps(dict(k), sort_keys=True, default=str))
+    return norm(a) == norm(b)
+
+
+def _read_entry(path: Path, key: Mapping[str, Any]) -> tuple[PassCostCurve | None, str | None]:
+    """(the cached curve, None), or (None, why it cannot be used) — ``None`` reason when there is
+    no entry."""
+    obj, why = _read_json_entry(path)
+    if obj is None:
+        return None, why
+    try:
         curve = PassCostCurve.from_dict(obj["curve"])
     except (ValueError, KeyError, TypeError) as exc:
         return None, f"damaged ({' '.join(str(exc).split())[:120]})"
-    if json.loads(json.dumps(dict(curve.key), sort_keys=True, default=str)) != \
-            json.loads(json.dumps(dict(key), sort_keys=True, default=str)):
+    if not _same_key(curve.key, key):
         return None, "stale (measured under another key)"
     return curve, None
 
@@ -389,23 +407,14 @@ def calibrate(target: Any, *, widths: Sequence[int] = DEFAULT_WIDTHS, repeats: i
 
 def _read_measurement(path: Path, name: str, key: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
     """(the cached measurement, None), or (None, why it cannot be used); ``(None, None)``: no entry."""
-    try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except (FileNotFoundError, NotADirectoryError):
-        return None, None
-    except OSError as exc:
-        return None, f"unreadable ({exc.strerror or exc})"
-    except ValueError as exc:
-        return None, f"damaged ({' '.join(str(exc).split())[:120]})"
-    if not isinstance(obj, dict) or obj.get("format") != FORMAT_VERSION:
-        version = obj.get("format") if isinstance(obj, dict) else None
-        return None, f"stale (format version {version!r}, this specot writes {FORMAT_VERSION})"
+    obj, why = _read_json_entry(path)
+    if obj is None:
+        return None, why
     body = obj.get("measurement")
     values = body.get("values") if isinstance(body, dict) else None
     if not isinstance(values, dict) or not all(isinstance(v, (int, float)) and v == v for v in values.values()):
         return None, "damaged (no measured values)"
-    if body.get("name") != name or json.loads(json.dumps(body.get("key"), sort_keys=True, default=str)) != \
-            json.loads(json.dumps(dict(key), sort_keys=True, default=str)):
+    if body.get("name") != name or not isinstance(body.get("key"), dict) or not _same_key(body["key"], key):
         return None, "stale (measured under another key)"
     return {**body, "source": "cache"}, None
 

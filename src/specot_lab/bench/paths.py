@@ -51,7 +51,7 @@ from specot.verifiers.block import block_expected_accepted, token_level_output_l
 from specot.verifiers.gbv import gbv_expected_accepted
 
 from ..corpus import load_prompts
-from .acceptance import BenchDraft, load_bench_draft
+from .acceptance import BenchDraft, load_bench_draft, mean_ci
 from .runinfo import run_info
 
 __all__ = ["draw_paths", "context_values", "run_paths_bench", "add_arguments", "run"]
@@ -118,11 +118,10 @@ def _rows(values: list[dict[tuple[int, int, str], float]], temp: float) -> list[
         L, K, name = key
         eff = 1.0 + np.array([v[key] for v in values])  # block efficiency per context
         ref = 1.0 + np.array([v[(L, 1, "block")] for v in values])
-        half = 1.96 * float(eff.std(ddof=1)) / math.sqrt(eff.size) if eff.size > 1 else math.nan
+        m, m_lo, m_hi = mean_ci(eff)
         r, lo, hi = _ratio_ci(eff, ref)
         rows.append({"temperature": temp, "L": L, "K": K, "verifier": name, "contexts": int(eff.size),
-                     "block_efficiency": round(float(eff.mean()), 4),
-                     "block_efficiency_ci95": [round(float(eff.mean()) - half, 4), round(float(eff.mean()) + half, 4)],
+                     "block_efficiency": round(m, 4), "block_efficiency_ci95": [round(m_lo, 4), round(m_hi, 4)],
                      "vs_block": round(r, 4), "vs_block_ci95": [round(lo, 4), round(hi, 4)]})
     return rows
 
