@@ -13,9 +13,9 @@ after its Ctrl-C and error handling is in place, so that an interrupt during the
 reported like any other.
 
 Exit status: 0 success; 1 bad input or an unusable environment (one line ``specot: error: ...``,
-a closed stdout included); 2 usage errors (argparse); 130 interrupted (Ctrl-C: one line
-``specot: interrupted``, and with ``--json`` one JSON object ``{"interrupted": true, ...}`` on
-stdout); 143 terminated (SIGTERM: the same as Ctrl-C, what was generated kept); 141 when stdout is
+a closed stdout included), or a bug in specot (one line ``specot: internal error: ...``); 2 usage
+errors (argparse); 130 interrupted (Ctrl-C: one line ``specot: interrupted``, and with ``--json``
+one JSON object ``{"interrupted": true, ...}`` on stdout); 143 terminated (SIGTERM: the same as Ctrl-C, what was generated kept); 141 when stdout is
 a closed pipe (``specot generate ... | head``): no message, the status a shell reports for a
 command that SIGPIPE ended (128 + 13), as ``yes | head`` gives, which ``set -o pipefail`` scripts
 expect. With ``--json`` every exit prints exactly one JSON object on stdout: the result, the
@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import errno
 import json
+import linecache
 import os
 import signal
 import sys
@@ -38,8 +39,8 @@ from .command import (EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, EXIT_TERMINATED, Comma
                       UsageError, _INTERRUPTS, _last_interrupt, ignore_interrupts, interrupt_status)
 
 __all__ = ["main", "build_parser", "COMMAND_GROUP", "KNOWN_ERRORS", "EXIT_INTERRUPTED", "EXIT_TERMINATED",
-           "EXIT_BROKEN_PIPE", "error_message", "ignore_interrupts", "interrupt_status", "CommandParser",
-           "DeferredHandler", "UsageError", "stdout_closed"]
+           "EXIT_BROKEN_PIPE", "error_message", "internal_error", "ignore_interrupts", "interrupt_status",
+           "CommandParser", "DeferredHandler", "UsageError", "stdout_closed"]
 
 #: Entry-point group through which other packages (the lab) add sub-commands.
 COMMAND_GROUP = "specot.commands"
@@ -68,12 +69,35 @@ def build_parser() -> argparse.ArgumentParser:
 
 #: Exceptions that mean bad input or an unusable environment (a model that cannot be loaded, a
 #: missing file, a device that is not there): reported as one line, exit status 1. Anything else
-#: is a bug in specot and keeps its traceback.
+#: (and a ``TypeError`` the interpreter raised, :func:`internal_error`) is a bug in specot: one line
+#: ``specot: internal error: ...``, exit status 1, the traceback with ``SPECOT_TRACEBACK=1``.
 KNOWN_ERRORS: tuple[type[BaseException], ...] = (ValueError, TypeError, OSError, ImportError, MemoryError)
 
 #: The one line for a stdout that cannot be written.
 _STDOUT_CLOSED = ("stdout is closed; specot writes its results there: give it a file or a pipe (e.g. > out.txt, "
                   "or > /dev/null to discard them)")
+
+
+#: What follows an internal error's line.
+_BUG = " (a bug in specot, not in your input: SPECOT_TRACEBACK=1 shows where; please report it)"
+
+
+def internal_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is a bug rather than bad input: any exception outside :data:`KNOWN_ERRORS`,
+    and a ``TypeError`` that no ``raise`` statement raised (the interpreter's own: a call of a
+    module, a wrong argument count, an operand of the wrong type), which a check of the input
+    never gives."""
+    if not isinstance(exc, KNOWN_ERRORS):
+        return True
+    if not isinstance(exc, TypeError):
+        return False
+    tb = exc.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    line = linecache.getline(tb.tb_frame.f_code.co_filename, tb.tb_lineno).strip()
+    return not line.startswith("raise")
 
 
 def error_message(exc: BaseException) -> str:
@@ -164,11 +188,14 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(exc, OSError) and exc.errno == errno.EBADF and stdout_closed():
             print(f"specot: error: {_STDOUT_CLOSED}", file=sys.stderr)
             return 1
-        known = isinstance(exc, KNOWN_ERRORS)
-        _json_error(run, error_message(exc) if known else f"internal error: {error_message(exc)}", 1)
-        if not known or os.environ.get("SPECOT_TRACEBACK"):
+        known = isinstance(exc, KNOWN_ERRORS) and not internal_error(exc)
+        text = error_message(exc)
+        if not known:
+            text = "internal error: " + (text if text.startswith(type(exc).__name__) else f"{type(exc).__name__}: {text}")
+        _json_error(run, text, 1)
+        if os.environ.get("SPECOT_TRACEBACK"):
             raise
-        print(f"specot: error: {error_message(exc)}", file=sys.stderr)
+        print(f"specot: {'error: ' if known else ''}{text}" + ("" if known else _BUG), file=sys.stderr)
         return 1
     finally:
         for signum, handler in handlers.items():
