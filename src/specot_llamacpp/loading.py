@@ -33,7 +33,7 @@ from specot.models._quiet import quiet_loading
 from specot.models.cache_integrity import build_into, cache_lock, file_sha256, read_marker, verify
 from specot.models.embedded import EMBEDDED_TARGET, embedded_gguf, model_cache_dir
 
-from .backend import check_gguf_file, invalid_gguf
+from .gguf_header import check_gguf_file, invalid_gguf
 from .target import LlamaCppTarget
 
 __all__ = ["load_target", "gguf_tokenizer", "EMBEDDED_NAME"]

@@ -11,7 +11,6 @@ common prefix and runs only the new tokens (plus any drafted tokens) in ONE forw
 from __future__ import annotations
 
 import inspect
-import statistics
 import threading
 import time
 import warnings
@@ -26,6 +25,7 @@ from .cache import crop_cache, is_static, keep_cache_positions
 from .chat import decode_tokens, encode_prompt
 from ..geometry import TreeGeometry, common_prefix_length
 from .protocol import Capabilities, check_scoring_fits
+from .timing import median_pass_times
 from .device import (capture_cuda_graph, install_gqa_sdpa, install_prepacked_linears, install_small_batch_head,
                      sdpa_without_cudnn)
 
@@ -588,7 +588,8 @@ class CausalLM:
         """Median milliseconds of one pass over B new tokens after a fixed context of ``context_len``
         tokens (``logits_after(context, chain)`` with a chain of B − 1 tokens: logits on all B rows,
         as the verifier asks for), one per width in ``widths``; ``repeats`` timed passes per width
-        after a warm-up round, the widths interleaved in every round. Times are :attr:`forward_time_s`
+        after a warm-up round, the widths interleaved in every round
+        (:func:`specot.models.timing.median_pass_times`). Times are :attr:`forward_time_s`
         deltas (CUDA events on CUDA). Empties the KV cache, as :meth:`reset` does;
         :attr:`forward_calls` and :attr:`forward_time_s` are left as they were.
 
@@ -601,18 +602,18 @@ class CausalLM:
         n = max(1, min(int(context_len), self.max_context - max(ws)))
         context = [(3 + 7 * i) % self.vocab_size for i in range(n)]
         calls, spent = self.forward_calls, self.forward_time_s
-        times: dict[int, list[float]] = {w: [] for w in ws}
+
+        def run_pass(w: int) -> float:
+            before = self.forward_time_s
+            self.logits_after(context, [context[(i * 5) % n] for i in range(w - 1)])
+            return self.forward_time_s - before
+
         try:
             self.reset()
             self.logits_after(context)
-            for rnd in range(int(repeats) + 1):
-                for w in ws:
-                    before = self.forward_time_s
-                    self.logits_after(context, [context[(i * 5) % n] for i in range(w - 1)])
-                    if rnd > 0:  # round 0 warms up
-                        times[w].append(self.forward_time_s - before)
+            med = median_pass_times(run_pass, list(dict.fromkeys(ws)), int(repeats))
         finally:
             self.reset()
             _ = self.forward_time_s  # resolve pending CUDA events before restoring the totals
             self.forward_calls, self._time_s = calls, spent
-        return [round(1000.0 * statistics.median(times[w]), 4) for w in ws]
+        return [round(med[w], 4) for w in ws]
