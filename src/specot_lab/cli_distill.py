@@ -55,7 +55,8 @@ _NAMES = LazyNames(__name__, {
     **{name: "specot_lab.distill.eagle" for name in ("TOKEN_LOSSES", "EagleTrainConfig", "train_eagle")},
     "evaluate_draft": "specot_lab.distill.evaluate", "format_report": "specot_lab.distill.evaluate",
     **{name: "specot_lab.distill.train" for name in ("DraftArch", "TrainConfig", "export_draft", "init_draft",
-                                                      "train")},
+                                                      "train_draft")},
+    "load_torch_file": "specot_lab.distill.files",
 })
 __getattr__ = _NAMES.getattr
 
@@ -256,7 +257,7 @@ def _run_train(args: argparse.Namespace) -> int:
                       warmup=args.warmup, ce_weight=args.ce_weight, prompt_weight=args.prompt_weight, seed=args.seed,
                       eval_every=args.eval_every, pca_init=not args.no_pca_init, threads=args.threads)
     target = load_embedded_target(dtype="float32")
-    model = train(target.model, args.data, args.out, cfg, val_dirs=args.val, max_steps=args.max_steps)
+    model = train_draft(target.model, args.data, args.out, cfg, val_dirs=args.val, max_steps=args.max_steps)
     wall = time.perf_counter() - t0
     print(f"trained in {wall:.0f} s -> {args.out}")
     if args.export:
@@ -269,9 +270,10 @@ def _run_train(args: argparse.Namespace) -> int:
 def _run_export(args: argparse.Namespace) -> int:
     _NAMES.bind()
     tc = json.loads((args.run / "train_config.json").read_text())
+    state = load_torch_file(args.run / "ckpt.pt", "training checkpoint", keys=("model",))["model"]  # before the model
     target = load_embedded_target(dtype="float32")
     model = init_draft(target.model, DraftArch(**tc["arch"]), pca_init=False)
-    model.load_state_dict(torch.load(args.run / "ckpt.pt", weights_only=False)["model"])
+    model.load_state_dict(state)
     steps = sum(1 for _ in open(args.run / "log.jsonl", encoding="utf-8")) if (args.run / "log.jsonl").exists() else None
     export_draft(model.eval(), args.out, tokenizer=target.tokenizer, dtype=resolve_dtype(args.dtype),
                  meta={"train_config": tc, "logged_steps": steps})

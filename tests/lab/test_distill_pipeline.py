@@ -109,7 +109,7 @@ def test_ids_only_sampling_draws_the_same_tokens_and_keeps_no_labels(tmp_path):
     bare = D.sample_batch(lm, prompts, D.SampleConfig(max_new_tokens=6, top_k=0), generator=torch.Generator().manual_seed(5), **kw)
     assert [s["ids"].tolist() for s in bare] == [s["ids"].tolist() for s in labelled]
     assert all("topk_p" not in s and "topk_ids" not in s for s in bare)
-    D._save_atomic({"seqs": bare, "meta": {}}, tmp_path / "shard_00000.pt")
+    D.save_torch_file({"seqs": bare, "meta": {}}, tmp_path / "shard_00000.pt")
     stats = D.shard_stats(tmp_path)
     assert stats["sequences"] == 3 and stats["topk_mass"] is None
     with pytest.raises(ValueError, match="--top-k"):
@@ -181,10 +181,10 @@ def test_train_resume_export_and_load(tmp_path, tiny_text_target):
     arch = T.DraftArch(hidden=16, layers=1, heads=2, kv_heads=1, intermediate=32)
     cfg = T.TrainConfig(arch=arch, epochs=6, batch_tokens=64, lr=1e-2, warmup=2, ckpt_every=1, eval_every=5, seed=1)
     run = tmp_path / "run"
-    T.train(tiny_text_target.model, [data], run, cfg, val_dirs=[data], progress=False, max_steps=3)
+    T.train_draft(tiny_text_target.model, [data], run, cfg, val_dirs=[data], progress=False, max_steps=3)
     state = torch.load(run / "ckpt.pt", weights_only=False)
     assert state["step"] == 3
-    model = T.train(tiny_text_target.model, [data], run, cfg, val_dirs=[data], progress=False)  # resumes
+    model = T.train_draft(tiny_text_target.model, [data], run, cfg, val_dirs=[data], progress=False)  # resumes
     log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
     steps = [r["step"] for r in log]
     assert steps == list(range(1, len(steps) + 1)) and len(steps) > 3

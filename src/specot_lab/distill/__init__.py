@@ -8,4 +8,6 @@
   predicted and measured speedup.
 * :mod:`specot_lab.distill.eagle` — an EAGLE-3 head trained on the target's fused features with the
   training-time test (``specot distill eagle``; a skeleton, resumable).
+* :mod:`specot_lab.distill.files` — their shards and checkpoints, written atomically and read
+  without running code (``weights_only=True``).
 """

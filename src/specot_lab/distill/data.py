@@ -13,7 +13,9 @@ the last position's logits only. Text mode (:func:`teacher_force_shards`) stores
 
 A shard is one ``torch.save``'d dict ``{"seqs": [{"ids", "n_prompt", "topk_ids", "topk_p",
 "kind"}...], "meta": {...}}`` (no ``topk_*`` with ``top_k = 0``) named ``shard_00000.pt``...; a finished shard is never redone, so an
-interrupted run resumes where it stopped.
+interrupted run resumes where it stopped. Shards are read with ``weights_only=True``
+(:mod:`specot_lab.distill.files`): a shard that holds anything but tensors and plain containers is
+refused, unrun.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ from specot._validation import check_count, check_positive_number
 from specot.engine import make_generator
 from specot.models.device import sdpa_without_cudnn
 from specot.sampling import sample_categorical
+
+from .files import load_torch_file, save_torch_file
 
 __all__ = ["generate_shards", "teacher_force_shards", "iter_shards", "shard_stats", "SampleConfig", "sample_batch",
            "label_batch", "right_padded"]
@@ -218,10 +222,18 @@ def label_batch(target: Any, texts: Sequence[Sequence[int]], top_k: int = 32) ->
              "topk_p": tp[b, : len(t) - 1].clone(), "kind": "text"} for b, t in enumerate(texts)]
 
 
-def _save_atomic(obj: Any, path: Path) -> None:
-    tmp = path.with_suffix(".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+def _shard(path: Path) -> list[dict[str, Any]]:
+    """The sequences of the shard at ``path``, read without running code (:func:`load_torch_file`).
+
+    Raises:
+        ValueError: the file is not a shard specot wrote (one line naming it).
+    """
+    seqs = load_torch_file(path, "data shard", keys=("seqs",))["seqs"]
+    if not isinstance(seqs, list) or not all(isinstance(s, dict) and isinstance(s.get("ids"), torch.Tensor)
+                                             and isinstance(s.get("n_prompt", 0), int) for s in seqs):
+        raise ValueError(f"data shard {str(path)!r} does not hold sequences of token ids; sample it again with "
+                         "specot distill data")
+    return seqs
 
 
 def _batches_by_length(items: list[tuple[int, list[int]]], batch_size: int, window: int = 8) -> list[list[tuple[int, list[int]]]]:
@@ -276,7 +288,7 @@ def generate_shards(target: Any, prompts: Sequence[str], out_dir: str | os.PathL
         seqs = sample_batch(target, [ids for _, ids in batch], cfg, eos_ids=eos or None, generator=gen)
         for s, (pi, _) in zip(seqs, batch):
             s["prompt_index"] = pi
-        _save_atomic({"seqs": seqs, "meta": {"batch": bi, "seed": cfg.seed + bi, "time_s": time.perf_counter() - t0}}, path)
+        save_torch_file({"seqs": seqs, "meta": {"batch": bi, "seed": cfg.seed + bi, "time_s": time.perf_counter() - t0}}, path)
         n = sum(len(s["ids"]) for s in seqs)
         resp = sum(len(s["ids"]) - s["n_prompt"] for s in seqs)
         done_tokens += n
@@ -310,7 +322,7 @@ def teacher_force_shards(target: Any, texts: Sequence[str], out_dir: str | os.Pa
     for bi, batch in enumerate(batches):
         path = out / f"shard_{bi:05d}.pt"
         if not path.exists():
-            _save_atomic({"seqs": label_batch(target, batch, top_k), "meta": {"batch": bi}}, path)
+            save_torch_file({"seqs": label_batch(target, batch, top_k), "meta": {"batch": bi}}, path)
         bar.update(sum(len(p) for p in batch))
     bar.close()
     return shard_stats(out)
@@ -320,7 +332,7 @@ def iter_shards(*dirs: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
     """Every stored sequence of the shards in ``dirs`` (in shard order)."""
     for d in dirs:
         for path in sorted(Path(d).glob("shard_*.pt")):
-            yield from torch.load(path, weights_only=False)["seqs"]
+            yield from _shard(path)
 
 
 def shard_stats(*dirs: str | os.PathLike[str]) -> dict[str, Any]:
@@ -331,7 +343,7 @@ def shard_stats(*dirs: str | os.PathLike[str]) -> dict[str, Any]:
     for d in dirs:
         for path in sorted(Path(d).glob("shard_*.pt")):
             shards += 1
-            for s in torch.load(path, weights_only=False)["seqs"]:
+            for s in _shard(path):
                 n_seq += 1
                 tokens += len(s["ids"])
                 sampled += len(s["ids"]) - s["n_prompt"]

@@ -44,6 +44,7 @@ from specot.models.device import sdpa_without_cudnn
 from tqdm import tqdm
 
 from .data import right_padded
+from .files import load_torch_file, save_torch_file
 
 __all__ = ["EagleTrainConfig", "TOKEN_LOSSES", "frequent_vocab", "grow_draft_vocab", "target_features", "target_features_batch",
            "answer_positions",
@@ -436,7 +437,8 @@ def train_eagle(target: Any, token_seqs: Sequence[Sequence[int]], out_dir: str |
     if not chunks:
         raise ValueError("no training text: every sequence is shorter than 3 tokens")
     ckpt_path = out / "ckpt.pt"
-    resume = torch.load(ckpt_path, map_location="cpu", weights_only=False) if ckpt_path.exists() else None
+    resume = load_torch_file(ckpt_path, "EAGLE training checkpoint", keys=("head", "opt", "step", "draft_vocab", "layers")) \
+        if ckpt_path.exists() else None
     head, vocab, layers, n_layers = _make_head(target, chunks, cfg, resume)
     params = [p for p in head.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
@@ -456,10 +458,8 @@ def train_eagle(target: Any, token_seqs: Sequence[Sequence[int]], out_dir: str |
     epoch_of: dict[int, list[list[int]]] = {}
 
     def save() -> None:
-        tmp = ckpt_path.with_suffix(".tmp")
-        torch.save({"head": head.checkpoint_state(), "opt": opt.state_dict(), "step": step, "draft_vocab": vocab,
-                    "layers": list(layers), "num_layers": n_layers}, tmp)
-        os.replace(tmp, ckpt_path)
+        save_torch_file({"head": head.checkpoint_state(), "opt": opt.state_dict(), "step": step, "draft_vocab": vocab,
+                         "layers": list(layers), "num_layers": n_layers}, ckpt_path)
 
     bar = tqdm(total=cfg.steps, initial=step, desc="training EAGLE head", unit="step", disable=not progress,
                file=sys.stderr)

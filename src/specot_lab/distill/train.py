@@ -39,10 +39,11 @@ from typing import Any, Sequence
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 from .data import iter_shards
+from .files import load_torch_file, save_torch_file
 from tqdm import tqdm
 
 __all__ = ["DraftArch", "TrainConfig", "draft_config", "init_draft", "load_sequences", "make_batches",
-           "distill_loss", "sampled_distill_loss", "train", "export_draft", "evaluate_loss"]
+           "distill_loss", "sampled_distill_loss", "train_draft", "export_draft", "evaluate_loss"]
 
 
 @dataclass
@@ -273,15 +274,9 @@ def _lr_at(step: int, total: int, cfg: TrainConfig) -> float:
     return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * prog)))
 
 
-def _save_atomic(obj: Any, path: Path) -> None:
-    tmp = path.with_suffix(".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
-
-
-def train(target_model: Any, data_dirs: Sequence[str | os.PathLike[str]], out_dir: str | os.PathLike[str],
-          cfg: TrainConfig, *, val_dirs: Sequence[str | os.PathLike[str]] = (), progress: bool = True,
-          max_steps: int | None = None) -> Any:
+def train_draft(target_model: Any, data_dirs: Sequence[str | os.PathLike[str]], out_dir: str | os.PathLike[str],
+                cfg: TrainConfig, *, val_dirs: Sequence[str | os.PathLike[str]] = (), progress: bool = True,
+                max_steps: int | None = None) -> Any:
     """Distil a draft from the shards in ``data_dirs`` into ``out_dir`` (resumable); returns the
     trained draft model (float32). ``target_model`` gives the config and the embedding for the PCA
     initialisation (only at step 0). Metrics go to ``out_dir/log.jsonl``."""
@@ -305,7 +300,7 @@ def train(target_model: Any, data_dirs: Sequence[str | os.PathLike[str]], out_di
     step = 0
     ckpt = out / "ckpt.pt"
     if ckpt.exists():
-        state = torch.load(ckpt, weights_only=False)
+        state = load_torch_file(ckpt, "training checkpoint", keys=("model", "opt", "step", "rng"))
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         step = int(state["step"])
@@ -353,7 +348,7 @@ def train(target_model: Any, data_dirs: Sequence[str | os.PathLike[str]], out_di
         bar.set_postfix(loss=f"{m['loss']:.3f}", a=f"{m['alpha_topk']:.3f}", g=f"{m['greedy_agree']:.3f}")
         bar.update()
         if step % cfg.ckpt_every == 0 or step == end:
-            _save_atomic({"model": model.state_dict(), "opt": opt.state_dict(), "step": step,
+            save_torch_file({"model": model.state_dict(), "opt": opt.state_dict(), "step": step,
                           "rng": torch.get_rng_state()}, ckpt)
     bar.close()
     logf.close()
