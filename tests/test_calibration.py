@@ -18,7 +18,7 @@ from specot.calibration import (DEFAULT_WIDTHS, FORMAT_VERSION, PassCostCurve, b
 from specot.drafting import TreeSpec
 from specot.laws import DraftLaw
 from specot.sampling import SamplingConfig
-from specot_llamacpp.auto import AUTO_PLAN
+from specot_llamacpp.auto import AUTO_TABLE
 
 
 class FakeTarget:
@@ -177,11 +177,13 @@ def _auto_suffix(curve: PassCostCurve, linear: tuple[float, float]):
     target = tiny_lm(0)
     target.pass_cost = linear
     target.pass_cost_curve = lambda: curve
-    e = AUTO_PLAN[0.0]
-    d = P.parse_draft("suffix", ngram_corpus="none", suffix_min_match=e["min_n"], suffix_kappa=e["kappa"]).load(target)
+    e = AUTO_TABLE.greedy
+    opts = dict(e.options)
+    d = P.parse_draft("suffix", ngram_corpus="none", suffix_min_match=opts["suffix_min_match"],
+                      suffix_kappa=opts["suffix_kappa"]).load(target)
     assert d.pass_cost is curve and pricing_curve(d) == {**curve.to_dict(), "draft_overhead": 0.0, "step_work": None}
-    d.start(REPEATS, TreeSpec.sequences(e["children"], e["depth"], DraftLaw.GREEDY))
-    return d, d.propose(REPEATS, e["depth"], SamplingConfig(0.0))
+    d.start(REPEATS, TreeSpec.sequences(e.children, e.gamma, DraftLaw.GREEDY))
+    return d, d.propose(REPEATS, e.gamma, SamplingConfig(0.0))
 
 
 def test_a_curve_where_wide_passes_cost_their_width_gives_plain_steps():
@@ -193,7 +195,7 @@ def test_a_curve_where_wide_passes_cost_their_width_gives_plain_steps():
 def test_a_cheap_curve_drafts_on_the_same_text():
     cheap = PassCostCurve.from_ratios((1, 2, 3, 5, 9), (1, 1, 1, 1, 1), "synthetic: r(B) = 1")
     d, tree = _auto_suffix(cheap, linear=(10.0, 10.0))  # the linear model alone would not draft here
-    assert tree.size == AUTO_PLAN[0.0]["depth"] and tree.is_chain() and d.expected_value() > 1.0
+    assert tree.size == AUTO_TABLE.greedy.gamma and tree.is_chain() and d.expected_value() > 1.0
     assert tree.drafts[0] == [9]
 
 

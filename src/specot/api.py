@@ -44,8 +44,7 @@ from .engine.types import GenerationConfig
 from .measure import measure_speedup
 from .models.protocol import TargetModel
 from .plan import DecodingPlan, get_backend, make_plan, parse_draft, run_plan
-from .plan.auto import auto_choice
-from .plan.backends import peek_vocab_and_context
+from .plan.backends import choose_backend, peek_vocab_and_context
 from .plan.kinds.ngram import NGRAM_OPTIONS
 from .plan.run import prepare_cache, warm_up
 from .plan.verify import verifier_info
@@ -87,7 +86,8 @@ def load_target(spec: str | Path | TargetModel | None = None, *, dtype: str | to
 def load_drafter(spec: str | Path | Drafter | Any, target: TargetModel, *, dtype: str | torch.dtype = "auto",
                  device: str = "cpu", ngram_n: int | None = None, ngram_corpus: str | None = _NGRAM_CORPUS,
                  min_confidence: float | None = None) -> Drafter:
-    """The drafter named by ``spec`` for ``target``: ``"auto"`` (the drafter of ``draft="auto"``),
+    """The drafter named by ``spec`` for ``target``: ``"auto"`` (the drafter of ``draft="auto"``
+    on the target's backend, as :func:`generate` plans it, :func:`specot.plan.make_plan`),
     any draft name of :func:`specot.plan.parse_draft` (``"ngram"``, ``"suffix"``, ``"eagle"``,
     ``"eagle:PATH"``, ``"distilled"``, ``"suffix+MODEL"``, a directory / hub id), a draft
     :class:`~specot.models.CausalLM`, or a ready :class:`Drafter` (returned as it is).
@@ -102,8 +102,10 @@ def load_drafter(spec: str | Path | Drafter | Any, target: TargetModel, *, dtype
             that differs from the target's.
         FileNotFoundError: a path that does not exist.
     """
-    if isinstance(spec, str) and spec == "auto":
-        spec = auto_choice(target).draft
+    if isinstance(spec, str) and spec == "auto":  # the plan's own rule, the backend's table included
+        draft = make_plan("auto", target=target, **_drafter_options(ngram_n, ngram_corpus),
+                          min_confidence=min_confidence).draft
+        return draft.load(target, dtype=dtype, device=device)
     draft = parse_draft(spec, **_drafter_options(ngram_n, ngram_corpus), min_confidence=min_confidence)
     draft.check()
     return draft.load(target, dtype=dtype, device=device)
@@ -162,7 +164,7 @@ def _check_context(target: Any, max_new_tokens: int) -> None:
 def generate(
     prompt: str | Sequence[int], *, target: str | TargetModel | None = None, draft: Any = "auto",
     gamma: int | None = None, gamma_schedule: str = "constant", temperature: float = 1.0, top_k: int | None = None,
-    top_p: float = 1.0, max_new_tokens: int = 128, seed: int | None = 0, verifier: str = "speculative",
+    top_p: float = 1.0, max_new_tokens: int = 128, seed: int | None = 0, verifier: str | None = None,
     verifier_params: dict[str, Any] | None = None, baseline: bool = False, chat: bool | None = None,
     dtype: str | torch.dtype = "auto", device: str = "cpu", on_text: Callable[[str], None] | None = None,
     drafts: int | None = None, tree: Any = None, tree_law: str | None = None, ngram_n: int | None = None,

@@ -1,14 +1,16 @@
-"""``draft="auto"`` on the llama.cpp backend: what measured fastest there, as data (chain-length 1 suffix "trees": children 1, depth 4). Imports neither
-llama-cpp-python nor the target, so the ``specot.backends`` entry point loads without them."""
+"""``draft="auto"`` on the llama.cpp backend, as data: the table (:data:`AUTO_TABLE`) that the
+core's rule (:func:`specot.plan.auto.auto_choice`) reads, the backend's declared capabilities and
+its fallback linear pass cost. Imports neither llama-cpp-python nor the target, so the
+``specot.backends`` entry point loads without them."""
 
 from __future__ import annotations
 
 import torch
 
 from specot.models.protocol import Capabilities
-from specot.plan.auto import AutoChoice
+from specot.plan.auto import AutoChoice, AutoTable
 
-__all__ = ["AUTO_PLAN", "CAPABILITIES", "PASS_COST", "auto_choice"]
+__all__ = ["AUTO_TABLE", "CAPABILITIES", "PASS_COST"]
 
 #: What a llama.cpp target can do, declared by the backend entry before any load
 #: (:attr:`LlamaCppTarget.capabilities` adds its tree limits): no per-layer hidden states (llama.cpp
@@ -16,50 +18,33 @@ __all__ = ["AUTO_PLAN", "CAPABILITIES", "PASS_COST", "auto_choice"]
 #: (:meth:`LlamaCppTarget.pass_cost_curve`).
 CAPABILITIES = Capabilities(hidden_states=False, dtypes=(torch.float32,), pass_cost=True)
 
-#: What ``auto`` should decode with on the llama.cpp backend, per temperature: suffix-decoding chains
-#: (:class:`specot.drafting.SuffixDrafter`, the GREEDY law, up to 8 deep) whose adaptive budget prices
-#: a pass of 1 + N tokens at r(1 + N) one-token passes of the curve measured on this machine
-#: (:meth:`LlamaCppTarget.pass_cost_curve`, calibrated on first use and cached; with
-#: ``SPECOT_CALIBRATE=0`` or a failed calibration, at ``1 + cost_fixed + cost_per_token·N``, the
-#: fallback :data:`PASS_COST`) — drafting only after a match of at least ``min_n = 4`` tokens, each
-#: node scored by the copy model (``copy_model``: the rate at which text after a match of its
-#: length is copied, learned per generation around :data:`specot.drafting.suffix.COPY_PRIOR`), so a
-#: long copy drafts a long chain and a short match none. Where a wide pass costs about its width
-#: (a CPU), a draft pays only when nearly certain: against the count-discounted scores (κ = 0.05)
-#: and chains of 4 it had before, the copy model and chains of 8 raise the speedup the measured
-#: curve predicts from 1.01 / 0.99 / 0.98 to 1.06 / 1.01 / 1.01 on three prompt sets it was not
-#: fitted to (code_more, tasks, kinds; T = 0, 12 prompts, 64 tokens) and from 1.15 to 1.26 on the
-#: repeat set; at T = 1 it drafts less (1.00 everywhere; 1.03 on the repeat set). n-gram chains,
-#: fixed trees and the distilled draft model do not pay on this cost curve at any temperature;
-#: EAGLE is not available (no hidden states). No n-gram corpus (``corpus``): its nodes start at a
-#: 0.3 acceptance gate and a draft token here needs about 0.9, so it never drafted, and building it
-#: took 0.2 s of every run's start. ``overhead``: a drafted step's work outside its pass beyond a
-#: plain step's (the suffix drafter's proposal, the chain's verification, the drafter's update),
-#: ``"measure"``d on the machine that runs against its measured t(1) and cached
-#: (:mod:`specot.plan.step_work`; ~0.1 ms, 0.013 of a 7.5 ms pass on a 2-core Zen 4, where the
-#: constant 0.05 priced before also counted the logits rows the curve already holds): a budget that
-#: ignores it drafts chains that gain less than they cost, and on a fast pass (a GPU) it is most of
-#: the price.
-AUTO_PLAN = {
-    0.0: {"draft": "suffix", "children": 1, "depth": 8, "kappa": 0.05, "min_n": 4, "copy_model": True,
-          "corpus": "none", "overhead": "measure"},
-    1.0: {"draft": "suffix", "children": 1, "depth": 8, "kappa": 0.05, "min_n": 4, "copy_model": True,
-          "corpus": "none", "overhead": "measure"},
-}
+#: The suffix drafter's chains (:class:`specot.drafting.SuffixDrafter`, GREEDY law, one child per
+#: node, up to 8 deep), tuned for a target whose wide passes cost nearly their width (a CPU):
+#:
+#: * ``suffix_min_match`` 4: a draft only after a match of 4+ tokens;
+#: * ``suffix_copy_model``: each node scored by the copy model (the rate at which the text after a
+#:   match of its length is copied, learned per generation around
+#:   :data:`specot.drafting.suffix.COPY_PRIOR`), so a long copy drafts a long chain and a short
+#:   match none; ``suffix_kappa`` 0.05 the count discount of the other scores;
+#: * ``ngram_corpus`` ``"none"``: no n-gram corpus (its nodes start at a 0.3 acceptance gate where a
+#:   draft token here needs about 0.9, and building it costs every run's start);
+#: * ``suffix_draft_overhead`` ``"measure"``: a drafted step's work outside its pass beyond a plain
+#:   step's, measured on the machine that runs against its measured t(1) and cached
+#:   (:mod:`specot.plan.step_work`);
+#:
+#: the budget priced by the pass-cost curve measured on the machine that runs
+#: (:meth:`LlamaCppTarget.pass_cost_curve`), else by :data:`PASS_COST`. n-gram chains, fixed trees
+#: and the distilled draft model do not pay on such a curve; EAGLE cannot run (no hidden states).
+#: The same entry at every temperature. The measurements behind it are regenerated by
+#: ``specot bench llamacpp run`` (docs/llamacpp.md, "Plan for auto on llama.cpp").
+_SUFFIX_CHAINS = AutoChoice("suffix", 1, 8, options=(
+    ("suffix_kappa", 0.05), ("suffix_min_match", 4), ("suffix_copy_model", True), ("ngram_corpus", "none"),
+    ("suffix_draft_overhead", "measure")))
+AUTO_TABLE = AutoTable(greedy=_SUFFIX_CHAINS, sampled=_SUFFIX_CHAINS)
+
 #: FALLBACK ``(cost_fixed, cost_per_token)``: a pass over 1 + N tokens costs ``1 + f + c·N`` one-token
-#: passes, the linear fit of :data:`specot_llamacpp.plan.QUIET_CURVE` (measured on a Zen 4 with
-#: AVX-512; ``specot_llamacpp.bench.fit_linear_cost``). :class:`LlamaCppTarget` carries it as
-#: ``pass_cost``; specot's suffix drafter prices with it only where no curve was measured on the
-#: machine that runs (``SPECOT_CALIBRATE=0``, or the calibration failed): on an AVX2-only EPYC the
-#: real r(2) is 1.56, not 1.93.
+#: passes. :class:`LlamaCppTarget` carries it as ``pass_cost``; the suffix drafter prices with it
+#: only where no curve was measured on the machine that runs (``SPECOT_CALIBRATE=0``, or the
+#: calibration failed): it is one CPU's fit (a 2-vCPU Zen 4 with AVX-512), other CPUs differ.
+#: Regenerated by ``specot bench llamacpp cost`` (its ``linear_fit``).
 PASS_COST = (0.55, 0.38)
-
-
-def auto_choice(temperature: float) -> AutoChoice:
-    """The backend's ``draft="auto"`` rule (``Backend.auto``): :data:`AUTO_PLAN`'s entry of the
-    nearest temperature listed."""
-    e = AUTO_PLAN[min(AUTO_PLAN, key=lambda t: abs(t - float(temperature)))]
-    return AutoChoice(e["draft"], e["children"], e["depth"],
-                      options=(("suffix_kappa", e["kappa"]), ("suffix_min_match", e["min_n"]),
-                               ("suffix_copy_model", e["copy_model"]), ("ngram_corpus", e["corpus"]),
-                               ("suffix_draft_overhead", e["overhead"])))

@@ -16,7 +16,7 @@ import torch
 from specot.models.embedded import EMBEDDED_TARGET
 from specot.plan.backends import Backend
 
-from .auto import CAPABILITIES, auto_choice
+from .auto import AUTO_TABLE, CAPABILITIES
 from .gguf_header import FILE_TYPES, check_gguf_file, gguf_file_type
 
 __all__ = ["BACKEND", "EXACTNESS", "load_for_plan", "check_source", "weight_type"]
@@ -90,5 +90,5 @@ def installed() -> bool:
 #: speculative decoding on the transformers backend on a 2-core CPU (docs/llamacpp.md); and for any
 #: ``.gguf`` file.
 BACKEND = Backend("llamacpp", load_for_plan, capabilities=CAPABILITIES, devices=("cpu",), available=installed,
-                  auto=auto_choice, auto_default=True, files=(".gguf",), check=check_source, exactness=EXACTNESS,
+                  auto=AUTO_TABLE, auto_default=True, files=(".gguf",), check=check_source, exactness=EXACTNESS,
                   weights=weight_type)

@@ -11,7 +11,7 @@ or ``LLM(..., additional_config={"specot": {...}})``. Keys:
 * ``verifier``: a chain verifier of :mod:`specot.verifiers` — ``"speculative"`` (lossless
   speculative sampling, Leviathan et al. 2023), ``"lenient"`` (lossy, App. A.5), ``"mentored"``
   (lossy, KL-bounded, Tran-Thien 2023) — or ``"vllm"`` (vLLM's own rejection sampler, with the
-  CPU defect fixed). Default ``"speculative"`` when the ``"specot"`` key is present.
+  CPU defect fixed). Unset: the chains' own, ``"speculative"`` (:data:`CHAIN_SHAPE`).
 * ``verifier_params``: keyword arguments of the verifier (``{"lenience": 0.5}``, ``{"D": 0.1}``).
   A lossy verifier runs only with its parameter stated (``lenient``: ``lenience``; ``mentored``:
   ``D``): its default is never taken silently, and the value is in the log line and the
@@ -36,7 +36,7 @@ configuration (before any engine process starts); a bad one is a :class:`SpecotC
 
 With the tree proposer (``"model": "specot_vllm.SuffixTreeProposer"``, a draft TREE of at most
 ``num_speculative_tokens`` nodes per request) ``verifier`` is a multi-draft verifier of
-:func:`tree_verifiers` (default ``"greedy"``): ``greedy`` verifies the suffix drafter's own trees
+:func:`tree_verifiers` (unset: the trees' own, ``"greedy"``, :data:`TREE_SHAPE`): ``greedy`` verifies the suffix drafter's own trees
 (GREEDY law: its distinct children, deterministic); the others verify trees whose children are
 redrawn from the drafter's q under their law (``kseq``, ``rrs``, ``importance``, ``traversal``,
 ``ot``: i.i.d.; ``rrs_wor``: without replacement). Both lists come from specot's verifier registry
@@ -55,7 +55,9 @@ from typing import Any, Mapping, Sequence
 
 from specot.plan.verify import VerifierSpec, build_verifier, check_otm_size, verifier_info
 from specot.sampling import SamplingConfig
-from specot.verifiers import LAW_VERIFIERS, DraftLaw, Verifier, available_verifiers, default_verifier, get_verifier
+from specot.drafting.suffix import SuffixSettings
+from specot.drafting.tree import TreeBudget, TreeSpec
+from specot.verifiers import LAW_VERIFIERS, DraftLaw, Verifier, available_verifiers, get_verifier
 
 __all__ = ["SpecotVllmConfig", "SpecotConfigError", "CHAIN_VERIFIERS", "TREE_VERIFIERS", "chain_verifiers",
            "tree_verifiers", "parse_config", "tree_config", "checkpoint_ratio", "q_temperature_ratio",
@@ -63,14 +65,20 @@ __all__ = ["SpecotVllmConfig", "SpecotConfigError", "CHAIN_VERIFIERS", "TREE_VER
 
 #: The draft laws of the tree proposer's trees: its own (GREEDY) and its redraws (IID, WOR).
 TREE_LAWS = (DraftLaw.GREEDY, DraftLaw.IID, DraftLaw.WOR)
+#: The shape of vLLM's chains (one draft per position): an unset verifier is its default
+#: (:attr:`specot.drafting.TreeSpec.default_verifier`), as specot's plan would name it.
+CHAIN_SHAPE = TreeSpec.sequences(1, 1)
+#: The tree proposer's budget (:class:`specot_vllm.SuffixTreeProposer`: the suffix drafter's GREEDY
+#: trees within ``children`` per node; its depth is the deployment's): an unset verifier is its default.
+TREE_SHAPE = TreeBudget(SuffixSettings().children, 1, DraftLaw.GREEDY)
 _KEYS = ("verifier", "verifier_params", "q_temperature_ratio", "suffix", "depth", "draft_max_batch")
 
 
 def chain_verifiers() -> tuple[str, ...]:
     """The verifiers of specot's registry that verify vLLM's chains: token-level verifiers of one
-    draft per position (``max_drafts == 1``), the default (:func:`specot.verifiers.default_verifier`
-    for one draft) first, then ``"vllm"`` (vLLM's own rejection sampler)."""
-    default = default_verifier(DraftLaw.IID, 1)
+    draft per position (``max_drafts == 1``), the default (:data:`CHAIN_SHAPE`'s) first, then
+    ``"vllm"`` (vLLM's own rejection sampler)."""
+    default = CHAIN_SHAPE.default_verifier
     names = [n for n in available_verifiers()
              if isinstance(v := get_verifier(n), Verifier) and v.max_drafts == 1]
     return tuple(sorted(names, key=lambda n: (n != default, n))) + ("vllm",)
@@ -80,8 +88,8 @@ def tree_verifiers(vocab: int | None = None) -> tuple[str, ...]:
     """The verifiers of specot's registry that verify the tree proposer's trees: lossless,
     several drafts per node, valid for one of :data:`TREE_LAWS`, and able to run at the model's
     vocabulary ``vocab`` where known (:func:`specot.plan.verify.check_otm_size`). The laws' own
-    verifiers (:data:`specot.verifiers.LAW_VERIFIERS`) first — the GREEDY law's, the default, at
-    the head — then the others by name."""
+    verifiers (:data:`specot.verifiers.LAW_VERIFIERS`) first — the default (:data:`TREE_SHAPE`'s,
+    the GREEDY law's) at the head — then the others by name."""
     def serves(name: str) -> bool:
         v = get_verifier(name)
         if not v.lossless or (v.max_drafts is not None and v.max_drafts < 2) or getattr(v, "chains_only", False):
@@ -94,7 +102,7 @@ def tree_verifiers(vocab: int | None = None) -> tuple[str, ...]:
             return False
         return True
 
-    first = [LAW_VERIFIERS[law] for law in TREE_LAWS]
+    first = [TREE_SHAPE.default_verifier] + [LAW_VERIFIERS[law] for law in TREE_LAWS]
     names = [n for n in available_verifiers() if serves(n)]
     return tuple(sorted(names, key=lambda n: (first.index(n) if n in first else len(first), n)))
 
@@ -110,7 +118,8 @@ class SpecotVllmConfig:
     """The integration's settings (module docstring).
 
     Attributes:
-        verifier: one of :func:`chain_verifiers` (chains) or :func:`tree_verifiers` (trees).
+        verifier: one of :func:`chain_verifiers` (chains) or :func:`tree_verifiers` (trees);
+            ``None`` (not named): the shape's own (:data:`CHAIN_SHAPE`, :data:`TREE_SHAPE`).
         verifier_params: keyword arguments of the verifier.
         q_temperature_ratio: the EAGLE draft-law calibration r, or ``None`` (the head's own).
         suffix: keyword arguments of the suffix drafter.
@@ -120,13 +129,17 @@ class SpecotVllmConfig:
             (:func:`default_draft_max_batch`).
     """
 
-    verifier: str = "speculative"
+    verifier: str | None = None
     verifier_params: Mapping[str, Any] = field(default_factory=dict)
     q_temperature_ratio: float | None = None
     suffix: Mapping[str, Any] = field(default_factory=dict)
     tree: bool = False
     depth: int | None = None
     draft_max_batch: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.verifier is None:
+            object.__setattr__(self, "verifier", (TREE_SHAPE if self.tree else CHAIN_SHAPE).default_verifier)
 
     def build_verifier(self):
         """The :class:`specot.verifiers.Verifier` instance, or ``None`` for ``"vllm"``.
@@ -180,7 +193,9 @@ def _mapping(raw: Mapping[str, Any], key: str) -> dict[str, Any]:
 
 def _verifier_name(raw: Mapping[str, Any], tree: bool, vocab: int | None) -> str:
     allowed = tree_verifiers(vocab) if tree else CHAIN_VERIFIERS
-    verifier = raw.get("verifier", allowed[0])
+    verifier = raw.get("verifier")
+    if verifier is None:
+        return (TREE_SHAPE if tree else CHAIN_SHAPE).default_verifier
     if verifier not in allowed:
         what = ("specot_vllm.SuffixTreeProposer drafts a tree per request" if tree else
                 "vLLM drafts one chain per request; multi-draft verifiers need "
@@ -319,14 +334,14 @@ def parse_config(additional_config: Mapping[str, Any] | None, *, tree: bool = Fa
 
 
 def tree_config(additional_config: Mapping[str, Any] | None, vocab: int | None = None) -> SpecotVllmConfig:
-    """:func:`parse_config` for a tree deployment: its settings, or the defaults (the first of
-    :func:`tree_verifiers`, ``greedy``) when ``additional_config`` has no ``"specot"`` key.
+    """:func:`parse_config` for a tree deployment: its settings, or the defaults (the verifier
+    :data:`TREE_SHAPE`'s, ``greedy``) when ``additional_config`` has no ``"specot"`` key.
 
     Raises:
         ValueError: as :func:`parse_config`.
     """
     return (parse_config(additional_config, tree=True, vocab=vocab)
-            or SpecotVllmConfig(verifier=tree_verifiers(vocab)[0], tree=True))
+            or SpecotVllmConfig(tree=True))
 
 
 def checkpoint_ratio(draft_model_config: Any) -> float | None:

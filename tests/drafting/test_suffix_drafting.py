@@ -11,7 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specot.drafting import DraftOutcome, NGramCounts, NGramTable, SuffixDrafter, SuffixIndex, TreeSpec
+from specot.drafting import DraftOutcome, NGramCounts, NGramTable, SuffixDrafter, SuffixIndex, TreeBudget, TreeSpec
 from specot.drafting.base import greedy_q, strict_weights
 from specot.engine import GenerationConfig, autoregressive_generate, make_generator, tree_generate
 from specot.laws import DraftLaw, enumerate_draft_law, sample_drafts, top_tokens
@@ -409,9 +409,8 @@ def test_statistics_add_up():
 
 
 def test_default_verifier_for_a_suffix_spec_is_greedy():
-    from specot.engine import default_verifier_for
-
-    assert default_verifier_for(TreeSpec.sequences(4, 4, DraftLaw.GREEDY)) == "greedy"
+    assert TreeSpec.sequences(4, 4, DraftLaw.GREEDY).default_verifier == "greedy"
+    assert TreeBudget(1, 4).default_verifier == "greedy"  # a budget's trees are all its law's
     with pytest.raises(ValueError, match="cannot be verified"):
         TreeSpec.sequences(4, 4, DraftLaw.GREEDY).check_verifier(get_verifier("speculative"))
 

@@ -142,35 +142,56 @@ def _tree(shape: tuple, law: DraftLaw) -> TreeSpec:
     return TreeSpec.topology(shape[1], law)
 
 
-@pytest.mark.parametrize("law", list(DraftLaw))
-@pytest.mark.parametrize("shape", _SHAPES, ids=str)
-def test_the_plan_and_the_engine_pick_one_default_verifier(monkeypatch, law, shape):
-    """The default verifier is decided in one place (:func:`specot.engine.default_verifier_for`):
-    the plan of a draft model and :func:`specot.engine.tree_generate` without a verifier pick the
-    same one for every tree shape and law."""
+#: Every kind of shape: fixed trees of every law, and budgets of drafters that build their own trees.
+_ALL_SHAPES = [(shape, law) for shape in _SHAPES for law in DraftLaw] + [("budget", c) for c in (1, 2, 3)]
+
+
+def _shape_of(shape: tuple, arg):
+    if shape == "budget":
+        return TreeBudget(arg, 2)
+    return _tree(shape, arg)
+
+
+@pytest.mark.parametrize("shape, arg", _ALL_SHAPES, ids=str)
+def test_the_plan_the_engine_and_vllm_pick_one_default_verifier(monkeypatch, shape, arg):
+    """The default verifier is a property of the shape (:attr:`TreeSpec.default_verifier`,
+    :attr:`TreeBudget.default_verifier`): the plan, :func:`specot.engine.tree_generate` without a
+    verifier and the vLLM integration's settings name the same one for every shape — speculative
+    for a chain, the law's own for a tree, the law's own for every budget of a drafter's trees."""
     import specot.engine.generate as G
-    from specot.engine import GenerationConfig, default_verifier_for, tree_generate
+    from specot.engine import GenerationConfig, tree_generate
+    from specot_vllm.config import CHAIN_SHAPE, TREE_SHAPE, SpecotVllmConfig, tree_config
 
     try:
-        spec = _tree(shape, law)
+        spec = _shape_of(shape, arg)
     except ValueError:  # e.g. more than 2 children per node under SpecHub's law
-        pytest.skip(f"{shape} is not a {law.value} tree")
+        pytest.skip(f"{shape} is not a {arg} tree")
     used = []
     monkeypatch.setattr(G, "decode", lambda *a, verifier, **k: used.append(verifier.name))
-    tree_generate(tiny_lm(0), tiny_lm(1), [1, 2], spec, GenerationConfig(max_new_tokens=2))
-    plan = P.make_plan("distilled", tree=spec)
-    assert plan.verifier.name == used[0] == default_verifier_for(spec)
-    assert used[0] == ("speculative" if spec.max_drafts_per_node() == 1 else LAW_VERIFIERS[law])
+    drafter = SuffixDrafter(16) if isinstance(spec, TreeBudget) else tiny_lm(1)
+    tree_generate(tiny_lm(0), drafter, [1, 2], spec, GenerationConfig(max_new_tokens=2))
+    plan = P.make_plan("suffix" if isinstance(spec, TreeBudget) else "distilled", tree=spec)
+    assert plan.verifier.name == used[0] == spec.default_verifier
+    if isinstance(spec, TreeBudget):
+        assert used[0] == LAW_VERIFIERS[spec.law]
+    else:
+        assert used[0] == ("speculative" if spec.max_drafts_per_node() == 1 else LAW_VERIFIERS[spec.law])
+    # vLLM: chains and the tree proposer's budgets, unset verifier = the shape's
+    assert SpecotVllmConfig().verifier == CHAIN_SHAPE.default_verifier == TreeSpec.sequences(1, 3).default_verifier
+    assert SpecotVllmConfig(tree=True).verifier == tree_config(None).verifier == TREE_SHAPE.default_verifier
+    assert TREE_SHAPE.default_verifier == TreeBudget(arg if shape == "budget" else 2, 2).default_verifier
 
 
-@pytest.mark.parametrize("draft", ["suffix", "suffix+distilled"])
-@pytest.mark.parametrize("drafts", [1, 2, 3])
-def test_a_drafter_with_its_own_law_gets_that_laws_verifier_even_for_chains(draft, drafts):
-    from specot.engine import default_verifier_for
-
-    plan = P.make_plan(draft, drafts=drafts, gamma=2)
-    assert plan.verifier.name == default_verifier_for(plan.tree, fixed_law=True) == "greedy"
-    assert default_verifier_for(plan.tree) == ("greedy" if drafts > 1 else "speculative")
+def test_an_unnamed_verifier_is_none_and_speculative_is_a_name():
+    """``verifier=None`` means none named; ``"speculative"`` names the single-draft verifier, which a
+    tree of several drafts per node refuses (not silently replaced by the law's own)."""
+    assert P.make_plan("distilled", drafts=3).verifier.name == "kseq"
+    with pytest.raises(ValueError, match="cannot be verified by 'speculative'"):
+        P.make_plan("distilled", drafts=3, verifier="speculative")
+    assert P.make_plan("ngram").verifier.name == "speculative" and P.make_plan("none").verifier.name == "speculative"
+    assert P.make_plan("auto", dtype="bfloat16", verifier="speculative").describe() == "suffix+eagle, chain"
+    with pytest.raises(ValueError, match="need a verifier"):
+        P.make_plan("ngram", verifier_params={"lenience": 0.5})
 
 
 @pytest.mark.parametrize("kwargs, error, match", [
@@ -288,16 +309,17 @@ def _with_backend(monkeypatch, backend):
 def test_auto_picks_a_marked_backend_only_for_an_automatic_embedded_plan(monkeypatch):
     import specot.plan.backends as B
     from specot.plan import Backend
-    from specot.plan.auto import AutoChoice
+    from specot.plan.auto import AutoChoice, AutoTable
 
-    fast = Backend("fast", lambda *a, **k: None, auto=lambda t: AutoChoice("suffix", 1, 3, options=(("suffix_kappa", 0.1),)),
-                   auto_default=True)
+    own = AutoChoice("suffix", 1, 3, options=(("suffix_kappa", 0.1),))
+    fast = Backend("fast", lambda *a, **k: None, auto=AutoTable(own, own), auto_default=True)
     _with_backend(monkeypatch, fast)
     plan = P.make_plan("auto", temperature=0)
     assert plan.backend == "fast" and plan.describe() == "suffix, budget 1 child × depth 3"  # the backend's own auto rule
     assert dict(plan.draft.options)["suffix_kappa"] == 0.1
     # anything less than a fully automatic plan of the embedded target on a CPU stays on transformers
-    for kw in (dict(dtype="float32"), dict(draft="ngram"), dict(drafts=2), dict(verifier="block")):
+    for kw in (dict(dtype="float32"), dict(draft="ngram"), dict(drafts=2), dict(verifier="block"),
+               dict(verifier="speculative")):
         assert P.make_plan(**{"draft": "auto", **kw}).backend == "transformers", kw
     assert B.choose_backend("auto", None, device="cuda", dtype="auto", automatic=True) == "transformers"
     assert B.choose_backend("auto", "some/model", device="cpu", dtype="auto", automatic=True) == "transformers"
@@ -305,6 +327,25 @@ def test_auto_picks_a_marked_backend_only_for_an_automatic_embedded_plan(monkeyp
     unavailable = Backend("fast", fast.load, auto=fast.auto, auto_default=True, available=lambda: False)
     _with_backend(monkeypatch, unavailable)
     assert P.make_plan("auto").backend == "transformers"  # not installed here: the reference backend
+
+
+def test_load_drafter_auto_is_the_plans_auto_on_the_targets_backend(monkeypatch):
+    """``load_drafter("auto", target)`` resolves through the plan: on a backend with its own table
+    (llama.cpp's suffix chains) it gives that table's drafter, as ``generate(draft="auto")`` plans
+    it — not the core's rule for the transformers backend."""
+    import specot
+    from specot.plan import Backend
+    from specot.plan.auto import AutoChoice, AutoTable
+
+    own = AutoChoice("suffix", 1, 5, options=(("suffix_kappa", 0.125), ("suffix_min_match", 3)))
+    _with_backend(monkeypatch, Backend("fast", lambda *a, **k: None, auto=AutoTable(own, own)))
+    target = tiny_lm(0)
+    monkeypatch.setattr(target, "backend", "fast", raising=False)
+    drafter = specot.load_drafter("auto", target)
+    assert isinstance(drafter, SuffixDrafter) and (drafter.kappa, drafter.min_n) == (0.125, 3)
+    plan = P.make_plan("auto", target=target)
+    assert plan.draft.name == "suffix" and plan.shape == TreeBudget(1, 5)
+    assert isinstance(specot.load_drafter("auto", tiny_lm(0)), NGramDrafter)  # transformers: the core's rule
 
 
 def test_a_backend_without_hidden_states_refuses_eagle_before_loading(monkeypatch):

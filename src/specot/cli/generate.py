@@ -51,9 +51,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--max-new-tokens", type=int, default=128, help="exact cap on new tokens (default 128)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     law_verifiers = ", ".join(f"{v} ({law})" for law, v in catalog.LAW_VERIFIERS.items())
-    p.add_argument("--verifier", default="speculative",
-                   help=f"verifier: {', '.join(catalog.VERIFIERS)}. Default speculative (lossless); a tree with "
-                        f"several drafts per node gets its law's optimal one: {law_verifiers}. With --drafts/--tree "
+    p.add_argument("--verifier", default=None,
+                   help=f"verifier: {', '.join(catalog.VERIFIERS)}. Default: the draft shape's own (lossless): "
+                        f"speculative for chains, a tree's law's optimal one: {law_verifiers}. With --drafts/--tree "
                         f"any verifier valid for the construction. LOSSY: {', '.join(catalog.LOSSY_VERIFIERS)} (their "
                         "parameters given explicitly: --lenience, --verifier-param). otm is the exact LP optimum, a "
                         "reference for tiny vocabularies (tests, specot theory alpha --verifiers): it is refused for "

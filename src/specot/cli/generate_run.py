@@ -64,9 +64,9 @@ def _verifier_params(args: argparse.Namespace) -> dict:
                          "(L = 1 is plain speculative sampling)")
     if args.lenience is not None:
         if args.verifier != "lenient":
-            raise ValueError(f"--lenience applies only to --verifier lenient (a lossy verifier); verifier "
-                             f"{args.verifier!r} takes no lenience. Drop --lenience, or add --verifier lenient for a "
-                             "lossy run")
+            named = f"verifier {args.verifier!r}" if args.verifier is not None else "the default verifier"
+            raise ValueError(f"--lenience applies only to --verifier lenient (a lossy verifier); {named} takes no "
+                             "lenience. Drop --lenience, or add --verifier lenient for a lossy run")
         params["lenience"] = args.lenience
     for item in args.verifier_param:
         name, sep, value = item.partition("=")

@@ -98,7 +98,7 @@ from .base import DraftOutcome, DraftSchedule, DraftTree, Drafter, greedy_q
 from .ngram import NGramTable
 from .tree import DraftShape, TreeBudget
 
-__all__ = ["SuffixIndex", "SuffixDrafter", "NGramCounts", "COPY_EDGES", "COPY_PRIOR"]
+__all__ = ["SuffixIndex", "SuffixDrafter", "SuffixSettings", "NGramCounts", "COPY_EDGES", "COPY_PRIOR"]
 
 #: Lower edges of the match-length buckets of the copy model (``copy_model=True``): L = 1, 2, 3,
 #: 4–5, 6–7, 8–11, 12–15, 16–31, 32+.
@@ -341,9 +341,38 @@ class NGramCounts:
 
 
 class SuffixDrafter(Drafter):
+@dataclass(frozen=True)
+class SuffixSettings:
+    """The suffix drafter's settings and their defaults, one place: :class:`SuffixDrafter`'s keyword
+    arguments default to these, and the plan's ``suffix`` draft kind
+    (:mod:`specot.plan.kinds.suffix`) and the vLLM integration read them from here. Each field is
+    the :class:`SuffixDrafter` argument of that name (its docstring)."""
+
+    max_n: int = 8  # longest suffix matched (the index depth)
+    min_n: int = 1  # shortest suffix match that drafts
+    max_nodes: int = 24  # node budget, a hard cap on the tree size
+    children: int = 4  # children per node, at most
+    max_occurrences: int = 32  # occurrences read per proposal
+    match_weight: float = 2.0  # an occurrence matching m tokens weighs match_weight ** m
+    recency: float = 1.0  # the r-th most recent occurrence weighs recency ** r more (1: frequency only)
+    kappa: float = 0.5  # count discount κ of the conditional frequencies
+    min_score: float = 0.01  # nodes scored below this are never drafted
+    cost_per_token: float = 0.03  # c of the linear cost model t(N)/t(0) = 1 + f + c·N
+    cost_fixed: float = 0.05  # f of that model
+    adaptive: bool = True  # adapt the budget through the calibrated cost model
+    corpus_min_n: int = 1  # shortest corpus context accepted for a corpus draft
+    copy_model: bool = False  # score context nodes by the copy model
+    copy_weight: float = 4.0  # pseudo nodes of the copy prior in each bucket's rate
+    draft_overhead: float = 0.0  # a drafted step's work beyond its pass, in one-token passes
+
+
+_DEFAULT = SuffixSettings()
+
+
     """Suffix-decoding drafter: draft trees from earlier occurrences of the current suffix.
 
-    See the module docstring for the data structure, scoring, budget and verification.
+    See the module docstring for the data structure, scoring, budget and verification. The
+    defaults below are :class:`SuffixSettings`'.
 
     Args:
         vocab_size: the target's vocabulary size (q rows are ``[V]``); ``None`` proposes only the
@@ -386,13 +415,15 @@ class SuffixDrafter(Drafter):
 
     name = "suffix"
 
-    def __init__(self, vocab_size: int | None = None, *, max_n: int = 8, min_n: int = 1, max_nodes: int = 24,
-                 children: int = 4, max_occurrences: int = 32, match_weight: float = 2.0, recency: float = 1.0,
-                 kappa: float = 0.5,
-                 min_score: float = 0.01, cost_per_token: float = 0.03, cost_fixed: float = 0.05, adaptive: bool = True,
-                 corpus: "NGramCounts | NGramTable | None" = None, corpus_min_n: int = 1,
-                 pass_cost: Callable[[int], float] | None = None, copy_model: bool = False,
-                 copy_weight: float = 4.0, draft_overhead: float = 0.0) -> None:
+    def __init__(self, vocab_size: int | None = None, *, max_n: int = _DEFAULT.max_n, min_n: int = _DEFAULT.min_n,
+                 max_nodes: int = _DEFAULT.max_nodes, children: int = _DEFAULT.children,
+                 max_occurrences: int = _DEFAULT.max_occurrences, match_weight: float = _DEFAULT.match_weight,
+                 recency: float = _DEFAULT.recency, kappa: float = _DEFAULT.kappa, min_score: float = _DEFAULT.min_score,
+                 cost_per_token: float = _DEFAULT.cost_per_token, cost_fixed: float = _DEFAULT.cost_fixed,
+                 adaptive: bool = _DEFAULT.adaptive, corpus: "NGramCounts | NGramTable | None" = None,
+                 corpus_min_n: int = _DEFAULT.corpus_min_n, pass_cost: Callable[[int], float] | None = None,
+                 copy_model: bool = _DEFAULT.copy_model, copy_weight: float = _DEFAULT.copy_weight,
+                 draft_overhead: float = _DEFAULT.draft_overhead) -> None:
         super().__init__()
         for what, v, lo in (("max_n", max_n, 1), ("min_n", min_n, 1), ("max_nodes", max_nodes, 1),
                             ("children", children, 1), ("max_occurrences", max_occurrences, 1),

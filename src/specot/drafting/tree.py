@@ -49,7 +49,7 @@ from typing import Iterable, Sequence, Union
 from .._deprecated import renamed_keyword
 from .._validation import check_count
 from ..laws import DraftLaw
-from ..verifiers.base import AnyVerifier
+from ..verifiers.base import LAW_VERIFIERS, AnyVerifier
 
 __all__ = [
     "TreeSpec",
@@ -208,6 +208,15 @@ class TreeSpec:
         _check_verifier(f"tree {self.name or self.law.value!r}", self.law, self.max_drafts_per_node(), verifier)
 
     def label(self) -> str:
+    @property
+    def default_verifier(self) -> str:
+        """THE verifier this shape gets when none is named (the plan, :func:`specot.engine.tree_generate`
+        and the vLLM integration all read it here): ``"speculative"`` (Leviathan et al. 2023) for a
+        chain (one draft per node, whatever the law: one draw from q), else the optimal verifier of
+        the tree's law (:data:`specot.verifiers.LAW_VERIFIERS`: k-Seq for IID, SpecTr; RRS without
+        replacement for WOR; Hu et al. 2025's greedy verifier for GREEDY; SpecHub's)."""
+        return "speculative" if self.max_drafts_per_node() <= 1 else LAW_VERIFIERS[self.law]
+
         """``"tree LAW n×γ"``: the law, the most drafts n of one node and the depth, e.g. ``"tree iid 2×3"``."""
         return f"tree {self.law.value} {self.max_drafts_per_node()}×{self.depth}"
 
@@ -277,6 +286,14 @@ class TreeBudget:
         _check_verifier(f"a {self.label()}", self.law, self.children, verifier)
 
     def label(self) -> str:
+    @property
+    def default_verifier(self) -> str:
+        """THE verifier a budget gets when none is named (as :attr:`TreeSpec.default_verifier`): the
+        optimal verifier of its law (:data:`specot.verifiers.LAW_VERIFIERS`; GREEDY: Hu et al. 2025),
+        even at one child per node — the drafter builds every tree within the budget under its law,
+        so one verifier serves all of them."""
+        return LAW_VERIFIERS[self.law]
+
         """``"budget c children × depth d"``, e.g. ``"budget 4 children × depth 4"``."""
         return f"budget {self.children} {'child' if self.children == 1 else 'children'} × depth {self.depth}"
 

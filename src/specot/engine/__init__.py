@@ -2,7 +2,7 @@
 speculative decoding (Leviathan Algorithm 1), multi-draft tree decoding (SpecTr Algorithm 3,
 Hu et al. App. D) and the autoregressive baseline."""
 
-from .generate import autoregressive_generate, default_verifier_for, speculative_generate, tree_generate
+from .generate import autoregressive_generate, speculative_generate, tree_generate
 from .loop import TreeStep, check_prompt_fits, decode, make_generator, verify_draft_tree
 from .types import GenerationConfig, GenerationResult, GenerationStats
 
@@ -14,7 +14,6 @@ __all__ = [
     "speculative_generate",
     "autoregressive_generate",
     "tree_generate",
-    "default_verifier_for",
     "verify_draft_tree",
     "TreeStep",
     "check_prompt_fits",

@@ -17,12 +17,12 @@ from ..drafting.model import as_drafter
 from ..drafting.tree import DraftShape, TreeSpec
 from ..laws import DraftLaw
 from ..models.protocol import TargetModel
-from ..verifiers.base import AnyVerifier, default_verifier, get_verifier
+from ..verifiers.base import AnyVerifier, get_verifier
 from ..verifiers.speculative import SpeculativeVerifier
 from .loop import TokenCallback, decode
 from .types import GenerationConfig, GenerationResult
 
-__all__ = ["speculative_generate", "tree_generate", "autoregressive_generate", "default_verifier_for"]
+__all__ = ["speculative_generate", "tree_generate", "autoregressive_generate"]
 
 
 def _check_drafter(target: TargetModel, drafter: Drafter) -> None:
@@ -91,27 +91,6 @@ def autoregressive_generate(
     return speculative_generate(target, None, prompt_ids, config, generator=generator, on_tokens=on_tokens)
 
 
-def default_verifier_for(spec: DraftShape, *, fixed_law: bool = False) -> str:
-    """THE verifier a draft tree gets when none is named — the plan (:func:`specot.plan.make_plan`)
-    and :func:`tree_generate` both ask here: ``speculative`` (Leviathan et al. 2023) for one draft
-    per node, else the optimal verifier of the tree's law (:data:`specot.verifiers.LAW_VERIFIERS`:
-    Hu et al. 2025 for GREEDY, SpecTr's k-Seq for IID, RRS without replacement for WOR, SpecHub's).
-
-    Args:
-        spec: the tree construction or budget (:class:`~specot.drafting.TreeSpec`,
-            :class:`~specot.drafting.TreeBudget`); its ``max_drafts_per_node()`` counts the drafts
-            a node is verified with.
-        fixed_law: the drafter draws every tree under one law of its own (suffix decoding and
-            ``suffix+MODEL``: :attr:`specot.plan.TreeSupport.laws`), so its trees get that law's
-            verifier even at one child per node — the one verifier of every tree it drafts.
-
-    Returns:
-        a verifier registry name (:func:`specot.verifiers.get_verifier`).
-    """
-    drafts = spec.max_drafts_per_node()
-    return default_verifier(spec.law, max(2, drafts) if fixed_law else drafts)
-
-
 def tree_generate(
     target: TargetModel,
     draft: TargetModel | Drafter,
@@ -137,7 +116,8 @@ def tree_generate(
         config: ``max_new_tokens``, ``sampling``, ``seed``, ``stop_at_eos``, ``gamma_schedule``
             (``gamma`` is unused: the tree's depth is the draft length).
         verifier: a verifier or registry name (``"otm"`` gets the tree's law) valid for ``spec``
-            at every node (default: :func:`default_verifier_for`).
+            at every node (default: the shape's own, :attr:`TreeSpec.default_verifier
+            <specot.drafting.TreeSpec.default_verifier>`).
         generator: overrides ``config.seed``; on the target's device.
         on_tokens: called with each batch of committed tokens.
 
@@ -152,7 +132,7 @@ def tree_generate(
     drafter = as_drafter(target, draft)
     _check_drafter(target, drafter)
     if verifier is None:
-        verifier = default_verifier_for(spec)
+        verifier = spec.default_verifier
     if isinstance(verifier, str):
         ver = get_verifier(verifier, law=spec.law) if verifier == "otm" else get_verifier(verifier)
     else:

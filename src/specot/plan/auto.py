@@ -3,9 +3,12 @@
 The rule, one place (:func:`auto_choice`; :func:`specot.plan.make_plan` turns it into a
 :class:`~specot.plan.DecodingPlan`):
 
+* A backend with its own table (:attr:`specot.plan.Backend.auto`, an :class:`AutoTable`: what
+  measured fastest on it, e.g. ``specot_llamacpp.auto.AUTO_TABLE``): the table's entry for the
+  temperature, as measured.
 * The embedded target on a CPU, in bfloat16, or in float32 where oneDNN prepacks the head's
-  layers: suffix decoding with the shipped EAGLE-3 head (``suffix+eagle``), as GREEDY-law draft
-  trees of :data:`AUTO_TREE` (2 children per node, depth 3) at temperature > 0 and
+  layers: :data:`AUTO_TABLE`, suffix decoding with the shipped EAGLE-3 head (``suffix+eagle``), as
+  GREEDY-law draft trees of :data:`AUTO_TREE` (2 children per node, depth 3) at temperature > 0 and
   :data:`AUTO_TREE_GREEDY` (3 × 6) at temperature 0, pruned there by the head's confidence
   (:data:`AUTO_MIN_CONFIDENCE_GREEDY`). Why (docs/results.md, "Speedup per prompt set"): on
   held-out prompt sets the 3 × 6 tree gained over 2 × 3 at T = 0 and lost at T = 1, and so did the
@@ -25,10 +28,11 @@ import torch
 from .._deprecated import renamed_attribute
 from ..models.device import prepacking_available, resolve_dtype
 from ..models.protocol import TargetModel
-from .backends import backend_of, capabilities_for, is_embedded
+from .backends import backend_of, capabilities_for, get_backend, is_embedded
 from .kinds.hybrid import HYBRID_PREFIX
 
-__all__ = ["AutoChoice", "auto_choice", "AUTO_HYBRID", "AUTO_TREE", "AUTO_TREE_GREEDY", "AUTO_MIN_CONFIDENCE_GREEDY"]
+__all__ = ["AutoChoice", "AutoTable", "auto_choice", "AUTO_TABLE", "AUTO_HYBRID", "AUTO_TREE", "AUTO_TREE_GREEDY",
+           "AUTO_MIN_CONFIDENCE_GREEDY"]
 
 AUTO_HYBRID = HYBRID_PREFIX + "eagle"
 #: (children per node, depth) of auto's GREEDY-law trees at temperature > 0.
@@ -60,36 +64,69 @@ class AutoChoice:
     drafts = renamed_attribute("children", old="drafts", owner="AutoChoice")
 
 
+@dataclass(frozen=True)
+class AutoTable:
+    """What ``draft="auto"`` decodes with, per temperature: ``greedy`` at temperature 0,
+    ``sampled`` above it — a backend's measured plan (:attr:`specot.plan.Backend.auto`), or the
+    core's for the embedded target (:data:`AUTO_TABLE`)."""
+
+    greedy: AutoChoice  # temperature 0
+    sampled: AutoChoice  # temperature > 0
+
+    def at(self, temperature: float) -> AutoChoice:
+        """The entry for ``temperature``."""
+        return self.greedy if float(temperature) == 0 else self.sampled
+
+
+#: The core's table: the embedded target on a CPU with a fast EAGLE head (module docstring).
+AUTO_TABLE = AutoTable(
+    greedy=AutoChoice(AUTO_HYBRID, AUTO_TREE_GREEDY[0], AUTO_TREE_GREEDY[1], AUTO_MIN_CONFIDENCE_GREEDY),
+    sampled=AutoChoice(AUTO_HYBRID, AUTO_TREE[0], AUTO_TREE[1]))
+
+
 def _names_greedy_tree(tree: Any) -> bool:
     return tree is None or str(tree).partition(":")[0].strip().lower() in ("", "greedy")
 
 
-def auto_choice(target: Any, device: str = "cpu", *, dtype: str | torch.dtype = "auto", temperature: float = 1.0,
-                drafts: int | None = None, gamma: int | None = None, tree: Any = None, verifier: str = "speculative",
-                verifier_params: Mapping[str, Any] | None = None) -> AutoChoice:
-    """The draft and shape of ``draft="auto"`` (module docstring) for ``target`` (a name or a loaded
-    target), ``device`` and ``dtype`` (the loaded target's own when loaded) and ``temperature``.
-
-    With the caller's tree options (``drafts`` / ``tree``): GREEDY-law trees of ``suffix+eagle`` as
-    given; for any other tree law or verifier ``eagle``, whose trees take every draft law. With a
-    verifier of the caller's (not ``speculative`` without parameters) and no tree options: chains
-    of ``suffix+eagle``.
-    """
-    default_verifier = verifier == "speculative" and not verifier_params
+def _fast_head(target: Any, device: str, dtype: str | torch.dtype) -> bool:
+    """Whether ``target`` is the embedded one on a CPU with its EAGLE head running fast (bf16, or
+    float32 prepacked) and hidden states to feed it."""
     loaded = isinstance(target, TargetModel)
     on_cpu = str(target.device if loaded else device).startswith("cpu")
     dt = target.dtype if loaded else resolve_dtype(dtype, device)
     hidden = capabilities_for(target, backend_of(target)).hidden_states if loaded else True
-    fast_head = dt == torch.bfloat16 or dt == torch.float32 and prepacking_available(dt)
-    if not (is_embedded(target) and on_cpu and hidden and fast_head):
+    fast = dt == torch.bfloat16 or dt == torch.float32 and prepacking_available(dt)
+    return is_embedded(target) and on_cpu and hidden and fast
+
+
+def auto_choice(target: Any, device: str = "cpu", *, backend: str | None = None, dtype: str | torch.dtype = "auto",
+                temperature: float = 1.0, drafts: int | None = None, gamma: int | None = None, tree: Any = None,
+                verifier: str | None = None, verifier_params: Mapping[str, Any] | None = None) -> AutoChoice:
+    """The draft and shape of ``draft="auto"`` (module docstring) for ``target`` (a name or a loaded
+    target) on ``backend`` (its :class:`AutoTable` where it has one; ``None``: a loaded target's
+    own, else the core's rule), ``device`` and ``dtype`` (the loaded target's own when loaded) and
+    ``temperature``.
+
+    With the caller's tree options (``drafts`` / ``tree``): GREEDY-law trees of ``suffix+eagle`` as
+    given; for any other tree law or verifier ``eagle``, whose trees take every draft law. With a
+    verifier named (``verifier`` not ``None``) and no tree options: chains of ``suffix+eagle``.
+
+    Raises:
+        ValueError: an unknown backend.
+    """
+    if backend is None and isinstance(target, TargetModel):
+        backend = backend_of(target)
+    table = get_backend(backend).auto if backend is not None else None
+    if table is not None:  # the backend's measured plan, as measured
+        return table.at(temperature)
+    if not _fast_head(target, device, dtype):
         return AutoChoice("ngram", drafts, gamma)
+    named = verifier is not None or bool(verifier_params)
     if drafts is None and tree is None:
-        if default_verifier:  # auto's own tree
-            greedy = temperature == 0
-            children, depth = AUTO_TREE_GREEDY if greedy else AUTO_TREE
-            return AutoChoice(AUTO_HYBRID, children, depth if gamma is None else gamma,
-                              AUTO_MIN_CONFIDENCE_GREEDY if greedy else None)
+        if not named:  # auto's own tree
+            own = AUTO_TABLE.at(temperature)
+            return AutoChoice(own.draft, own.children, own.gamma if gamma is None else gamma, own.min_confidence)
         return AutoChoice(AUTO_HYBRID, None, gamma)  # chains under the caller's verifier
-    if _names_greedy_tree(tree) and (default_verifier or verifier == "greedy"):
+    if _names_greedy_tree(tree) and (not named or verifier == "greedy"):
         return AutoChoice(AUTO_HYBRID, drafts, gamma)  # the hybrid's trees are GREEDY-law trees
     return AutoChoice("eagle", drafts, gamma)

@@ -42,8 +42,9 @@ class Backend:
             (:func:`capabilities_for`).
         devices: the device types it runs on.
         available: whether it can load a target here (its library is installed).
-        auto: the backend's own ``draft="auto"`` rule, ``auto(temperature) -> AutoChoice`` (what
-            measured fastest on it), or ``None`` for the core's (:mod:`specot.plan.auto`).
+        auto: the backend's own ``draft="auto"`` table (a :class:`specot.plan.auto.AutoTable`: what
+            measured fastest on it, per temperature), or ``None`` for the core's rule; the rule
+            that reads it is :func:`specot.plan.auto.auto_choice`.
         auto_default: ``backend="auto"`` picks it for the embedded target on a CPU when the whole
             plan is automatic (``draft="auto"``, ``dtype="auto"``, no tree or verifier options), as
             measured fastest there.
@@ -63,7 +64,7 @@ class Backend:
     capabilities: Capabilities = Capabilities()
     devices: tuple[str, ...] = ("cpu",)
     available: Callable[[], bool] = field(default=lambda: True, compare=False)
-    auto: Callable[[float], Any] | None = field(default=None, compare=False)
+    auto: Any = field(default=None, compare=False)  # an AutoTable (specot.plan.auto), or None
     auto_default: bool = False
     files: tuple[str, ...] = ()
     check: Callable[[str], None] | None = field(default=None, compare=False)

@@ -20,14 +20,13 @@ import torch
 from .._validation import check_count, check_device
 from .._deprecated import renamed_keyword
 from ..drafting.tree import DraftShape, TreeBudget, TreeSpec, default_law_for, parse_tree_spec
-from ..engine.generate import default_verifier_for
 from ..engine.types import GenerationConfig
 from ..laws import DraftLaw
 from ..models.device import resolve_dtype
 from ..sampling import SamplingConfig
 from .auto import auto_choice
 from ..models.protocol import TargetModel
-from .backends import capabilities_for, check_target_source, choose_backend, get_backend, peek_vocab_and_context
+from .backends import capabilities_for, check_target_source, choose_backend, peek_vocab_and_context
 from .draft import DraftSpec, parse_draft
 from .verify import VerifierSpec, build_verifier, check_otm_size
 
@@ -136,7 +135,8 @@ def resolve_tree_spec(tree: str | TreeSpec | None, *, n: int | None = None, gamm
     ``None`` means n draft sequences of draft length γ = ``gamma`` branching at the root
     (:meth:`TreeSpec.sequences`). Where the form does not name the law (``None``,
     ``topology:FILE`` without one, ``eagle``), it is ``tree_law`` or else the verifier's own
-    (:func:`specot.drafting.default_law_for`). Forms without expansion factors take γ = ``gamma``
+    (:func:`specot.drafting.default_law_for`; IID where ``verifier`` is ``None``). Forms without
+    expansion factors take γ = ``gamma``
     (default 4); forms with factors take γ from them (a ``gamma`` that differs is refused).
     ``drafts=`` is the deprecated name of ``n`` (a :class:`DeprecationWarning`; removed in the
     next release).
@@ -149,21 +149,22 @@ def resolve_tree_spec(tree: str | TreeSpec | None, *, n: int | None = None, gamm
         return tree
     kind = (tree or "").partition(":")[0].strip().lower()
     names_law = kind not in ("", "topology", "eagle")
-    law = tree_law if (tree_law or names_law) else default_law_for(verifier).value
+    law = tree_law if (tree_law or names_law) else (default_law_for(verifier).value if verifier is not None else None)
     has_factors = ":" in (tree or "") and kind != "topology"
     if gamma is None and not has_factors:
         gamma = DEFAULT_GAMMA
     return parse_tree_spec(tree, n=n, gamma=gamma, law=law)
 
 
-def _shape(draft: DraftSpec, ver: VerifierSpec, *, gamma: int | None, drafts: int | None, tree: Any,
+def _shape(draft: DraftSpec, ver: VerifierSpec | None, *, gamma: int | None, drafts: int | None, tree: Any,
            tree_law: str | None) -> tuple[DraftShape | None, VerifierSpec]:
     """The draft tree (``None``: a chain) and the verifier for ``draft`` under the tree options,
     as the draft's kind declares its trees (:class:`~specot.plan.TreeSupport`): a
     :class:`TreeBudget` of ``drafts`` children × depth γ for a drafter that builds its own trees,
-    else a fixed :class:`TreeSpec` (``drafts`` = n)."""
+    else a fixed :class:`TreeSpec` (``drafts`` = n). ``ver`` ``None`` (none named): the shape's
+    own (:attr:`TreeSpec.default_verifier`)."""
     trees = draft.trees
-    built = build_verifier(ver.name, dict(ver.params))
+    built = build_verifier(ver.name, dict(ver.params)) if ver is not None else None
     if trees.own_shape:  # the drafter builds its own trees (suffix decoding): children and depth only
         spec: DraftShape = _own_budget(draft, drafts=drafts, gamma=gamma, tree=tree)
     elif isinstance(tree, TreeBudget):
@@ -182,10 +183,12 @@ def _shape(draft: DraftSpec, ver: VerifierSpec, *, gamma: int | None, drafts: in
             tree, drafts, tree_law = tree or names, drafts or trees.default_children, names
         spec = resolve_tree_spec(tree, n=drafts, gamma=gamma, verifier=built, tree_law=tree_law)
     else:
+        if built is None:
+            return None, VerifierSpec(TreeSpec.sequences(1, gamma or DEFAULT_GAMMA).default_verifier)
         built.check_construction(DraftLaw.IID, 1)
         return None, ver
-    if ver.is_default:
-        ver = VerifierSpec(default_verifier_for(spec, fixed_law=bool(trees.laws)))
+    if ver is None:
+        ver = VerifierSpec(spec.default_verifier)
     if ver.name == "otm" and "law" not in dict(ver.params):
         ver = VerifierSpec("otm", tuple(sorted({**dict(ver.params), "law": spec.law}.items())))
     spec.check_verifier(ver.build())
@@ -242,7 +245,7 @@ def make_plan(draft: Any = "auto", *, target: Any = None, backend: str = "auto",
               dtype: str | torch.dtype = "auto", temperature: float = 1.0, gamma: int | None = None,
               gamma_schedule: str = "constant", drafts: int | None = None,
               tree: str | TreeSpec | TreeBudget | None = None,
-              tree_law: str | None = None, verifier: str = "speculative",
+              tree_law: str | None = None, verifier: str | None = None,
               verifier_params: Mapping[str, Any] | None = None, cache: str = "auto", top_k: int | None = None,
               **draft_options: Any) -> DecodingPlan:
     """The :class:`DecodingPlan` for the options of :func:`specot.generate`, checked before any
@@ -269,8 +272,9 @@ def make_plan(draft: Any = "auto", *, target: Any = None, backend: str = "auto",
             EAGLE's dynamic trees read as children per node. ``tree``: a construction (a form or
             a :class:`TreeSpec`), or a :class:`TreeBudget` for a drafter that builds its own
             trees; unset: a chain, or the draft's own trees.
-        verifier, verifier_params: the verifier; the default ``speculative`` becomes the tree law's
-            optimal verifier for a tree (:data:`specot.verifiers.LAW_VERIFIERS`).
+        verifier, verifier_params: the verifier; ``None`` (none named): the shape's own
+            (:attr:`specot.drafting.TreeSpec.default_verifier`: ``speculative`` for a chain, the
+            law's optimal verifier for a tree, :data:`specot.verifiers.LAW_VERIFIERS`).
         cache: ``"auto"``, ``"dynamic"`` or ``"cuda_graphs"``.
         top_k: the sampling's top-k, where set (bounds the draft support of the ``otm`` verifier).
         draft_options: the drafter options (``ngram_n``, ``ngram_corpus``, ``min_confidence``);
@@ -289,25 +293,27 @@ def make_plan(draft: Any = "auto", *, target: Any = None, backend: str = "auto",
         raise ValueError(f"cache must be one of {', '.join(CACHES)}, got {cache!r}")
     resolve_dtype(dtype, device)
     check_device(device)
-    ver = VerifierSpec.of(verifier, verifier_params)
+    if verifier is None and verifier_params:
+        raise ValueError(f"verifier_params {dict(verifier_params)!r} need a verifier to apply to: name it "
+                         "(verifier=..., CLI --verifier)")
+    ver = VerifierSpec.of(verifier, verifier_params) if verifier is not None else None
     _check_loaded_target(target, dtype, device)
     is_auto = isinstance(draft, str) and draft == "auto"
-    automatic = is_auto and drafts is None and tree is None and ver.is_default and cache == "auto"
+    automatic = is_auto and drafts is None and tree is None and ver is None and cache == "auto"
     backend = choose_backend(backend, str(target) if isinstance(target, Path) else target, device=device,
                              dtype=dtype, automatic=automatic)
     check_target_source(target, backend)  # as the chosen backend loads it (llama.cpp: a .gguf file)
     if is_auto:
-        backend_rule = get_backend(backend).auto
-        choice = backend_rule(temperature) if backend_rule is not None else auto_choice(
-            target, device, dtype=dtype, temperature=temperature, drafts=drafts, gamma=gamma, tree=tree,
-            verifier=ver.name, verifier_params=dict(ver.params))
+        choice = auto_choice(target, device, backend=backend, dtype=dtype, temperature=temperature, drafts=drafts,
+                             gamma=gamma, tree=tree, verifier=verifier, verifier_params=verifier_params)
         draft, drafts, gamma = choice.draft, choice.children, choice.gamma
         chosen = dict(choice.options, **({"min_confidence": choice.min_confidence} if choice.min_confidence else {}))
         draft_options = {**chosen, **{k: v for k, v in draft_options.items() if v is not None}}
     common = dict(verifier=ver, gamma=DEFAULT_GAMMA if gamma is None else gamma, gamma_schedule=gamma_schedule,
                   cache=cache, backend=backend, dtype=dtype, device=device)
     if draft is None or (isinstance(draft, str) and draft == "none"):
-        return DecodingPlan(None, None, **common)
+        chain = TreeSpec.sequences(1, common["gamma"]).default_verifier
+        return DecodingPlan(None, None, **{**common, "verifier": ver or VerifierSpec(chain)})
     spec = parse_draft(draft, **draft_options)
     spec.check()
     if spec.needs_hidden_states:

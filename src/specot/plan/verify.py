@@ -19,10 +19,12 @@ __all__ = ["VerifierSpec", "build_verifier", "verifier_info", "check_otm_size"]
 class VerifierSpec:
     """A verifier by name with its parameters, as sorted ``(name, value)`` pairs.
 
-    :meth:`build` makes a fresh verifier for one generation.
+    :meth:`build` makes a fresh verifier for one generation. A plan's verifier is always named:
+    where the caller names none (``verifier=None``), :func:`specot.plan.make_plan` names the
+    shape's own (:attr:`specot.drafting.TreeSpec.default_verifier`).
     """
 
-    name: str = "speculative"
+    name: str
     params: tuple[tuple[str, Any], ...] = ()
 
     @classmethod
@@ -30,12 +32,6 @@ class VerifierSpec:
         """The spec of ``name`` with ``params``, checked (:func:`build_verifier`)."""
         build_verifier(name, params)
         return cls(name, tuple(sorted((params or {}).items())))
-
-    @property
-    def is_default(self) -> bool:
-        """Whether no verifier was named (``speculative`` without parameters): a draft tree then
-        gets its law's verifier (:func:`specot.verifiers.default_verifier`)."""
-        return self.name == "speculative" and not self.params
 
     def build(self) -> AnyVerifier:
         """The verifier (:func:`get_verifier`)."""

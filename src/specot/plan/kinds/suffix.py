@@ -6,15 +6,17 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from ..._validation import check_count, check_positive_number
-from ...drafting.suffix import SuffixDrafter
+from ...drafting.suffix import SuffixDrafter, SuffixSettings
 from ...laws import DraftLaw
 from ..corpus import ngram_counts
 from ..draft import DraftKind, DraftSpec, Option, TreeSupport, register_kind
 from ..step_work import suffix_draft_overhead
 from .ngram import NGRAM_OPTIONS
 
+#: The suffix drafter's defaults (:class:`~specot.drafting.suffix.SuffixSettings`).
+_DEFAULT = SuffixSettings()
 #: Children per node of a suffix tree when none is given.
-SUFFIX_CHILDREN = 4
+SUFFIX_CHILDREN = _DEFAULT.children
 
 
 #: The suffix drafter's own options, beside the corpus': the shortest suffix match that drafts
@@ -26,10 +28,10 @@ SUFFIX_CHILDREN = 4
 #: (llama.cpp on a CPU) asks for long matches, the copy model and a measured overhead in its ``auto``.
 SUFFIX_OPTIONS = {
     **NGRAM_OPTIONS,
-    "suffix_min_match": Option(1, lambda v: check_count(v, "suffix_min_match")),
-    "suffix_kappa": Option(0.5, lambda v: check_positive_number(v, "suffix_kappa", allow_zero=True)),
-    "suffix_copy_model": Option(False, lambda v: _check_bool(v, "suffix_copy_model")),
-    "suffix_draft_overhead": Option(0.0, lambda v: _check_overhead(v)),
+    "suffix_min_match": Option(_DEFAULT.min_n, lambda v: check_count(v, "suffix_min_match")),
+    "suffix_kappa": Option(_DEFAULT.kappa, lambda v: check_positive_number(v, "suffix_kappa", allow_zero=True)),
+    "suffix_copy_model": Option(_DEFAULT.copy_model, lambda v: _check_bool(v, "suffix_copy_model")),
+    "suffix_draft_overhead": Option(_DEFAULT.draft_overhead, lambda v: _check_overhead(v)),
 }
 
 
@@ -87,14 +89,15 @@ class SuffixKind(DraftKind):
     @staticmethod
     def _settings(spec: DraftSpec) -> dict[str, Any]:
         opts = dict(spec.options)
-        return {"min_n": int(opts.get("suffix_min_match", 1)), "kappa": float(opts.get("suffix_kappa", 0.5)),
-                "copy_model": bool(opts.get("suffix_copy_model", False))}
+        return {"min_n": int(opts.get("suffix_min_match", _DEFAULT.min_n)),
+                "kappa": float(opts.get("suffix_kappa", _DEFAULT.kappa)),
+                "copy_model": bool(opts.get("suffix_copy_model", _DEFAULT.copy_model))}
 
     def step_work(self, spec: DraftSpec, target: Any, *, refresh: bool = False) -> tuple[float, dict[str, Any] | None]:
         """``(draft_overhead, measurement)`` of ``spec`` on ``target`` when its
         ``suffix_draft_overhead`` is ``"measure"`` (:func:`specot.plan.step_work.suffix_draft_overhead`;
         ``refresh``: measured again), else ``(the given number, None)``."""
-        overhead = dict(spec.options).get("suffix_draft_overhead", 0.0)  # a hybrid's suffix part has none
+        overhead = dict(spec.options).get("suffix_draft_overhead", _DEFAULT.draft_overhead)  # none in a hybrid's suffix part
         if overhead != "measure":
             return float(overhead), None
         cost, mine = pass_cost(target), self._settings(spec)
