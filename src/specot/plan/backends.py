@@ -16,6 +16,7 @@ import torch
 
 from ..models.embedded import EMBEDDED_TARGET, is_embedded_target, load_embedded_target
 from ..models.loading import check_model_source, load_model
+from ..models.packaged import check_packaged, packaged_gguf, packaged_model
 from ..models.protocol import Capabilities, TargetModel, capabilities_of
 
 __all__ = ["BACKEND_ENTRY_POINTS", "EMBEDDED_VOCAB_AND_CONTEXT", "Backend", "capabilities_for", "available_backends", "get_backend", "check_target_source",
@@ -36,7 +37,8 @@ class Backend:
     Attributes:
         name: what ``backend=`` / ``--backend`` names it by.
         load: ``load(target, *, dtype, device) -> TargetModel``; ``target`` is ``None`` /
-            ``"smollm2"`` for the embedded model, or a path / hub id.
+            ``"smollm2"`` for the embedded model, a packaged model's name
+            (:data:`specot.models.packaged.PACKAGED_MODELS`), or a path / hub id.
         capabilities: what its targets can do (:class:`~specot.models.protocol.Capabilities`),
             known before any load; a loaded target's own ``capabilities`` may say more
             (:func:`capabilities_for`).
@@ -80,6 +82,10 @@ class Backend:
 def _load_transformers(target: Any, *, dtype: str | torch.dtype = "auto", device: str = "cpu") -> TargetModel:
     if target is None or target == EMBEDDED_TARGET:
         return load_embedded_target(dtype=dtype, device=device)
+    packaged = packaged_model(target)
+    if packaged is not None:  # its GGUF, de-quantized by transformers
+        path = packaged_gguf(packaged)
+        return load_model(path.parent, gguf_file=path.name, dtype=dtype, device=device, label=packaged.label)
     return load_model(target, dtype=dtype, device=device)
 
 
@@ -123,14 +129,15 @@ def get_backend(name: str) -> Backend:
 
 def check_target_source(target: Any, backend: str | None = None) -> Any:
     """Type and path checks of a ``target`` before loading it: ``None`` / ``"smollm2"``, a loaded
-    target (any :class:`TargetModel`), or a name or path (returned as ``str``), checked by
-    ``backend``'s own check (:attr:`Backend.check`; llama.cpp: a ``.gguf`` file) or else as a
-    model directory / hub id (transformers).
+    target (any :class:`TargetModel`), a packaged model's name (its file or parts are there:
+    :func:`specot.models.packaged.check_packaged`), or a name or path (returned as ``str``),
+    checked by ``backend``'s own check (:attr:`Backend.check`; llama.cpp: a ``.gguf`` file) or else
+    as a model directory / hub id (transformers).
 
     Raises:
         TypeError: another type.
         FileNotFoundError / ValueError: a local path that the backend cannot load (one line: the
-            path and the fix).
+            path and the fix); a packaged model's missing part (one line: the install command).
     """
     if target is None or isinstance(target, TargetModel):
         return target
@@ -140,6 +147,9 @@ def check_target_source(target: Any, backend: str | None = None) -> Any:
         raise TypeError(f"target must be None, 'smollm2', a model directory / hub id or a CausalLM, "
                         f"got {type(target).__name__}")
     if target == EMBEDDED_TARGET:
+        return target
+    if packaged_model(target) is not None:
+        check_packaged(target)
         return target
     chosen = get_backend(backend) if backend is not None else TRANSFORMERS
     if chosen.check is not None:
@@ -167,12 +177,16 @@ def _file_backend(target: str) -> str | None:
 
 def peek_vocab_and_context(target: Any) -> tuple[int | None, int | None]:
     """(vocabulary size, context length) of the target without loading it, where known: a loaded
-    target's own, the embedded target's declared ones (:data:`EMBEDDED_VOCAB_AND_CONTEXT`), a model
-    directory's ``config.json`` (``vocab_size``, ``max_position_embeddings``); else ``None``."""
+    target's own, the embedded target's declared ones (:data:`EMBEDDED_VOCAB_AND_CONTEXT`), a
+    packaged model's (:class:`~specot.models.packaged.PackagedModel`), a model directory's
+    ``config.json`` (``vocab_size``, ``max_position_embeddings``); else ``None``."""
     if isinstance(target, TargetModel):
         return target.vocab_size, target.max_context
     if target is None or target == EMBEDDED_TARGET:
         return EMBEDDED_VOCAB_AND_CONTEXT
+    packaged = packaged_model(target)
+    if packaged is not None:
+        return packaged.vocab_size, packaged.context
     cfg = Path(str(target)).expanduser() / "config.json"
     if cfg.is_file():
         try:
@@ -207,13 +221,14 @@ def capabilities_for(target: Any, backend: str) -> Capabilities:
 def choose_backend(asked: str, target: Any, *, device: str, dtype: Any, automatic: bool) -> str:
     """The backend a plan runs on: a loaded target's own; ``asked`` when it names one; for
     ``"auto"``, the backend that loads the target's kind of file (:attr:`Backend.files`: llama.cpp
-    for a ``.gguf`` file), or an installed backend marked ``auto_default`` when the plan is
-    ``automatic`` (the embedded target on a CPU, ``draft="auto"``, ``dtype="auto"``, no tree or
-    verifier options), else ``transformers``, the reference backend.
+    for a ``.gguf`` file) or a packaged model's own (``PackagedModel.backend``: llama.cpp), or an
+    installed backend marked ``auto_default`` when the plan is ``automatic`` (the embedded target
+    on a CPU, ``draft="auto"``, ``dtype="auto"``, no tree or verifier options), else
+    ``transformers``, the reference backend.
 
     Raises:
         ValueError: an unknown backend name, one that cannot run the loaded target, or a model
-            file whose backend's library is not installed.
+            file or packaged model whose backend's library is not installed.
     """
     if isinstance(target, TargetModel):
         have = backend_of(target)
@@ -225,6 +240,12 @@ def choose_backend(asked: str, target: Any, *, device: str, dtype: Any, automati
         if asked not in available_backends():
             raise ValueError(f"unknown backend {asked!r}; installed: {', '.join(available_backends())}")
         return asked
+    packaged = packaged_model(target)
+    if packaged is not None and packaged.backend in available_backends():
+        if not get_backend(packaged.backend).available():
+            raise ValueError(f"{packaged.name} runs on the {packaged.backend} backend, whose library is not installed: "
+                             f"pip install 'specot[{packaged.backend}]', or pass --backend transformers")
+        return packaged.backend
     owner = _file_backend(target) if isinstance(target, str) and not is_embedded(target) else None
     if owner is not None:
         if not get_backend(owner).available():
