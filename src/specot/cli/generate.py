@@ -28,9 +28,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="prompt text")
     src.add_argument("--prompt-file", type=Path, help="file holding the prompt text")
+    packaged = "; ".join(f"'{name}' ({summary})" for name, summary in catalog.TARGETS)
     p.add_argument("--target", default=None,
-                   help="target model: 'smollm2' (embedded default), a local directory, a hub id, or a .gguf file "
-                        "(the llama.cpp backend)")
+                   help="target model: 'smollm2' (embedded default), a local directory, a hub id, a .gguf file "
+                        f"(the llama.cpp backend), or a packaged model, assembled once into specot's cache: {packaged}")
     kinds = "; ".join(f"'{syntax}' ({summary})" for syntax, summary in catalog.DRAFTS)
     added = [n for n in catalog.draft_names() if n not in {s for s, _ in catalog.DRAFTS}]
     p.add_argument("--draft", default="auto",
