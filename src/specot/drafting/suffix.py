@@ -340,7 +340,6 @@ class NGramCounts:
         return len(self.table)
 
 
-class SuffixDrafter(Drafter):
 @dataclass(frozen=True)
 class SuffixSettings:
     """The suffix drafter's settings and their defaults, one place: :class:`SuffixDrafter`'s keyword
@@ -369,6 +368,7 @@ class SuffixSettings:
 _DEFAULT = SuffixSettings()
 
 
+class SuffixDrafter(Drafter):
     """Suffix-decoding drafter: draft trees from earlier occurrences of the current suffix.
 
     See the module docstring for the data structure, scoring, budget and verification. The

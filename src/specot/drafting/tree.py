@@ -202,12 +202,6 @@ class TreeSpec:
             return max(Counter(len(p) for p in self.paths).values())
         return max(len(v) for v in self._children.values())
 
-    def check_verifier(self, verifier: AnyVerifier) -> None:
-        """Raise ``ValueError`` (before decoding) unless ``verifier`` is valid for every node of
-        this construction: ``check_construction(law, n)`` for every n the tree can produce."""
-        _check_verifier(f"tree {self.name or self.law.value!r}", self.law, self.max_drafts_per_node(), verifier)
-
-    def label(self) -> str:
     @property
     def default_verifier(self) -> str:
         """THE verifier this shape gets when none is named (the plan, :func:`specot.engine.tree_generate`
@@ -217,6 +211,12 @@ class TreeSpec:
         replacement for WOR; Hu et al. 2025's greedy verifier for GREEDY; SpecHub's)."""
         return "speculative" if self.max_drafts_per_node() <= 1 else LAW_VERIFIERS[self.law]
 
+    def check_verifier(self, verifier: AnyVerifier) -> None:
+        """Raise ``ValueError`` (before decoding) unless ``verifier`` is valid for every node of
+        this construction: ``check_construction(law, n)`` for every n the tree can produce."""
+        _check_verifier(f"tree {self.name or self.law.value!r}", self.law, self.max_drafts_per_node(), verifier)
+
+    def label(self) -> str:
         """``"tree LAW n×γ"``: the law, the most drafts n of one node and the depth, e.g. ``"tree iid 2×3"``."""
         return f"tree {self.law.value} {self.max_drafts_per_node()}×{self.depth}"
 
@@ -280,12 +280,6 @@ class TreeBudget:
         """True when the budget allows one child per node only."""
         return self.children == 1
 
-    def check_verifier(self, verifier: AnyVerifier) -> None:
-        """Raise ``ValueError`` (before decoding) unless ``verifier`` is valid for every node the
-        budget allows: ``check_construction(law, n)`` for n = 1..``children``."""
-        _check_verifier(f"a {self.label()}", self.law, self.children, verifier)
-
-    def label(self) -> str:
     @property
     def default_verifier(self) -> str:
         """THE verifier a budget gets when none is named (as :attr:`TreeSpec.default_verifier`): the
@@ -294,6 +288,12 @@ class TreeBudget:
         so one verifier serves all of them."""
         return LAW_VERIFIERS[self.law]
 
+    def check_verifier(self, verifier: AnyVerifier) -> None:
+        """Raise ``ValueError`` (before decoding) unless ``verifier`` is valid for every node the
+        budget allows: ``check_construction(law, n)`` for n = 1..``children``."""
+        _check_verifier(f"a {self.label()}", self.law, self.children, verifier)
+
+    def label(self) -> str:
         """``"budget c children × depth d"``, e.g. ``"budget 4 children × depth 4"``."""
         return f"budget {self.children} {'child' if self.children == 1 else 'children'} × depth {self.depth}"
 
