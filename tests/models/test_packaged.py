@@ -20,6 +20,7 @@ import specot
 from specot.cli.main import main as cli_main
 from specot.models import cache_integrity, packaged
 from specot.models.packaged import PACKAGED_MODELS, PackagedModel, check_packaged, locate_parts, packaged_gguf
+from specot.plan import backends
 from specot.plan.backends import peek_vocab_and_context
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -301,3 +302,13 @@ def test_the_help_names_the_packaged_targets(capsys):
 def test_plans_know_a_packaged_target_before_it_loads():
     qwen = PACKAGED_MODELS["qwen2.5-coder-1.5b"]
     assert peek_vocab_and_context(qwen.name) == (151936, qwen.context)
+
+
+def test_the_transformers_backend_loads_a_packaged_gguf_dequantized(parts, monkeypatch):
+    model, payloads, _, _ = parts
+    monkeypatch.setitem(PACKAGED_MODELS, model.name, model)
+    calls = []
+    monkeypatch.setattr(backends, "load_model", lambda path, **kw: calls.append((path, kw)) or "loaded")
+    assert backends.get_backend("transformers").load(model.name, dtype="float32") == "loaded"
+    (path, kw), = calls
+    assert (path / kw["gguf_file"]).read_bytes() == b"".join(payloads) and kw["label"] == model.label
