@@ -25,6 +25,10 @@ file, and the files concatenated in order are the GGUF. One :class:`PackagedMode
   trust (once, at the first load after the assembly). A marker for another hash or other parts'
   versions, a file of the wrong size or one written since: the file is assembled again, with one
   warning. A part that is missing: one line naming the distribution and the install command.
+- ``SPECOT_NO_CACHE=1`` refuses a packaged target in one line: there is no file without the cache.
+- Running it: ``backend="auto"`` picks the entry's backend (llama.cpp, which runs the GGUF as it is,
+  its tokenizer, chat template and end-of-generation tokens read from the file:
+  :func:`specot_llamacpp.loading.load_target`); the transformers backend de-quantizes the same file.
 """
 
 from __future__ import annotations
