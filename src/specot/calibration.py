@@ -23,8 +23,16 @@ make wide passes look dearer, and ``auto`` then drafts less.
 and renamed over the entry (``os.replace``, atomic): two processes calibrating at once each write a
 whole file and the last rename wins, so one valid entry remains. An entry that does not parse or
 has the wrong fields (damaged), or was written under another :data:`FORMAT_VERSION` or key (stale),
-is measured again with one warning and replaced. ``SPECOT_NO_CACHE=1``: measured every time, nothing
-stored. A cache that cannot be written: measured, one warning, nothing stored.
+is measured again with one warning and replaced. Every entry is read by the one validating reader
+of :mod:`specot.cache_entry`: a file that is not UTF-8 or not strict JSON, a field of the wrong
+type, a time that is not finite, an implausible curve (times that fall as B grows, a pass dearer
+than B one-token passes, ``r(1) != 1``) is damaged, never used. A curve measured while the machine
+was busy (:func:`specot.cache_entry.busy`: 1-minute load average per CPU above
+:data:`~specot.cache_entry.BUSY_LOAD_PER_CPU`) is flagged ``"busy": true`` in its entry, used while
+the machine is not quiet, and measured again by the first run that finds it quiet
+(:func:`specot.cache_entry.quiet`).
+``SPECOT_NO_CACHE=1``: measured every time, nothing stored. A cache that cannot be written:
+measured once per process, one warning, nothing stored.
 :func:`cached_measurement` keeps other small measurements of the machine the same way (the work of a
 drafted step outside its pass, :mod:`specot.plan.step_work`).
 """
@@ -42,6 +50,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from .cache_entry import (MAX_PASS_MS, DamagedEntry, StaleEntry, busy, check_pass_cost, integer, mapping, number,
+                          numbers, quiet, read_entry, same_json, text)
 from .envinfo import cpu_flags, cpu_model, environment_info, load_average
 from .models.embedded import model_cache_dir
 from .theory.speedup import expected_tokens
@@ -59,6 +69,10 @@ FORMAT_VERSION = 2  # 2: measured times made plausible (non-decreasing, at most 
 DEFAULT_WIDTHS = tuple(range(1, 10))
 #: Timed passes per width (after one warm-up round); their median is t(B).
 DEFAULT_REPEATS = 8
+#: The most timed passes per width a cached entry may record.
+MAX_REPEATS = 100_000
+#: Measurements made in this process that the cache could not store, by cache file: measured once.
+_UNSTORED: dict[Path, Any] = {}
 
 
 def interpolate(widths: Sequence[int], values: Sequence[float], width: float) -> float:
@@ -102,7 +116,8 @@ class PassCostCurve:
             machine are noisy), or ``None``.
 
     Raises:
-        ValueError: widths not ascending from 1, lengths that differ, or a time that is not positive.
+        ValueError: widths not ascending from 1, lengths that differ, or a time that is not positive
+            and finite.
     """
 
     widths: tuple[int, ...]
@@ -119,8 +134,8 @@ class PassCostCurve:
         t = tuple(float(x) for x in self.t_ms)
         if not w or w[0] != 1 or any(b <= a for a, b in zip(w, w[1:])):
             raise ValueError(f"widths must ascend from 1, got {list(self.widths)}")
-        if len(t) != len(w) or not all(x > 0 for x in t):
-            raise ValueError(f"need one positive time per width, got {len(t)} times for {len(w)} widths")
+        if len(t) != len(w) or not all(0 < x < float("inf") for x in t):
+            raise ValueError(f"need one positive finite time per width, got {list(t)[:12]} for {len(w)} widths")
         object.__setattr__(self, "widths", w)
         object.__setattr__(self, "t_ms", t)
         object.__setattr__(self, "ratios", tuple(round(x / t[0], 4) for x in t))
@@ -153,16 +168,10 @@ class PassCostCurve:
         """The curve of :meth:`to_dict`'s fields.
 
         Raises:
-            ValueError: missing or malformed fields.
+            ValueError: missing or malformed fields (:func:`curve_fields`; a cache entry is checked
+                further, :func:`specot.cache_entry.check_pass_cost`).
         """
-        try:
-            la = d.get("load_average")
-            return cls(tuple(int(x) for x in d["widths"]), tuple(float(x) for x in d["t_ms"]),
-                       repeats=int(d.get("repeats", 0)), key=dict(d.get("key") or {}), source=source,
-                       measured_at=str(d.get("measured_at", "")),
-                       load_average=tuple(float(x) for x in la) if la is not None else None)
-        except (KeyError, TypeError) as exc:
-            raise ValueError(f"not a pass-cost curve ({type(exc).__name__}: {exc})") from None
+        return cls(**curve_fields(d), source=source)
 
 
 def calibration_enabled() -> bool:
@@ -249,47 +258,68 @@ def calibration_path(key: Mapping[str, Any], root: Path | None = None) -> Path |
     return None if root is None else root / "calibration" / f"{_digest(key)}.json"
 
 
-def _read_json_entry(path: Path) -> tuple[dict[str, Any] | None, str | None]:
-    """(the entry's JSON object of this :data:`FORMAT_VERSION`, None), or (None, why it cannot be
-    used) — ``(None, None)`` when there is no entry."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (FileNotFoundError, NotADirectoryError):
-        return None, None
-    except OSError as exc:
-        return None, f"unreadable ({exc.strerror or exc})"
-    try:
-        obj = json.loads(text)
-        if not isinstance(obj, dict):
-            raise ValueError("not a JSON object")
-    except ValueError as exc:
-        return None, f"damaged ({' '.join(str(exc).split())[:120]})"
-    version = obj.get("format")
-    if version != FORMAT_VERSION:
-        return None, f"stale (format version {version!r}, this specot writes {FORMAT_VERSION})"
-    return obj, None
+def curve_fields(d: Any) -> dict[str, Any]:
+    """The :class:`PassCostCurve` arguments in ``d`` (:meth:`PassCostCurve.to_dict`'s fields), each
+    checked for its type and finiteness (:mod:`specot.cache_entry`): ``widths`` (integers),
+    ``t_ms`` (positive numbers), ``repeats`` (an integer ``0..MAX_REPEATS``), ``key`` (an object),
+    ``measured_at`` (a string), ``load_average`` (``None`` or 1-3 numbers >= 0).
+
+    Raises:
+        DamagedEntry: a field that is missing, of the wrong type, not finite or out of range.
+    """
+    d = mapping(d, "curve")
+    widths = tuple(integer(w, f"widths[{i}]", lo=1, hi=1 << 16)
+                   for i, w in enumerate(numbers(d.get("widths"), "widths", lo=1, hi=1 << 16)))
+    t_ms = numbers(d.get("t_ms"), "t_ms", lo=0.0, hi=MAX_PASS_MS)
+    la = d.get("load_average")
+    return {"widths": widths, "t_ms": t_ms, "repeats": integer(d.get("repeats", 0), "repeats", lo=0, hi=MAX_REPEATS),
+            "key": dict(mapping(d.get("key", {}), "key")), "measured_at": text(d.get("measured_at", ""), "measured_at"),
+            "load_average": None if la is None else numbers(la, "load_average", lo=0.0, hi=1e6, max_len=3)}
 
 
-def _same_key(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
-    """Whether two keys are equal as JSON (tuples and lists alike, values as :func:`json.dumps` writes them)."""
-    def norm(k: Mapping[str, Any]) -> Any:
-        return json.loads(json.dumps(dict(k), sort_keys=True, default=str))
-    return norm(a) == norm(b)
+def _flags(obj: Mapping[str, Any]) -> bool:
+    """The entry's ``busy`` flag (checked: a bool; ``cpu_count`` an integer), False when absent."""
+    if "cpu_count" in obj and obj["cpu_count"] is not None:
+        integer(obj["cpu_count"], "cpu_count", lo=1, hi=1 << 20)
+    flag = obj.get("busy", False)
+    if not isinstance(flag, bool):
+        raise DamagedEntry(f"busy is a {type(flag).__name__}, not true or false")
+    return flag
 
 
-def _read_entry(path: Path, key: Mapping[str, Any]) -> tuple[PassCostCurve | None, str | None]:
-    """(the cached curve, None), or (None, why it cannot be used) — ``None`` reason when there is
-    no entry."""
-    obj, why = _read_json_entry(path)
-    if obj is None:
-        return None, why
-    try:
-        curve = PassCostCurve.from_dict(obj["curve"])
-    except (ValueError, KeyError, TypeError) as exc:
-        return None, f"damaged ({' '.join(str(exc).split())[:120]})"
-    if not _same_key(curve.key, key):
-        return None, "stale (measured under another key)"
-    return curve, None
+def _curve_entry(obj: Mapping[str, Any], key: Mapping[str, Any]) -> tuple[PassCostCurve, bool]:
+    """A cache entry's curve and its busy flag (module docstring: every field checked, the curve a
+    plausible measurement, its key ``key``).
+
+    Raises:
+        DamagedEntry: a field :func:`curve_fields` or :func:`~specot.cache_entry.check_pass_cost`
+            refuses, a ``repeats`` below 1, stored ratios that are not ``t(B)/t(1)``.
+        StaleEntry: measured under another key.
+    """
+    body = mapping(obj.get("curve"), "curve")
+    fields = curve_fields(body)
+    check_pass_cost(fields["widths"], fields["t_ms"])
+    if fields["repeats"] < 1:
+        raise DamagedEntry(f"repeats = {fields['repeats']}: a cached curve is measured, with repeats >= 1")
+    if "ratios" in body:
+        t = fields["t_ms"]
+        ratios = numbers(body["ratios"], "ratios", lo=0.0, hi=1 << 16, min_len=len(t), max_len=len(t))
+        if any(abs(r - x / t[0]) > 1e-3 * max(1.0, r) for r, x in zip(ratios, t)):
+            raise DamagedEntry(f"ratios {list(ratios)[:12]} are not t(B)/t(1) with r(1) = 1")
+    flag = _flags(obj)
+    if not same_json(fields["key"], key):
+        raise StaleEntry("measured under another key")
+    return PassCostCurve(**fields, source="cache"), flag
+
+
+def _quiet_now() -> bool:
+    """Whether this machine is quiet now (:func:`specot.cache_entry.quiet`)."""
+    return quiet(load_average(), os.cpu_count())
+
+
+def _busy_note(load: Any) -> str:
+    return (f"was measured on a busy machine (load average {list(load or [])} on {os.cpu_count()} CPUs) "
+            "and the machine is quiet now")
 
 
 def _write_entry(path: Path, curve: PassCostCurve) -> None:
@@ -298,7 +328,9 @@ def _write_entry(path: Path, curve: PassCostCurve) -> None:
     Raises:
         OSError: the directory cannot be made or written.
     """
-    _write_json(path, {"format": FORMAT_VERSION, "curve": curve.to_dict()})
+    cpus = os.cpu_count()
+    _write_json(path, {"format": FORMAT_VERSION, "curve": curve.to_dict(), "cpu_count": cpus,
+                       "busy": busy(curve.load_average, cpus)})
 
 
 def _write_json(path: Path, obj: Mapping[str, Any]) -> None:
@@ -390,37 +422,75 @@ def calibrate(target: Any, *, widths: Sequence[int] = DEFAULT_WIDTHS, repeats: i
     key = calibration_key(target)
     path = calibration_path(key, Path(cache_dir) if cache_dir is not None else None)
     if path is not None and not refresh:
-        cached, why = _read_entry(path, key)
-        if cached is not None and cached.widths == widths:
-            return cached
+        unstored = _UNSTORED.get(path)
+        if isinstance(unstored, PassCostCurve) and unstored.widths == widths:
+            return unstored
+        found, why = read_entry(path, FORMAT_VERSION, lambda obj: _curve_entry(obj, key))
+        if found is not None and found[0].widths == widths:
+            cached, was_busy = found
+            if not (was_busy and _quiet_now()):
+                return cached
+            why = _busy_note(cached.load_average)
         if why is not None:
-            warnings.warn(f"pass-cost calibration cache {path} is {why}; measuring again", stacklevel=2)
+            warnings.warn(f"pass-cost calibration cache {path} {_verb(why)}; measuring again", stacklevel=2)
     curve = _measure(target, key, widths, repeats)
     if path is not None:
         try:
             _write_entry(path, curve)
+            _UNSTORED.pop(path, None)
         except OSError as exc:
+            _UNSTORED[path] = curve
             warnings.warn(f"pass-cost calibration not stored: {path.parent} is not writable "
                           f"({exc.strerror or exc})", stacklevel=2)
     return curve
 
 
-def _read_measurement(path: Path, name: str, key: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
-    """(the cached measurement, None), or (None, why it cannot be used); ``(None, None)``: no entry."""
-    obj, why = _read_json_entry(path)
-    if obj is None:
-        return None, why
-    body = obj.get("measurement")
-    values = body.get("values") if isinstance(body, dict) else None
-    if not isinstance(values, dict) or not all(isinstance(v, (int, float)) and v == v for v in values.values()):
-        return None, "damaged (no measured values)"
-    if body.get("name") != name or not isinstance(body.get("key"), dict) or not _same_key(body["key"], key):
-        return None, "stale (measured under another key)"
-    return {**body, "source": "cache"}, None
+def _verb(why: str) -> str:
+    """``why`` a cache entry cannot be used, after its file name: "is damaged (...)", "was measured ..."."""
+    return why if why.startswith("was ") else f"is {why}"
+
+
+#: The largest magnitude of a cached measurement's value.
+_MAX_VALUE = 1e12
+
+
+def _measured_values(values: Any, name: str, check: Callable[[Mapping[str, float]], None] | None) -> dict[str, float]:
+    """``values`` as ``{field: float}`` when every value is a finite number of magnitude at most
+    1e12 and ``check`` (the measurement's own plausibility rules) accepts them.
+
+    Raises:
+        DamagedEntry / ValueError: a value that is not such a number, or one ``check`` refuses.
+    """
+    out = {str(k): number(v, f"{name} {k}", lo=-_MAX_VALUE, hi=_MAX_VALUE) for k, v in mapping(values, "values").items()}
+    if check is not None:
+        check(out)
+    return out
+
+
+def _measurement_entry(obj: Mapping[str, Any], name: str, key: Mapping[str, Any],
+                       check: Callable[[Mapping[str, float]], None] | None) -> tuple[dict[str, Any], bool]:
+    """A cache entry's measurement (every field checked) and its busy flag.
+
+    Raises:
+        DamagedEntry / ValueError: a field of the wrong type, a value that is not finite, or one
+            ``check`` refuses.
+        StaleEntry: another measurement's entry, or measured under another key.
+    """
+    body = mapping(obj.get("measurement"), "measurement")
+    values = _measured_values(body.get("values"), name, check)
+    la = body.get("load_average")
+    la = None if la is None else list(numbers(la, "load_average", lo=0.0, hi=1e6, max_len=3))
+    measured_at = text(body.get("measured_at", ""), "measured_at")
+    flag = _flags(obj)
+    if body.get("name") != name or not same_json(mapping(body.get("key"), "key"), key):
+        raise StaleEntry("measured under another key")
+    return {"name": name, "key": body["key"], "values": values, "measured_at": measured_at, "load_average": la,
+            "source": "cache"}, flag
 
 
 def cached_measurement(name: str, key: Mapping[str, Any], measure: Callable[[], Mapping[str, float]], *,
-                       refresh: bool = False, cache_dir: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+                       check: Callable[[Mapping[str, float]], None] | None = None, refresh: bool = False,
+                       cache_dir: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """A small measurement of this machine beside the pass-cost curves (e.g. the decoding loop's
     work per drafted step, :mod:`specot.plan.step_work`), cached the same way (module docstring:
     ``<cache>/calibration/<digest>.json``, atomic write, a damaged or stale entry measured again
@@ -430,6 +500,9 @@ def cached_measurement(name: str, key: Mapping[str, Any], measure: Callable[[], 
         name: what is measured (part of the entry's identity).
         key: what the measurement depends on (JSON-ready; compared on read).
         measure: returns the values ``{field: number}``.
+        check: the values' plausibility rules (raises ``ValueError``), applied to a new
+            measurement before it is stored and to a cached one before it is used (a cached entry
+            it refuses is damaged: measured again with one warning).
         refresh: measure even when an entry exists (and replace it).
         cache_dir: the cache's root (default: specot's cache directory).
 
@@ -438,27 +511,38 @@ def cached_measurement(name: str, key: Mapping[str, Any], measure: Callable[[], 
         ``"cache"`` or ``"measured"``).
 
     Raises:
-        ValueError: ``measure`` returned a value that is not a finite number.
+        ValueError: ``measure`` returned a value that is not a finite number, or one ``check`` refuses.
     """
     full_key = {"format": FORMAT_VERSION, "measurement": name, **dict(key)}
     path = calibration_path(full_key, Path(cache_dir) if cache_dir is not None else None)
     if path is not None and not refresh:
-        cached, why = _read_measurement(path, name, full_key)
-        if cached is not None:
-            return cached
+        if isinstance(_UNSTORED.get(path), dict):
+            return _UNSTORED[path]
+        found, why = read_entry(path, FORMAT_VERSION, lambda obj: _measurement_entry(obj, name, full_key, check))
+        if found is not None:
+            cached, was_busy = found
+            if not (was_busy and _quiet_now()):
+                return cached
+            why = _busy_note(cached["load_average"])
         if why is not None:
-            warnings.warn(f"calibration cache {path} ({name}) is {why}; measuring again", stacklevel=2)
+            warnings.warn(f"calibration cache {path} ({name}) {_verb(why)}; measuring again", stacklevel=2)
     load = load_average()
     values = {k: float(v) for k, v in measure().items()}
     if not all(v == v and abs(v) != float("inf") for v in values.values()):
         raise ValueError(f"{name}: measured values must be finite numbers, got {values}")
+    if check is not None:
+        check(values)
     body = {"name": name, "key": full_key, "values": values,
             "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "load_average": list(load) if load is not None else None}
     if path is not None:
+        cpus = os.cpu_count()
         try:
-            _write_json(path, {"format": FORMAT_VERSION, "measurement": body})
+            _write_json(path, {"format": FORMAT_VERSION, "measurement": body, "cpu_count": cpus,
+                               "busy": busy(load, cpus)})
+            _UNSTORED.pop(path, None)
         except OSError as exc:
+            _UNSTORED[path] = {**body, "source": "measured"}
             warnings.warn(f"{name} not stored: {path.parent} is not writable ({exc.strerror or exc})", stacklevel=2)
     return {**body, "source": "measured"}
 

@@ -22,6 +22,11 @@ program can set back (``touch``/``utime`` restore ``mtime`` only), as well as a 
 inode). What it misses: a change that bypasses the file system (bit rot on the disk, writes to the
 raw device) and a file system that keeps no ``ctime``; such a copy loads, and only a failed load
 triggers a full check (the caller's ``full=True``).
+
+The marker itself is read by the cache's one validating reader (:func:`specot.cache_entry.read_json_file`):
+a marker that is not UTF-8 or not strict JSON, or whose ``files`` record is not the one
+:func:`build_into` writes (plain file names; a non-negative integer ``size``; a 64-digit hex
+``sha256``; integer ``stat`` fields), is unreadable, so the directory is built again.
 """
 
 from __future__ import annotations
@@ -37,13 +42,15 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from ..cache_entry import DamagedEntry, integer, mapping, read_json_file, text
+
 try:
     import fcntl
 except ImportError:  # pragma: no cover - Windows: the cache works unlocked
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["file_sha256", "read_marker", "verify", "build_into", "cache_lock", "ALWAYS_HASH_BYTES", "RACY_NS",
-           "LOCK_NAME", "TMP_PREFIX", "NO_CHECKSUMS"]
+__all__ = ["file_sha256", "read_marker", "marker_problem", "verify", "build_into", "cache_lock", "ALWAYS_HASH_BYTES",
+           "RACY_NS", "LOCK_NAME", "TMP_PREFIX", "NO_CHECKSUMS"]
 
 #: Files up to this size are hashed at every check; larger ones when their ``stat`` changed.
 ALWAYS_HASH_BYTES = 16 << 20
@@ -70,12 +77,47 @@ def file_sha256(path: Path) -> str:
 
 
 def read_marker(directory: Path, mark: str) -> dict | None:
-    """The marker ``directory / mark`` (a JSON object), or ``None`` when it is missing or unreadable."""
+    """The marker ``directory / mark`` (a JSON object whose ``files`` record, when it has one, is the
+    one :func:`build_into` writes: module docstring), or ``None`` when it is missing, unreadable or
+    damaged (:func:`marker_problem` says which)."""
+    return _marker(directory, mark)[0]
+
+
+def marker_problem(directory: Path, mark: str) -> str | None:
+    """Why the marker ``directory / mark`` cannot be used (``"missing"``, ``"damaged (...)"``,
+    ``"unreadable (...)"``), or ``None`` when :func:`read_marker` returns it."""
+    return _marker(directory, mark)[1]
+
+
+def _marker(directory: Path, mark: str) -> tuple[dict | None, str | None]:
+    obj, why = read_json_file(directory / mark)
+    if obj is None:
+        return None, why or "missing"
     try:
-        obj = json.loads((directory / mark).read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
-        return None
-    return obj if isinstance(obj, dict) else None
+        _check_marker(obj)
+    except DamagedEntry as exc:
+        return None, f"damaged ({exc})"
+    return obj, None
+
+
+def _check_marker(obj: Any) -> None:
+    """Raise :class:`~specot.cache_entry.DamagedEntry` unless ``obj`` is a marker :func:`build_into` writes."""
+    mapping(obj, "marker")
+    if "id" in obj:
+        text(obj["id"], "id")
+    files = obj.get("files")
+    if files is None:
+        return
+    for name, rec in mapping(files, "files").items():
+        if name in ("", ".", "..") or "/" in name or "\\" in name or "\x00" in name:
+            raise DamagedEntry(f"files names {name[:40]!r}, not a file of the directory")
+        rec = mapping(rec, f"files[{name[:40]!r}]")
+        integer(rec.get("size"), f"size of {name[:40]}", lo=0, hi=1 << 50)
+        text(rec.get("sha256"), f"sha256 of {name[:40]}", pattern="[0-9a-f]{64}")
+        if rec.get("stat") is not None:
+            for k, v in mapping(rec["stat"], f"stat of {name[:40]}").items():
+                if type(v) is not int:  # noqa: E721 - a bool is no time
+                    raise DamagedEntry(f"stat {k[:20]} of {name[:40]} is not an integer")
 
 
 def _stat_record(st: os.stat_result, checked_ns: int) -> dict[str, int]:
@@ -107,9 +149,9 @@ def verify(directory: Path, mark: str, *, full: bool = False,
     """
     if not directory.is_dir():
         return "missing"
-    marker = read_marker(directory, mark)
+    marker, why = _marker(directory, mark)
     if marker is None:
-        return "incomplete: no readable marker " + mark
+        return f"incomplete: no readable marker {mark}" + ("" if why == "missing" else f", it is {why}")
     files = marker.get("files")
     if not isinstance(files, dict) or not files:
         return NO_CHECKSUMS if full else None

@@ -17,7 +17,9 @@ side, which the pass-cost curve already holds (the logits copied out with the pa
 little (the cache cut back after a rejection).
 
 :func:`suffix_draft_overhead` caches that measurement per machine and drafter configuration
-(:func:`specot.calibration.cached_measurement`) and divides by the target's measured t(1); with no
+(:func:`specot.calibration.cached_measurement`; :func:`check_step_work` is what a measurement, new
+or cached, must satisfy: a cached entry it refuses is measured again with one warning) and divides
+by the target's measured t(1); with no
 measured curve, or where no chain pays (nothing drafts, so nothing is priced), it is the labelled
 :data:`FALLBACK_DRAFT_OVERHEAD`.
 """
@@ -41,7 +43,8 @@ from ..envinfo import cpu_flags, cpu_model, environment_info
 from ..sampling import SamplingConfig
 from ..verifiers import get_verifier
 
-__all__ = ["FALLBACK_DRAFT_OVERHEAD", "measure_suffix_step_work", "suffix_draft_overhead", "STEP_WORK_NAME"]
+__all__ = ["FALLBACK_DRAFT_OVERHEAD", "measure_suffix_step_work", "suffix_draft_overhead", "check_step_work",
+           "STEP_WORK_NAME", "MAX_STEP_MS"]
 
 #: FALLBACK: a drafted step's work beyond a plain step's, in one-token passes, measured on a 2-core
 #: Zen 4 EPYC with llama.cpp (0.31 ms against a 6.9 ms pass); used where no curve was measured.
@@ -50,6 +53,31 @@ FALLBACK_DRAFT_OVERHEAD = 0.05
 STEP_WORK_NAME = "suffix-step-work"
 #: Period of the repeated random text the drafted steps copy.
 _PERIOD = 97
+#: The longest a step's own work may take in a plausible measurement, milliseconds (the suffix
+#: drafter's takes well under one; a minute is no measurement of it).
+MAX_STEP_MS = 60_000.0
+#: The most steps one measurement times.
+_MAX_STEPS = 1_000_000
+
+
+def check_step_work(values: Mapping[str, float]) -> None:
+    """Whether ``values`` are what :func:`measure_suffix_step_work` returns: ``plain_ms`` and
+    ``chain_ms`` finite in ``[0, MAX_STEP_MS]``, ``chain_nodes`` in ``[0, 4096]`` and ``chains`` a
+    whole number of steps (0: no chain drafted, and then no nodes either). The cache's reader and
+    writer both apply it (:func:`specot.calibration.cached_measurement`).
+
+    Raises:
+        ValueError: a value missing, not finite or out of its range.
+    """
+    for name, hi in (("plain_ms", MAX_STEP_MS), ("chain_ms", MAX_STEP_MS), ("chain_nodes", 4096.0),
+                     ("chains", float(_MAX_STEPS))):
+        v = values.get(name)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v <= hi:
+            raise ValueError(f"step work {name} = {v!r} is not a number in [0, {hi:g}]")
+    if values["chains"] != int(values["chains"]):
+        raise ValueError(f"step work chains = {values['chains']!r} is not a whole number of steps")
+    if values["chains"] == 0 and values["chain_nodes"] != 0:
+        raise ValueError("step work records drafted nodes but no drafted step")
 
 
 def _logits(rows: list[int], vocab_size: int) -> torch.Tensor:
@@ -144,7 +172,7 @@ def suffix_draft_overhead(make_drafter: Callable[[], SuffixDrafter], curve: Pass
         return FALLBACK_DRAFT_OVERHEAD, None
     rec = cached_measurement(STEP_WORK_NAME, _key(curve, vocab_size, options, depth),
                              lambda: measure_suffix_step_work(make_drafter, vocab_size, depth=depth),
-                             refresh=refresh, cache_dir=cache_dir)
+                             check=check_step_work, refresh=refresh, cache_dir=cache_dir)
     v = rec["values"]
     if v.get("chains", 0) < 1:
         return FALLBACK_DRAFT_OVERHEAD, rec
