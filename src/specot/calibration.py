@@ -322,17 +322,6 @@ def _busy_note(load: Any) -> str:
             "and the machine is quiet now")
 
 
-def _write_entry(path: Path, curve: PassCostCurve) -> None:
-    """Write ``curve`` to ``path`` atomically: a temporary file in the same directory, then ``os.replace``.
-
-    Raises:
-        OSError: the directory cannot be made or written.
-    """
-    cpus = os.cpu_count()
-    _write_json(path, {"format": FORMAT_VERSION, "curve": curve.to_dict(), "cpu_count": cpus,
-                       "busy": busy(curve.load_average, cpus)})
-
-
 def _write_json(path: Path, obj: Mapping[str, Any]) -> None:
     """Write ``obj`` as JSON to ``path`` atomically (a temporary file in its directory, then ``os.replace``).
 
@@ -431,23 +420,38 @@ def calibrate(target: Any, *, widths: Sequence[int] = DEFAULT_WIDTHS, repeats: i
             if not (was_busy and _quiet_now()):
                 return cached
             why = _busy_note(cached.load_average)
-        if why is not None:
-            warnings.warn(f"pass-cost calibration cache {path} {_verb(why)}; measuring again", stacklevel=2)
+    else:
+        why = None
     curve = _measure(target, key, widths, repeats)
     if path is not None:
-        try:
-            _write_entry(path, curve)
-            _UNSTORED.pop(path, None)
-        except OSError as exc:
-            _UNSTORED[path] = curve
-            warnings.warn(f"pass-cost calibration not stored: {path.parent} is not writable "
-                          f"({exc.strerror or exc})", stacklevel=2)
+        cpus = os.cpu_count()
+        unstored = _store(path, {"format": FORMAT_VERSION, "curve": curve.to_dict(), "cpu_count": cpus,
+                                 "busy": busy(curve.load_average, cpus)}, curve)
+        _warn(f"pass-cost calibration cache {path}", why, "pass-cost calibration", unstored)
     return curve
 
 
-def _verb(why: str) -> str:
-    """``why`` a cache entry cannot be used, after its file name: "is damaged (...)", "was measured ..."."""
-    return why if why.startswith("was ") else f"is {why}"
+def _store(path: Path, obj: Mapping[str, Any], value: Any) -> str | None:
+    """Write the entry ``obj`` to ``path`` (:func:`_write_json`); when the cache cannot be written,
+    keep ``value`` for this process (measured once) and say why."""
+    try:
+        _write_json(path, obj)
+    except OSError as exc:
+        _UNSTORED[path] = value
+        return f"{path.parent} is not writable ({exc.strerror or exc})"
+    _UNSTORED.pop(path, None)
+    return None
+
+
+def _warn(entry: str, why: str | None, what: str, unstored: str | None) -> None:
+    """One warning for a measurement: why the cached ``entry`` was not used, and that the new one
+    was not stored; nothing when neither."""
+    if why is None and unstored is None:
+        return
+    line = f"{entry} {why if why.startswith('was ') else 'is ' + why}; measured again" if why is not None else ""
+    if unstored is not None:
+        line = (f"{line}, but not stored: " if line else f"{what} not stored: ") + unstored
+    warnings.warn(line, stacklevel=3)
 
 
 #: The largest magnitude of a cached measurement's value.
@@ -524,8 +528,8 @@ def cached_measurement(name: str, key: Mapping[str, Any], measure: Callable[[], 
             if not (was_busy and _quiet_now()):
                 return cached
             why = _busy_note(cached["load_average"])
-        if why is not None:
-            warnings.warn(f"calibration cache {path} ({name}) {_verb(why)}; measuring again", stacklevel=2)
+    else:
+        why = None
     load = load_average()
     values = {k: float(v) for k, v in measure().items()}
     if not all(v == v and abs(v) != float("inf") for v in values.values()):
@@ -537,13 +541,9 @@ def cached_measurement(name: str, key: Mapping[str, Any], measure: Callable[[], 
             "load_average": list(load) if load is not None else None}
     if path is not None:
         cpus = os.cpu_count()
-        try:
-            _write_json(path, {"format": FORMAT_VERSION, "measurement": body, "cpu_count": cpus,
-                               "busy": busy(load, cpus)})
-            _UNSTORED.pop(path, None)
-        except OSError as exc:
-            _UNSTORED[path] = {**body, "source": "measured"}
-            warnings.warn(f"{name} not stored: {path.parent} is not writable ({exc.strerror or exc})", stacklevel=2)
+        unstored = _store(path, {"format": FORMAT_VERSION, "measurement": body, "cpu_count": cpus,
+                                 "busy": busy(load, cpus)}, {**body, "source": "measured"})
+        _warn(f"calibration cache {path} ({name})", why, name, unstored)
     return {**body, "source": "measured"}
 
 

@@ -195,6 +195,16 @@ def test_an_unwritable_cache_measures_once_and_warns_once(tmp_path):
     assert m.calls == 1 and len(msgs) == 1 and "not stored" in msgs[0]
 
 
+def test_a_damaged_entry_in_a_cache_that_cannot_be_written_gives_one_warning(tmp_path, monkeypatch):
+    path, _ = _curve_entry(tmp_path)
+    path.write_bytes(b"\xff")
+    monkeypatch.setattr(C, "_write_json", lambda *a: (_ for _ in ()).throw(PermissionError(13, "Permission denied")))
+    t = FakeTarget()
+    (a, b), msgs = _caught(lambda: (calibrate(t, cache_dir=tmp_path), calibrate(t, cache_dir=tmp_path)))
+    assert a is b and t.calls == 1 and len(msgs) == 1, msgs
+    assert str(path) in msgs[0] and "damaged" in msgs[0] and "but not stored" in msgs[0] and "Permission" in msgs[0]
+
+
 # ----------------------------------------------------------------------------- step work
 _CURVE = C.PassCostCurve(tuple(range(1, 10)), tuple(2.0 * (1 + 0.3 * (b - 1)) for b in range(1, 10)), repeats=4)
 
@@ -232,6 +242,21 @@ def test_an_infinite_chain_ms_never_reaches_the_overhead(tmp_path, monkeypatch):
     (overhead, _), msgs = _caught(lambda: SW.suffix_draft_overhead(lambda: None, _CURVE, 400, {"o": 1},
                                                                    cache_dir=str(tmp_path)))
     assert math.isfinite(overhead) and len(msgs) == 1 and m.calls == 2
+
+
+def test_the_reported_pricing_is_strict_json_whatever_the_cache_held(tmp_path, monkeypatch):
+    """What ``generate --json`` reports of the pricing (``draft_overhead`` beside the curve) comes
+    from the validated entries: never a non-finite number."""
+    from specot.drafting import SuffixDrafter
+
+    path, obj, m = _step_entry(tmp_path, monkeypatch)
+    path.write_text(path.read_text().replace('"chain_ms": 0.5', '"chain_ms": 1e999'))
+    (overhead, rec), msgs = _caught(lambda: SW.suffix_draft_overhead(lambda: None, _CURVE, 400, {"o": 1},
+                                                                      cache_dir=str(tmp_path)))
+    assert len(msgs) == 1 and "damaged" in msgs[0]
+    drafter = SuffixDrafter(vocab_size=400, pass_cost=_CURVE, draft_overhead=overhead)
+    drafter.step_work = rec
+    json.dumps(C.pricing_curve(drafter), allow_nan=False)
 
 
 def test_a_step_work_measurement_out_of_range_is_not_stored(tmp_path):
