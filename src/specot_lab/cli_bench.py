@@ -12,7 +12,7 @@ from the results (finished or not). ``specot bench suite`` (``make bench``) runs
 speedup runs behind the README's results block and regenerates that block and ``docs/results.md``.
 
 ``specot bench theory-speed | verifier-speed | head-speed | generate-speed | tree-speed |
-batch-invariance | paths`` are the
+batch-invariance | paths | llamacpp`` are the
 component timings (:mod:`specot_lab.bench.theory_speed` and its siblings; each module's
 ``add_arguments`` / ``run``), with their own options and JSON output.
 
@@ -331,5 +331,6 @@ _SPEED_BENCHES: list[tuple[str, str, str]] = [
     ("tree-speed", "tree_speed", "multi-draft tree decoding: tree-pass cost, overhead share, K x L grid"),
     ("batch-invariance", "batch_invariance", "a backend's logits in a one-token pass vs a batched pass"),
     ("paths", "paths", "gbv vs block verification on the same real draft paths (exact block efficiency)"),
+    ("llamacpp", "llamacpp", "specot on llama.cpp: the pass-cost curve (cost) and tokens/s against llama.cpp (run)"),
 ]
 

@@ -5,8 +5,10 @@
 model-free drafters (n-gram, suffix) run on it unchanged, with draft chains and draft trees scored
 in one ``llama_decode`` batch and the KV cache rolled back by sequence operations. The embedded
 SmolLM2 GGUF is loaded as is (Q4_1, memory-mapped). :mod:`specot_llamacpp.draft` converts the
-distilled draft to GGUF and drafts with it; :mod:`specot_llamacpp.plan` prices drafts with the
-measured cost curve. See docs/llamacpp.md.
+distilled draft to GGUF and drafts with it; the target measures its own pass-cost curve
+(:meth:`LlamaCppTarget.pass_cost_curve`), which the suffix drafter prices its drafts with. Its
+benchmarks live in the lab (``specot bench llamacpp``, :mod:`specot_lab.bench.llamacpp`). See
+docs/llamacpp.md.
 
 Needs ``llama-cpp-python`` (``make setup-llamacpp`` builds and caches its wheel). The names below
 load on first use, so the ``specot.backends`` entry point (:mod:`specot_llamacpp.backend`) imports

@@ -53,6 +53,7 @@ from specot.calibration import PassCostCurve, calibrate, calibration_enabled
 from specot.models.chat import decode_tokens, encode_prompt
 from specot.geometry import TreeGeometry, common_prefix_length
 from specot.models.protocol import Capabilities, check_scoring_fits
+from specot.models.timing import median_pass_times
 from .auto import CAPABILITIES, PASS_COST
 
 try:
@@ -61,9 +62,10 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("the llama.cpp backend needs llama-cpp-python 0.3.36: run `make setup-llamacpp` "
                       "(builds and caches its wheel) or pip install llama-cpp-python==0.3.36") from exc
 
-from .cost import time_passes  # noqa: E402 - after llama_cpp's import check, which it needs
+__all__ = ["LlamaCppTarget", "default_threads", "PASS_WAYS"]
 
-__all__ = ["LlamaCppTarget", "default_threads"]
+#: The ways of running a pass that :meth:`LlamaCppTarget.time_passes` times.
+PASS_WAYS = ("all", "last", "tree")
 
 _BACKEND_READY = threading.Lock()
 _backend_initialized = False
@@ -509,10 +511,10 @@ class LlamaCppTarget:
     def measure_pass_times(self, widths: Sequence[int], repeats: int = 8) -> list[float]:
         """Median milliseconds of one ``llama_decode`` pass over B new tokens after a fixed context of
         :data:`CALIBRATION_CONTEXT` tokens, logits on all B rows (what the verifier asks for), one per
-        width in ``widths`` (:func:`specot_llamacpp.cost.time_passes`, its ``all`` way; ``repeats``
-        timed passes per width after a warm-up round). Empties the KV cache, as :meth:`reset` does;
-        :attr:`forward_calls` and :attr:`forward_time_s` are left as they were. About 2 s for the
-        default widths of :func:`specot.calibration.calibrate` (1–9) at 8 repeats where t(1) ≈ 7 ms.
+        width in ``widths`` (:meth:`time_passes`, its ``all`` way; ``repeats`` timed passes per width
+        after a warm-up round). Empties the KV cache, as :meth:`reset` does; :attr:`forward_calls`
+        and :attr:`forward_time_s` are left as they were. About 2 s for the default widths of
+        :func:`specot.calibration.calibrate` (1–9) at 8 repeats where t(1) ≈ 7 ms.
 
         Raises:
             ValueError: a width below 1 or above ``n_batch``, ``repeats < 1``.
@@ -523,11 +525,57 @@ class LlamaCppTarget:
         context = [(1000 + 37 * i) % self.vocab_size for i in range(n)]
         calls, spent = self.forward_calls, self._time_s
         try:
-            med = time_passes(self, context, [int(w) for w in widths], int(repeats), ways=("all",))
+            med = self.time_passes(context, [int(w) for w in widths], int(repeats), ways=("all",))
         finally:
             self.reset()
             self.forward_calls, self._time_s = calls, spent
         return [round(med[("all", int(w))], 4) for w in widths]
+
+    def time_passes(self, context: Sequence[int], widths: Sequence[int], repeats: int = 15,
+                    ways: Sequence[str] = PASS_WAYS) -> dict[tuple[str, int], float]:
+        """Median milliseconds of one ``llama_decode`` pass of each width B after ``context``, for each
+        of ``ways`` (:data:`PASS_WAYS`): ``"all"``, logits on all B rows (a chain verified);
+        ``"last"``, logits on the last row only (llama.cpp's own prompt pass); ``"tree"``, logits on
+        all rows with the B − 1 nodes as two branches under sequence ids (a draft tree's mask).
+        ``{(way, B): ms}``, by :func:`specot.models.timing.median_pass_times` (the widths and ways
+        interleaved in every round, round 0 a warm-up); the context is cut back after every pass.
+        Leaves the cache holding ``context[:-1]``.
+
+        Raises:
+            ValueError: an empty context, a width below 1 or above ``n_batch``, ``repeats < 1``, an
+                unknown way.
+        """
+        if not context:
+            raise ValueError("timing passes needs a context of at least one token")
+        if any(w < 1 or w > self.n_batch for w in widths):
+            raise ValueError(f"widths must lie in [1, {self.n_batch}], got {list(widths)}")
+        if any(k not in PASS_WAYS for k in ways):
+            raise ValueError(f"ways must be among {PASS_WAYS}, got {list(ways)}")
+        self.reset()
+        self.logits_after(list(context))  # the context in the cache; its last token is re-fed by every pass
+        C = len(context) - 1
+        self.rollback(C)
+        last = int(context[-1])
+        toks = {w: [last] + [int(context[(i * 7) % len(context)]) for i in range(w - 1)] for w in widths}
+        return median_pass_times(lambda kind: self._timed_pass(C, toks[kind[1]], *kind),
+                                 [(k, w) for w in widths for k in ways], repeats)
+
+    def _timed_pass(self, context_len: int, tokens: Sequence[int], way: str, width: int) -> float:
+        """One pass of ``tokens`` (``width`` of them) run the ``way`` way after the first
+        ``context_len`` cached positions; seconds. The cache is cut back to the context afterwards."""
+        seqs = _two_branch_seqs(self.main_seq, width) if way == "tree" else None
+        want = [False] * (width - 1) + [True] if way == "last" else [True] * width
+        if seqs is not None:
+            for s in {s for ss in seqs for s in ss} - {self.main_seq}:
+                lc.llama_memory_seq_cp(self._mem, self.main_seq, s, -1, -1)
+        offsets = _two_branch_offsets(width) if seqs is not None else range(width)
+        t0 = time.perf_counter()
+        self._decode(tokens, [context_len + d for d in offsets], seqs, want)
+        dt = time.perf_counter() - t0
+        for s in ({s for ss in seqs for s in ss} if seqs is not None else set()) - {self.main_seq}:
+            lc.llama_memory_seq_rm(self._mem, s, -1, -1)
+        lc.llama_memory_seq_rm(self._mem, self.main_seq, context_len, -1)
+        return dt
 
     def pass_cost_curve(self) -> PassCostCurve | None:
         """The measured pass-cost curve r(B) of this target on this machine, which the suffix drafter
@@ -549,6 +597,21 @@ class LlamaCppTarget:
 
 #: Tokens of the fixed context before every pass that :meth:`LlamaCppTarget.measure_pass_times` times.
 CALIBRATION_CONTEXT = 64
+
+
+def _two_branch_seqs(main: int, n: int) -> list[list[int]]:
+    """Sequence ids of a timed tree pass of ``n`` tokens: the root (both paths), then two branches."""
+    other = 1 if main != 1 else 2
+    if n == 1:
+        return [[main]]
+    a = n // 2  # nodes of the first branch
+    return [[main, other]] + [[main]] * a + [[other]] * (n - 1 - a)
+
+
+def _two_branch_offsets(n: int) -> list[int]:
+    """Position offsets of :func:`_two_branch_seqs`'s tokens: the root at 0, each branch's nodes at 1, 2, ..."""
+    a = n // 2
+    return [0] + list(range(1, a + 1)) + list(range(1, n - a))
 
 
 class _OpenTree:

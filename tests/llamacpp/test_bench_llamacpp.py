@@ -1,4 +1,4 @@
-"""``python -m specot_llamacpp.bench run`` on one tiny cell: every method's time inside llama_decode
+"""``specot bench llamacpp run`` on one tiny cell: every method's time inside llama_decode
 is counted (llama-cpp-python's calls and specot's), and llama_decode is itself again afterwards."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 import llama_cpp
 import llama_cpp.llama_cpp as low
 
-from specot_llamacpp import bench
+from specot_lab.bench import llamacpp as bench
 
 
 def test_run_records_each_loops_time_outside_llama_decode(tmp_path):

@@ -8,7 +8,7 @@ import pytest
 
 from specot.calibration import PassCostCurve, calibrate
 from specot_llamacpp.auto import PASS_COST
-from specot_llamacpp.plan import auto_drafter
+from specot_lab.bench.llamacpp import auto_drafter
 
 WIDTHS = (1, 2, 3, 5, 9)
 

@@ -15,9 +15,9 @@ from specot.engine import speculative_generate
 from specot.engine.types import GenerationConfig
 from specot.models.embedded import load_embedded_draft
 from specot.sampling import SamplingConfig
-from specot_llamacpp.cost import CostCurve
+from specot.calibration import PassCostCurve, break_even_alpha
+from specot_lab.bench.llamacpp import best_chain, chain_speedup, run_speedup, tree_speedup
 from specot_llamacpp.draft import LlamaCppDrafter, load_draft
-from specot_llamacpp.plan import best_chain, break_even_alpha, chain_speedup, run_speedup, tree_speedup
 
 
 @pytest.fixture(scope="module")
@@ -55,14 +55,12 @@ def test_draft_model_proposes_chains_with_their_q(drafter, prompt_ids):
         LlamaCppDrafter(object())
 
 
-LINEAR = CostCurve(widths=(1, 2, 3, 5), t_all_ms=(10.0, 20.0, 30.0, 50.0), t_last_ms=(10.0, 15.0, 20.0, 30.0),
-                   t_tree_ms=(10.0, 20.0, 30.0, 50.0), context_len=10, repeats=1, n_threads=1)
-FLAT = CostCurve(widths=(1, 2, 3, 5), t_all_ms=(10.0,) * 4, t_last_ms=(10.0,) * 4, t_tree_ms=(10.0,) * 4,
-                 context_len=10, repeats=1, n_threads=1)
+LINEAR = PassCostCurve((1, 2, 3, 5), (10.0, 20.0, 30.0, 50.0), repeats=1)
+FLAT = PassCostCurve((1, 2, 3, 5), (10.0,) * 4, repeats=1)
 
 
 def test_speedup_model_with_a_cost_curve():
-    assert LINEAR.ratio(4) == pytest.approx(4.0) and LINEAR.ratio_last == (1.0, 1.5, 2.0, 3.0)
+    assert LINEAR.ratio(4) == pytest.approx(4.0) and LINEAR.ratios == (1.0, 2.0, 3.0, 5.0)
     # a flat curve is Leviathan's model: E(alpha, gamma)
     assert chain_speedup(0.5, 2, FLAT) == pytest.approx(1.75)
     # a pass that costs B one-token passes: no acceptance pays for any draft
@@ -97,10 +95,11 @@ def test_the_backend_refuses_a_dtype_or_a_device():
 def test_the_auto_plan_drafts_where_the_answer_copies_and_stays_exact(target):
     from specot.drafting import SuffixDrafter
     from specot.engine import tree_generate
-    from specot_llamacpp.plan import AUTO_PLAN, auto_drafter
+    from specot_lab.bench.llamacpp import auto_drafter
+    from specot_llamacpp.auto import AUTO_TABLE
 
     drafter, spec = auto_drafter(target, 0.0)
-    assert isinstance(drafter, SuffixDrafter) and spec.depth == AUTO_PLAN[0.0]["depth"]
+    assert isinstance(drafter, SuffixDrafter) and spec.depth == AUTO_TABLE.greedy.gamma
     assert (drafter.kappa, drafter.min_n, drafter.cost_per_token) == (0.05, 4, 0.38)
     text = ("The Industrial Revolution began in Great Britain in the late eighteenth century. It moved production "
             "from homes and small workshops to large factories powered by water and steam.")

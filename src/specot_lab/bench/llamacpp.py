@@ -1,7 +1,9 @@
-"""Benchmarks of specot on llama.cpp: ``python -m specot_llamacpp.bench cost|run``.
+"""specot on llama.cpp, measured: ``specot bench llamacpp cost|run`` (also ``python -m specot_lab.bench.llamacpp``).
 
-``cost``: the target's cost curve t(B)/t(1) (:mod:`specot_llamacpp.cost`) and, from it, the
-break-even acceptance of every chain length (:mod:`specot_llamacpp.plan`); JSON on stdout or ``--out``.
+``cost``: the target's cost curve t(B)/t(1) in three ways of running a pass
+(:meth:`specot_llamacpp.LlamaCppTarget.time_passes`: logits on all rows, on the last row, as a
+two-branch tree) and, from it, the break-even acceptance of every chain length and the best chain
+per acceptance (the speedup model below); JSON on stdout or ``--out``.
 
 ``run``: tokens/s on prompt sets (JSONL files of ``{"prompt": ...}`` lines), at each temperature, of
 
@@ -13,7 +15,7 @@ break-even acceptance of every chain length (:mod:`specot_llamacpp.plan`); JSON 
 * ``specot-ngram``: n-gram chains of γ (``--gamma``; prompt lookup + the pydoc n-gram table);
 * ``specot-suffix``: suffix-decoding trees, ``make_plan("suffix")`` (4 children per node, depth
   ``--suffix-depth``), priced by the target's ``pass_cost``;
-* ``specot-suffix-llamacpp``: ``draft="auto"`` on this backend (:data:`specot_llamacpp.auto.AUTO_PLAN`):
+* ``specot-suffix-llamacpp``: ``draft="auto"`` on this backend (:data:`specot_llamacpp.auto.AUTO_TABLE`):
   suffix chains whose adaptive budget prices a pass of 1 + N tokens at ``1 + f + c·N`` (the quiet
   curve's fit; with ``--price-by-run`` the fit of the curve this run measures), after matches of 4+;
 * ``specot-draft``: chains of the distilled draft converted to GGUF (:mod:`specot_llamacpp.draft`);
@@ -26,10 +28,20 @@ tokens over its seconds, end to end; ``decode_tokens_per_s`` leaves out the time
 emitted tokens (the prompt's pass) and those tokens — at T > 0 the methods' answers end at
 different lengths, and a shorter answer spreads the same prompt pass over fewer tokens; each specot method also records its passes, tree sizes and acceptance, and
 the speedup over ``specot-ar`` that the measured cost curve predicts for those passes
-(:func:`specot_llamacpp.plan.run_speedup`). ``outside_decode_ms_per_token``: each method's time
+(:func:`run_speedup`). ``outside_decode_ms_per_token``: each method's time
 outside ``llama_decode`` per token (its loop's own work; the passes' share of machine noise left
 out), the measure of how close a loop is to llama-cpp-python's. JSON on stdout or ``--out``;
 progress on stderr.
+
+**The speedup model with a cost curve.** specot's model (:mod:`specot.theory.speedup`, Leviathan et
+al. 2023 Thm 3.8; SpecTr's block efficiency for trees) charges a target pass the same whatever its
+width. On llama.cpp on a CPU a pass over B tokens costs r(B) = t(B)/t(1) one-token passes
+(:class:`specot.calibration.PassCostCurve`), so a chain of γ drafts with i.i.d. acceptance α and
+draft cost c per draft token (in one-token target passes) gives ``E(α, γ) / (r(1 + γ) + γ·c)``
+(:func:`chain_speedup`); a draft tree of N nodes with per-depth acceptance a_1..a_L
+``(1 + Σ_d Π_{j≤d} a_j) / (r(1 + N) + L·c)`` (:func:`tree_speedup`); a run, from its iterations,
+``Σ n_i / Σ (r(1 + N_i) + c_i)`` (:func:`run_speedup`). The break-even acceptance of a chain is
+:func:`specot.calibration.break_even_alpha`.
 """
 
 from __future__ import annotations
@@ -40,31 +52,138 @@ import json
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from specot.calibration import PassCostCurve, break_even_alpha
 from specot.envinfo import environment_info
+from specot.plan import make_plan
+from specot.theory.speedup import block_efficiency, expected_tokens
+from specot_llamacpp.loading import load_target
+from specot_llamacpp.target import PASS_WAYS, LlamaCppTarget, default_threads
 
-from .cost import DEFAULT_WIDTHS, CostCurve, measure_cost_curve
-from .loading import load_target
-from .plan import auto_drafter, best_chain, break_even_alpha, run_speedup
-from .target import LlamaCppTarget, default_threads
-
-__all__ = ["main", "METHODS", "fit_linear_cost"]
+__all__ = ["main", "add_arguments", "run", "METHODS", "fit_linear_cost", "measure_cost_curve", "chain_speedup",
+           "tree_speedup", "run_speedup", "best_chain", "ChainChoice", "QUIET_CURVE", "auto_drafter"]
 
 METHODS = ("plain", "prompt-lookup", "specot-ar", "specot-ngram", "specot-suffix", "specot-suffix-llamacpp",
            "specot-draft")
 COST_CONTEXT = ("Explain in two sentences what a Python generator is, then give a short example that uses yield "
                 "to produce the squares of the first ten numbers.")
+#: The pass widths B timed by default: every one up to 11 (an even width can cost what the odd one
+#: below it costs, which interpolation would miss).
+DEFAULT_WIDTHS = tuple(range(1, 12))
 
 
-def fit_linear_cost(curve: CostCurve) -> tuple[float, float]:
+# ----------------------------------------------------------------------------- the speedup model
+def chain_speedup(alpha: float, gamma: int, curve: PassCostCurve, c: float = 0.0) -> float:
+    """Predicted speedup of a γ-chain over autoregressive decoding on a target with cost ``curve``
+    (module docstring); ``γ = 0`` gives 1.
+
+    Raises:
+        ValueError: α outside [0, 1], γ < 0 or c < 0.
+    """
+    if gamma < 0 or c < 0:
+        raise ValueError(f"gamma must be >= 0 and c >= 0, got {gamma} and {c}")
+    if gamma == 0:
+        return 1.0
+    return float(expected_tokens(alpha, gamma)) / (curve.ratio(1 + gamma) + gamma * c)
+
+
+def tree_speedup(rates: Sequence[float], n_nodes: int, curve: PassCostCurve, c: float = 0.0) -> float:
+    """Predicted speedup of a draft tree of ``n_nodes`` nodes and depth ``len(rates)`` with per-depth
+    acceptance ``rates`` and draft cost ``c`` per depth (module docstring); ``curve``: the tree
+    way's (:func:`measure_cost_curve`) where measured.
+
+    Raises:
+        ValueError: rates outside [0, 1], or fewer nodes than depths.
+    """
+    if n_nodes < len(rates):
+        raise ValueError(f"a tree of depth {len(rates)} has at least {len(rates)} nodes, got {n_nodes}")
+    return float(block_efficiency(list(rates))) / (curve.ratio(1 + n_nodes) + len(rates) * c)
+
+
+def run_speedup(tree_sizes: Sequence[int], emitted: Sequence[int], curve: PassCostCurve,
+                draft_cost: Sequence[float] | None = None) -> float:
+    """A run's predicted speedup from its iterations: ``Σ emitted / Σ (r(1 + N_i) + c_i)``.
+
+    Args:
+        tree_sizes: draft nodes N_i of each iteration (0: a plain step).
+        emitted: tokens committed by each iteration.
+        curve: the target's cost curve.
+        draft_cost: the drafter's time per iteration in one-token target passes (default 0).
+    """
+    if len(tree_sizes) != len(emitted) or not tree_sizes:
+        raise ValueError("tree_sizes and emitted must be non-empty and of one length")
+    cost = sum(curve.ratio(1 + int(n)) for n in tree_sizes) + (sum(draft_cost) if draft_cost is not None else 0.0)
+    return float(sum(emitted)) / cost
+
+
+@dataclass(frozen=True)
+class ChainChoice:
+    """The best chain length for an acceptance rate: γ (0 = do not speculate) and its speedup."""
+
+    alpha: float
+    gamma: int
+    speedup: float
+
+
+def best_chain(alpha: float, curve: PassCostCurve, c: float = 0.0, max_gamma: int = 10) -> ChainChoice:
+    """The γ in ``0..max_gamma`` with the highest :func:`chain_speedup` (first maximiser)."""
+    vals = [chain_speedup(alpha, g, curve, c) for g in range(max_gamma + 1)]
+    g = int(np.argmax(vals))
+    return ChainChoice(float(alpha), g, round(float(vals[g]), 4))
+
+
+
+#: A reference curve: t(B) of the embedded SmolLM2 Q4_1 GGUF on llama.cpp, logits on all rows, on a
+#: quiet 2-vCPU Zen 4 (avx512_bf16), llama-cpp-python 0.3.36, n_threads = 2;
+#: :data:`specot_llamacpp.auto.PASS_COST` is its linear fit (:func:`fit_linear_cost`). Nothing is
+#: priced by it where a target was calibrated (:meth:`specot_llamacpp.LlamaCppTarget.pass_cost_curve`):
+#: other CPUs differ. Regenerate on a quiet machine with ``specot bench llamacpp cost``.
+QUIET_CURVE = PassCostCurve((1, 2, 5, 11), (10.1, 19.0, 31.9, 54.2),
+                            source="reference: a quiet 2-vCPU Zen 4, 2 llama.cpp threads")
+
+
+def auto_drafter(target: LlamaCppTarget, temperature: float = 0.0, curve: PassCostCurve | None = None):
+    """The drafter and draft-tree shape of ``draft="auto"`` on ``target`` at ``temperature`` (the plan
+    :func:`specot.plan.make_plan` makes), priced by ``curve`` when given (e.g. the ``all`` way of
+    :func:`measure_cost_curve`), else as the plan prices it: the target's calibrated curve (:meth:`LlamaCppTarget.pass_cost_curve`), or its
+    fallback ``pass_cost``.
+
+    Returns:
+        ``(drafter, TreeBudget)`` for :func:`specot.engine.tree_generate`: the suffix drafter and
+        its budget (:class:`specot.drafting.TreeBudget`: children per node × depth γ).
+    """
+    plan = make_plan("auto", target=target, temperature=temperature)
+    drafter = plan.draft.load(target)
+    if curve is not None:
+        drafter.pass_cost = curve
+    return drafter, plan.shape
+
+
+def measure_cost_curve(target: LlamaCppTarget, context: Sequence[int], widths: Sequence[int] = DEFAULT_WIDTHS,
+                       repeats: int = 15) -> dict[str, PassCostCurve]:
+    """One pass of each width B after ``context`` timed in each way of :data:`PASS_WAYS`
+    (:meth:`LlamaCppTarget.time_passes`): ``{way: PassCostCurve}``.
+
+    Raises:
+        ValueError: an empty context, a width below 1 or above ``n_batch``, ``repeats < 1``.
+    """
+    med = target.time_passes(context, widths, repeats)
+    return {way: PassCostCurve(tuple(int(w) for w in widths), tuple(round(med[(way, w)], 3) for w in widths),
+                               repeats=int(repeats), source=f"specot bench llamacpp: {way} rows, "
+                                                             f"{target.n_threads} threads, context {len(context)}")
+            for way in PASS_WAYS}
+
+
+def fit_linear_cost(curve: PassCostCurve) -> tuple[float, float]:
     """``(f, c)`` of ``r(1 + N) ≈ 1 + f + c·N`` (N >= 1), least squares over the curve's widths >= 2
     (logits on all rows): the cost model of :class:`specot.drafting.SuffixDrafter`'s adaptive budget."""
-    pts = [(w - 1, r - 1.0) for w, r in zip(curve.widths, curve.ratio_all) if w >= 2]
+    pts = [(w - 1, r - 1.0) for w, r in zip(curve.widths, curve.ratios) if w >= 2]
     if len(pts) < 2:
         raise ValueError("fitting the cost model needs at least two widths >= 2")
     n, y = np.array([p[0] for p in pts], float), np.array([p[1] for p in pts], float)
@@ -85,12 +204,12 @@ def _meta(target: LlamaCppTarget) -> dict[str, Any]:
 
 def cmd_cost(args: argparse.Namespace) -> dict[str, Any]:
     target = load_target(n_threads=args.threads)
-    curve = measure_cost_curve(target, target.encode_prompt(COST_CONTEXT), args.widths, args.repeats)
-    f, c = fit_linear_cost(curve)
-    return {**_meta(target), "kind": "llama.cpp cost curve", "cost_curve": curve.to_dict(),
+    curves = measure_cost_curve(target, target.encode_prompt(COST_CONTEXT), args.widths, args.repeats)
+    f, c = fit_linear_cost(curves["all"])
+    return {**_meta(target), "kind": "llama.cpp cost curve", "cost_curve": {k: v.to_dict() for k, v in curves.items()},
             "linear_fit": {"f": round(f, 4), "c": round(c, 4)},
-            "break_even_alpha": {g: break_even_alpha(g, curve) for g in range(1, 8)},
-            "best_chain": {a: best_chain(a, curve).__dict__ for a in (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)}}
+            "break_even_alpha": {g: break_even_alpha(g, curves["all"]) for g in range(1, 8)},
+            "best_chain": {a: best_chain(a, curves["all"]).__dict__ for a in (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)}}
 
 
 # ----------------------------------------------------------------------------- run
@@ -99,10 +218,10 @@ def _read_sets(paths: list[str], n: int) -> dict[str, list[dict]]:
     for p in paths:
         path = Path(p)
         if not path.is_file():
-            raise SystemExit(f"specot_llamacpp.bench: error: no prompt file {p!r} (JSONL, one {{\"prompt\": ...}} a line)")
+            raise ValueError(f"no prompt file {p!r} (JSONL, one {{\"prompt\": ...}} a line)")
         rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
         if not rows or any("prompt" not in r for r in rows):
-            raise SystemExit(f"specot_llamacpp.bench: error: {p!r} must hold JSON lines with a \"prompt\" key")
+            raise ValueError(f"{p!r} must hold JSON lines with a \"prompt\" key")
         sets[path.stem] = rows[:n]
     return sets
 
@@ -134,14 +253,14 @@ def _llama_runner(target: LlamaCppTarget, lookup: bool) -> Callable[[list[int], 
     return run
 
 
-def _specot_runner(target: LlamaCppTarget, method: str, args: argparse.Namespace, curve: CostCurve):
+def _specot_runner(target: LlamaCppTarget, method: str, args: argparse.Namespace, curve: PassCostCurve):
     from specot.api import load_drafter
     from specot.engine import speculative_generate, tree_generate
     from specot.plan import make_plan
     from specot.engine.types import GenerationConfig
     from specot.sampling import SamplingConfig
 
-    from .draft import load_draft
+    from specot_llamacpp.draft import load_draft
 
     drafter, spec = None, None
     if method == "specot-ngram":
@@ -231,7 +350,8 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
 
     sets = _read_sets(args.prompts, args.n_prompts)
     target = load_target(n_threads=args.threads)
-    curve = measure_cost_curve(target, target.encode_prompt(COST_CONTEXT), DEFAULT_WIDTHS, args.cost_repeats)
+    curves = measure_cost_curve(target, target.encode_prompt(COST_CONTEXT), DEFAULT_WIDTHS, args.cost_repeats)
+    curve = curves["all"]
     methods = list(args.methods) + (["specot-hf-auto"] if args.with_transformers else [])
     runners: dict[str, Callable] = {}
     for m in methods:
@@ -251,7 +371,7 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
     bar.close()
     return {**_meta(target), "kind": "llama.cpp decoding benchmark", "max_new_tokens": args.max_new_tokens,
             "repeats": args.repeats, "gamma": args.gamma, "suffix_depth": args.suffix_depth,
-            "prompt_sets": {n: str(p) for n, p in zip(sets, args.prompts)}, "cost_curve": curve.to_dict(),
+            "prompt_sets": {n: str(p) for n, p in zip(sets, args.prompts)}, "cost_curve": {k: v.to_dict() for k, v in curves.items()},
             "results": _summarise(acc, curve)}
 
 
@@ -280,7 +400,7 @@ def _run_cells(encoded: dict[str, list[list[int]]], args: argparse.Namespace, me
                         bar.update()
 
 
-def _summarise(acc: dict, curve: CostCurve) -> dict:
+def _summarise(acc: dict, curve: PassCostCurve) -> dict:
     out: dict = {}
     for name, methods in acc.items():
         for m, temps in methods.items():
@@ -317,11 +437,12 @@ def _summarise(acc: dict, curve: CostCurve) -> dict:
     return out
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m specot_llamacpp.bench", description=__doc__.split("\n\n")[0])
-    sub = p.add_subparsers(dest="cmd", required=True)
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """The options of ``specot bench llamacpp``: its sub-commands ``cost`` and ``run``."""
+    sub = ap.add_subparsers(dest="llamacpp_command", metavar="{cost,run}", required=True)
     c = sub.add_parser("cost", help="the cost curve t(B)/t(1) and the chains it lets pay")
-    c.add_argument("--widths", type=int, nargs="+", default=list(DEFAULT_WIDTHS))
+    c.add_argument("--widths", type=int, nargs="+", default=list(DEFAULT_WIDTHS),
+                   help="pass widths B, ascending from 1 (default 1..11)")
     c.add_argument("--repeats", type=int, default=25)
     r = sub.add_parser("run", help="tokens/s of llama.cpp and specot on llama.cpp over prompt sets")
     r.add_argument("--prompts", nargs="+", required=True, help="JSONL prompt files (one set each)")
@@ -340,23 +461,41 @@ def _parser() -> argparse.ArgumentParser:
     for q in (c, r):
         q.add_argument("--threads", type=int, default=None, help=f"llama.cpp threads (default {default_threads()})")
         q.add_argument("--out", default=None, help="write the JSON here (default: stdout)")
-    return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+def run(args: argparse.Namespace) -> int:
+    """``specot bench llamacpp cost|run``: the JSON on stdout, or in ``--out``.
+
+    Raises:
+        ValueError: a count below 1, or widths that do not ascend from 1 (before anything loads).
+    """
     for name in ("repeats", "n_prompts", "max_new_tokens", "gamma", "suffix_depth", "cost_repeats", "threads"):
         v = getattr(args, name, None)
         if v is not None and v < 1:
-            print(f"specot_llamacpp.bench: error: --{name.replace('_', '-')} must be >= 1, got {v}", file=sys.stderr)
-            return 1
-    result = cmd_cost(args) if args.cmd == "cost" else cmd_run(args)
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {v}")
+    widths = getattr(args, "widths", None)
+    if widths is not None and (not widths or widths[0] != 1 or any(b <= a for a, b in zip(widths, widths[1:]))):
+        raise ValueError(f"--widths must ascend from 1, got {widths}")
+    result = cmd_cost(args) if args.llamacpp_command == "cost" else cmd_run(args)
     text = json.dumps(result, indent=1, default=str)
     if args.out:
         Path(args.out).write_text(text + "\n", encoding="utf-8")
     else:
         print(text)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m specot_lab.bench.llamacpp cost|run`` (as ``specot bench llamacpp``); a bad option
+    is one line on stderr and exit status 2."""
+    ap = argparse.ArgumentParser(prog="python -m specot_lab.bench.llamacpp", description=__doc__.split("\n\n")[0])
+    add_arguments(ap)
+    args = ap.parse_args(argv)
+    try:
+        return run(args)
+    except ValueError as exc:
+        print(f"specot bench llamacpp: error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
