@@ -73,6 +73,8 @@ DEFAULT_REPEATS = 8
 MAX_REPEATS = 100_000
 #: Measurements made in this process that the cache could not store, by cache file: measured once.
 _UNSTORED: dict[Path, Any] = {}
+#: Cache directories this process found unwritable and said so (one warning per directory).
+_UNWRITABLE: set[str] = set()
 
 
 def interpolate(widths: Sequence[int], values: Sequence[float], width: float) -> float:
@@ -445,12 +447,13 @@ def _store(path: Path, obj: Mapping[str, Any], value: Any) -> str | None:
 
 def _warn(entry: str, why: str | None, what: str, unstored: str | None) -> None:
     """One warning for a measurement: why the cached ``entry`` was not used, and that the new one
-    was not stored; nothing when neither."""
-    if why is None and unstored is None:
+    was not stored (``unstored``: the directory and why, said once per process); nothing when neither."""
+    if why is None and (unstored is None or unstored in _UNWRITABLE):
         return
     line = f"{entry} {why if why.startswith('was ') else 'is ' + why}; measured again" if why is not None else ""
     if unstored is not None:
         line = (f"{line}, but not stored: " if line else f"{what} not stored: ") + unstored
+        _UNWRITABLE.add(unstored)
     warnings.warn(line, stacklevel=3)
 
 
