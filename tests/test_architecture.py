@@ -12,7 +12,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 #: Core layers, lowest first: a module may import only from its own layer or a lower one.
 LAYERS = [
-    {"_validation", "envinfo", "geometry", "cache_entry"},
+    {"_validation", "envinfo", "geometry", "outputs", "cache_entry"},
     {"sampling"},
     {"laws"},
     {"verifiers", "theory"},

@@ -32,7 +32,7 @@ from __future__ import annotations
 import operator
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
@@ -126,10 +126,17 @@ def _drafter_options(ngram_n: int | None, ngram_corpus: str | None) -> dict[str,
 
 
 def _prompt(prompt: Any, chat: bool | None) -> str | list[int]:
-    """Text, or token ids as ints; refuses an empty prompt (checked before the load)."""
+    """Text, or token ids as ints; refuses an empty prompt and text that is not valid Unicode
+    (bytes of another encoding that reached a ``str`` as lone surrogates, as a command-line
+    argument in invalid UTF-8 does), checked before the load."""
     if isinstance(prompt, str):
         if chat is False and not prompt.strip():
             raise ValueError("the prompt is empty: a raw prompt (no chat template) needs some text")
+        try:
+            prompt.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"the prompt is not valid UTF-8 text (an undecodable byte at character {exc.start}); "
+                             "pass the prompt as UTF-8 (e.g. convert it with iconv -t UTF-8)") from None
         return prompt
     try:
         if isinstance(prompt, (bytes, bytearray)) or any(isinstance(t, bool) for t in prompt):
@@ -140,6 +147,47 @@ def _prompt(prompt: Any, chat: bool | None) -> str | list[int]:
     if not ids:
         raise ValueError("the prompt is empty: pass at least one token id")
     return ids
+
+
+def _check_arguments(verifier_params: Any, on_text: Any, chat: Any) -> None:
+    """The types of :func:`generate`'s plain arguments, checked at the call (one line each).
+
+    Raises:
+        TypeError: ``verifier_params`` that is not a mapping (a string such as ``"D=0.1"``),
+            ``on_text`` that is not callable, ``chat`` that is not a bool or ``None``.
+    """
+    if verifier_params is not None and not isinstance(verifier_params, Mapping):
+        raise TypeError(f"verifier_params must be a dict of the verifier's parameters, e.g. {{'D': 0.1}}, got "
+                        f"{type(verifier_params).__name__} {verifier_params!r}")
+    if on_text is not None and not callable(on_text):
+        raise TypeError(f"on_text must be a function taking the new text (str), or None, got "
+                        f"{type(on_text).__name__} {on_text!r}")
+    if chat is not None and not isinstance(chat, bool):
+        raise TypeError(f"chat must be True, False or None (the default: the chat template where the target has "
+                        f"one), got {type(chat).__name__} {chat!r}")
+
+
+#: The options that only matter when drafting: ``(argument, its CLI flag, its unset value)``.
+_DRAFTING_OPTIONS = (("gamma", "--gamma", None), ("gamma_schedule", "--gamma-schedule", "constant"),
+                     ("drafts", "--drafts", None), ("tree", "--tree", None), ("tree_law", "--tree-law", None),
+                     ("verifier", "--verifier", None), ("verifier_params", "--verifier-param / --lenience", None),
+                     ("ngram_n", "--ngram-n", None), ("ngram_corpus", "--ngram-corpus", _NGRAM_CORPUS))
+
+
+def _check_no_draft(draft: Any, given: dict[str, Any]) -> None:
+    """With ``draft="none"`` (autoregressive decoding) refuse every option that only matters when
+    drafting: it would be ignored, and a lossy verifier would mark as lossy a run that drafted nothing.
+
+    Raises:
+        ValueError: one line naming the option and the fix.
+    """
+    if not (draft is None or (isinstance(draft, str) and draft == "none")):
+        return
+    for name, flag, unset in _DRAFTING_OPTIONS:
+        value = given[name]
+        if value != unset and not (name == "verifier_params" and not value):
+            raise ValueError(f"{name} ({flag}) = {value!r} applies only when drafting, and draft 'none' decodes "
+                             f"autoregressively; drop {flag}, or name a draft (e.g. --draft ngram)")
 
 
 def _check_dtype(dtype: Any) -> None:
@@ -202,13 +250,20 @@ def generate(
 
     Raises:
         ValueError: an invalid option (one line naming it; a dtype that is not floating-point
-            included), a vocabulary mismatch, an empty prompt, a prompt too long for the target's
-            context.
-        TypeError: an argument of the wrong type.
+            included), a vocabulary mismatch, an empty prompt or one that is not valid UTF-8, a
+            prompt too long for the target's context, an option that only matters when drafting
+            given with ``draft="none"``.
+        TypeError: an argument of the wrong type (``verifier_params`` not a dict, ``on_text`` not
+            callable, ``chat`` not a bool or None).
         FileNotFoundError / OSError: a model path that does not exist or cannot be loaded.
         GenerationInterrupted: Ctrl-C (a ``KeyboardInterrupt`` holding the tokens generated so far).
     """
     _check_dtype(dtype)
+    _check_arguments(verifier_params, on_text, chat)
+    if plan is None:
+        _check_no_draft(draft, dict(gamma=gamma, gamma_schedule=gamma_schedule, drafts=drafts, tree=tree,
+                                    tree_law=tree_law, verifier=verifier, verifier_params=verifier_params,
+                                    ngram_n=ngram_n, ngram_corpus=ngram_corpus))
     cfg = GenerationConfig(max_new_tokens=max_new_tokens, seed=seed,
                            sampling=SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p))
     text_or_ids = _prompt(prompt, chat)

@@ -26,13 +26,15 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
+import math
 import os
 import shlex
 import sys
 from typing import Any, Callable
 
+from specot.cli.command import seed_type
 from specot.cli.main import CommandParser
+from specot.outputs import check_output, dumps, json_has
 
 from .lazy import LazyNames
 
@@ -51,17 +53,51 @@ __getattr__ = _NAMES.getattr
 
 
 def _floats(s: str, option: str) -> list[float]:
+    """Comma-separated temperatures: finite numbers >= 0, at least one.
+
+    Raises:
+        ValueError: one line naming ``option`` and the value."""
     try:
-        return [float(x) for x in s.split(",") if x.strip()]
+        values = [float(x) for x in s.split(",") if x.strip()]
     except ValueError:
         raise ValueError(f"{option} takes comma-separated numbers like 0,1; got {s!r}") from None
+    if not values or not all(math.isfinite(v) and v >= 0 for v in values):
+        raise ValueError(f"{option} takes finite numbers >= 0 like 0,1; got {s!r}")
+    return values
 
 
 def _ints(s: str, option: str) -> list[int]:
+    """Comma-separated counts: integers >= 1, at least one.
+
+    Raises:
+        ValueError: one line naming ``option`` and the value."""
     try:
-        return [int(x) for x in s.split(",") if x.strip()]
+        values = [int(x) for x in s.split(",") if x.strip()]
     except ValueError:
         raise ValueError(f"{option} takes comma-separated integers like 2,4; got {s!r}") from None
+    if not values or min(values) < 1:
+        raise ValueError(f"{option} takes integers >= 1 like 2,4; got {s!r}")
+    return values
+
+
+def _check_result_files(args: argparse.Namespace, name: str) -> None:
+    """``<out>/<name>.json`` and ``.md`` are absent, written by this benchmark (resumed or run
+    again), or ``--force`` is given: checked before any measuring (:func:`specot.outputs.check_output`).
+
+    Raises:
+        ValueError: a file there that this benchmark did not write (one line naming it and --force)."""
+    force = getattr(args, "force", False)
+    check_output(os.path.join(args.out, f"{name}.json"), "--out", force=force, ours=json_has(benchmark=name))
+    check_output(os.path.join(args.out, f"{name}.md"), "--out", force=force, ours=_our_table)
+
+
+def _our_table(path: Any) -> bool:
+    """Whether a markdown file is a benchmark's table (its first line names the ``specot`` command)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.readline().startswith("<!-- specot ")
+    except (OSError, ValueError):
+        return False
 
 
 def _trees(s: str) -> list[tuple[int, int]]:
@@ -119,10 +155,12 @@ def _common(p: argparse.ArgumentParser) -> None:
                         "languages (benchmarks/prompts/), or FILE.jsonl with a 'prompt' field (see specot_lab.corpus)")
     p.add_argument("--n-prompts", type=int, default=10)
     p.add_argument("--max-new-tokens", type=int, default=None)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed_type(), default=0)
     p.add_argument("--dtype", default="float32")
     p.add_argument("--out", default="bench-results", help="directory for the JSON, markdown and PNG files")
     p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--force", action="store_true", help="replace <out>/<benchmark>.json / .md files that this "
+                   "benchmark did not write")
     p.add_argument("--json", action="store_true", help="print the JSON result to stdout (instead of the table)")
     p.add_argument("--quick", action="store_true", help="smoke run: 2 prompts, short continuations, reduced grid (~1 min)")
     p.add_argument("--no-progress", action="store_true")
@@ -134,7 +172,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 def _finish(res: dict[str, Any], args: argparse.Namespace, table: str) -> int:
     paths = write_outputs(res, args.out, plots=not args.no_plots)
     if args.json:
-        print(json.dumps(res, indent=2))
+        print(dumps(res, indent=2))
     else:
         print(table)
         print("\nwrote: " + ", ".join(str(p) for p in paths), file=sys.stderr)
@@ -150,10 +188,13 @@ def _acceptance(args: argparse.Namespace) -> int:
     _NAMES.bind()
     _check_counts(args)
     check_count(args.mc_samples, "mc_samples", "--mc-samples")
-    _set_threads(args)
+    if not (math.isfinite(args.vocab_eps) and 0 <= args.vocab_eps < 1):
+        raise ValueError(f"--vocab-eps must be a number in [0, 1), the draft's tail mass dropped; got {args.vocab_eps}")
     quick = args.quick
     temps = _floats(args.temperatures, "--temperatures") if args.temperatures else ([0.7] if quick else [0.1, 0.3, 0.5, 0.7, 1.0])
     ns = _ints(args.ns, "--ns") if args.ns else ([1, 2, 4] if quick else [1, 2, 3, 4, 8])
+    _check_result_files(args, "acceptance")
+    _set_threads(args)
     drafts = [d for d in args.drafts.split(",") if d] if args.drafts else (["ngram-lm", "ngram"] if quick else ["distilled", "ngram-lm", "ngram"])
     journal = os.path.join(args.out, "acceptance.jsonl")
     try:
@@ -174,11 +215,12 @@ def _acceptance(args: argparse.Namespace) -> int:
 def _speedup(args: argparse.Namespace) -> int:
     _NAMES.bind()
     _check_counts(args)
-    _set_threads(args)
     quick = args.quick
     temps = _floats(args.temperatures, "--temperatures") if args.temperatures else [0.0, 1.0]
     gammas = _ints(args.gammas, "--gammas") if args.gammas else ([3] if quick else [2, 4])
     trees = _trees(args.trees) if args.trees else ([(2, 3)] if quick else [(2, 4), (4, 4)])
+    _check_result_files(args, "speedup")
+    _set_threads(args)
     vers = [v for v in args.tree_verifiers.split(",") if v] if args.tree_verifiers else (["kseq"] if quick else ["kseq", "rrs_wor", "greedy"])
     draft = None if args.draft == "none" else args.draft
     journal = os.path.join(args.out, "speedup.jsonl")

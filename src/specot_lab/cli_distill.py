@@ -37,7 +37,9 @@ import sys
 import time
 from pathlib import Path
 
+from specot.cli.command import count, seed_type
 from specot.cli.main import CommandParser
+from specot.outputs import check_output
 
 from .lazy import LazyNames
 
@@ -83,9 +85,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def _add_prompts(dsub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     pp = dsub.add_parser("prompts", help="write the train or held-out prompt set as JSONL")
     pp.add_argument("--split", choices=("train", "heldout"), default="train")
-    pp.add_argument("--n", type=int, default=None, help="number of prompts (default: all train / 20 held-out)")
-    pp.add_argument("--seed", type=int, default=0)
-    pp.add_argument("--out", type=Path, required=True)
+    pp.add_argument("--n", type=count(1), default=None, help="number of prompts, >= 1 (default: all train / 20 held-out)")
+    pp.add_argument("--seed", type=seed_type(), default=0)
+    pp.add_argument("--out", type=Path, required=True, help="the JSONL file (an existing file only with --force)")
+    pp.add_argument("--force", action="store_true", help="replace an existing --out file")
     pp.set_defaults(func=_run_prompts)
 
 
@@ -152,9 +155,13 @@ def _add_eagle(dsub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
                     add_arguments=_eagle_arguments)
 
 
+#: The token losses of ``distill eagle`` (:data:`specot_lab.distill.eagle.TOKEN_LOSSES`, named here so
+#: that the sub-command's help imports no torch; a test holds the two equal).
+EAGLE_TOKEN_LOSSES = ("fkl", "tvd")
+
+
 def _eagle_arguments(pg: argparse.ArgumentParser) -> None:
-    """The options of ``distill eagle`` (its token losses come from the training code, which imports torch)."""
-    _NAMES.bind()
+    """The options of ``distill eagle`` (added on first use; they import no torch)."""
     pg.add_argument("--out", type=Path, required=True, help="run directory (ckpt.pt, log.jsonl, head/)")
     pg.add_argument("--target", default="smollm2", help="target model directory / hub id (default: the embedded one)")
     pg.add_argument("--data", type=Path, nargs="*", default=[], help="shard directories of the target's own answers "
@@ -166,7 +173,7 @@ def _eagle_arguments(pg: argparse.ArgumentParser) -> None:
     pg.add_argument("--layers", default=None, help="feature layers i,j,k (default: 2, L//2, L-3)")
     pg.add_argument("--ttt-steps", type=int, default=3, help="training-time-test unroll steps (default 3)")
     pg.add_argument("--feat-weight", type=float, default=0.1, help="weight of the feature regression (default 0.1)")
-    pg.add_argument("--token-loss", choices=TOKEN_LOSSES, default="fkl",
+    pg.add_argument("--token-loss", choices=EAGLE_TOKEN_LOSSES, default="fkl",
                     help="token loss: fkl = KL(p||q) (EAGLE, default), tvd = TV(p, q), one minus the acceptance "
                     "rate at T = 1 (DistillSpec)")
     pg.add_argument("--steps", type=int, default=1000)
@@ -209,6 +216,9 @@ def _add_eval(dsub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def _run_prompts(args: argparse.Namespace) -> int:
+    if args.n is not None and args.n < 1:  # a caller's namespace, not the parser's
+        raise ValueError(f"--n must be an integer >= 1 (the number of prompts), got {args.n}")
+    check_output(args.out, "--out", force=getattr(args, "force", False))  # before the prompts are built
     _NAMES.bind()
     prompts = train_prompts(args.seed, max_prompts=args.n) if args.split == "train" else heldout_prompts(args.n or 20)
     write_jsonl(prompts, args.out)

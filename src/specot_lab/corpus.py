@@ -50,6 +50,7 @@ from typing import Iterable, Sequence
 
 from pydoc_data.topics import topics
 from specot._validation import check_count
+from specot.outputs import write_text
 
 __all__ = [
     "HELDOUT_MOD", "HELDOUT_REM", "TEMPLATES", "TRAIN_TEMPLATES", "DOC_TEMPLATES", "DOC_MODULES", "TEXT_MODULES",
@@ -233,10 +234,9 @@ def raw_texts(split: str = "train", chunk_chars: int = 1200, *, extra: bool = Fa
 
 
 def write_jsonl(prompts: Iterable[str], path: str | os.PathLike[str]) -> None:
-    """Write prompts as JSONL lines ``{"prompt": ...}`` (the format of ``specot bench --prompts``)."""
-    with open(path, "w", encoding="utf-8") as fh:
-        for p in prompts:
-            fh.write(json.dumps({"prompt": p}) + "\n")
+    """Write prompts as JSONL lines ``{"prompt": ...}`` (the format of ``specot bench --prompts``),
+    atomically (:func:`specot.outputs.write_text`: a unique temporary file renamed over ``path``)."""
+    write_text(path, "".join(json.dumps({"prompt": p}) + "\n" for p in prompts))
 
 
 # ----------------------------------------------------------------------------------- sampling

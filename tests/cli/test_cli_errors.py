@@ -282,7 +282,7 @@ def test_report_to_dict_has_lossless(tiny_target, tiny_draft):
     (["--tree", "prefix:2,x"], "needs a draft MODEL"),
     (["--max-new-tokens", "100000"], "context"),
     (["--verifier", "nope"], "unknown verifier"),
-    (["--temperature", "nan"], "temperature"),
+    (["--temperature", "-1"], "temperature"),  # NaN is refused by the parser: exit 2
     (["--dtype", "float8"], "unknown dtype"),
     (["--ngram-n", "0"], "ngram_n"),
     (["--ngram-corpus", "/no/such/corpus.txt"], "does not exist"),

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from ..outputs import dumps, strict
 from ..sampling import SamplingConfig
 from .adapters import Adapter
 from .stats import (GreedyVerdict, SamplingVerdict, audit_exact_law, audit_two_sample, compare_greedy, holm,
@@ -207,7 +208,8 @@ def render_table(rows: Sequence[AuditRow], markdown: bool = True) -> str:
 def rows_to_json(rows: Sequence[AuditRow], meta: dict[str, Any] | None = None) -> str:
     """The run as JSON: ``{"meta": ..., "rows": [AuditRow.to_dict(), ...]}`` (every count a
     verdict needs: :func:`recheck_json` recomputes them)."""
-    return json.dumps({"meta": meta or {}, "rows": [r.to_dict() for r in rows]}, indent=1, default=_json_default)
+    return dumps({"meta": meta or {}, "rows": [r.to_dict() for r in rows]}, indent=1,
+                 default=lambda x: strict(_json_default(x)))  # strict JSON: a non-finite number is null, noted
 
 
 def _json_default(x: Any) -> Any:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 
 from . import catalog
-from .command import DeferredHandler
+from .command import DeferredHandler, count, number, seed_type
 from .theory import _pos_int
 
 __all__ = ["register"]
@@ -52,18 +52,18 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--temperature", type=float, nargs="+", default=[0.6, 1.0, 0.0],
                    help="settings to audit; 0 = greedy token equality (default 0.6 1.0 0)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus mass (default 1: off)")
-    p.add_argument("--top-k", type=int, default=None, help="top-k (default off)")
+    p.add_argument("--top-k", type=count(0), default=None, help="top-k (default off)")
     p.add_argument("--k", type=_k, default=3, help="tokens per sample (default 3)")
     p.add_argument("--samples", type=_pos_int, default=None, help="samples per setting (default: per engine; "
                    "with --tv the pilot's size)")
     p.add_argument("--tv", type=_unit_open, default=None, metavar="TV",
                    help="size each setting for this detectable TV at every position (e.g. 0.02): --samples "
                    "become a pilot run, set aside, that predicts the size")
-    p.add_argument("--max-seconds", type=float, default=None, metavar="S",
+    p.add_argument("--max-seconds", type=number(above=0), default=None, metavar="S",
                    help="with --tv: the most seconds a setting may take (the size is cut to fit)")
     p.add_argument("--alpha", type=_unit_open, default=1e-3, help="family-wise false-failure rate (default 0.001)")
     p.add_argument("--prompt", default=None, help="the prompt (chat-templated; default: the audit's prompt)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed_type(), default=0)
     p.add_argument("--no-memo", action="store_true", help="run the real models on every sample (covers the "
                    "KV rollback; slower)")
     p.add_argument("--server", default=None, help="OpenAI-compatible server running speculative decoding (URL)")
@@ -74,7 +74,9 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                    help="print the verdicts of a saved `python -m specot_vllm.harness` JSON (vLLM's sampler)")
     p.add_argument("--json", action="store_true", help="print the run as one JSON object")
     p.add_argument("--markdown", action="store_true", help="print the table as Markdown (docs/exactness.md)")
-    p.add_argument("--out", default=None, help="also write the run's JSON to this file")
+    p.add_argument("--out", default=None, help="also write the run's JSON to this file (an existing file only when "
+                   "it holds an audit, or with --force)")
+    p.add_argument("--force", action="store_true", help="replace an existing --out file that is not an audit")
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -19,6 +19,7 @@ from ..audit.adapters import Adapter, HFAdapter, LlamaCppPythonAdapter, ServerAd
 from ..audit.run import (AuditRow, audit_greedy, audit_sampling, harness_table, recheck_json, render_table,
                          rows_to_json)
 from ..models.embedded import embedded_gguf
+from ..outputs import check_output, json_has, write_text
 from ..plan import parse_draft
 from ..sampling import SamplingConfig
 
@@ -185,10 +186,24 @@ def _all(args: argparse.Namespace, models: _Models, note: str) -> list[AuditRow]
 
 
 def _write(path: str, text: str) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(path).with_suffix(".tmp")
-    tmp.write_text(text + "\n", encoding="utf-8")
-    tmp.replace(path)
+    write_text(path, text + "\n")
+
+
+def _read(path: str, flag: str) -> str:
+    """The text of the file ``flag`` names.
+
+    Raises:
+        FileNotFoundError / ValueError: a missing file, a directory, one that is not UTF-8 text (one
+            line naming it)."""
+    f = Path(path)
+    if not f.exists():
+        raise FileNotFoundError(f"{flag} {path!r} does not exist; name a saved audit JSON file")
+    if f.is_dir():
+        raise ValueError(f"{flag} {path!r} is a directory; name a saved audit JSON file")
+    try:
+        return f.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{flag} {path!r} is not UTF-8 text (byte {exc.start}); name a saved audit JSON file") from None
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
@@ -200,17 +215,22 @@ def cmd_audit(args: argparse.Namespace) -> int:
     """
     if getattr(args, "vllm_harness", None):
         try:
-            data = json.loads(Path(args.vllm_harness).read_text(encoding="utf-8"))
+            data = json.loads(_read(args.vllm_harness, "--vllm-harness"))
         except json.JSONDecodeError as exc:
-            raise ValueError(f"{args.vllm_harness} is not JSON: {exc}") from None
+            raise ValueError(f"--vllm-harness {args.vllm_harness!r} is not JSON: {exc}") from None
         table = harness_table(data, args.alpha)
         print(table)
         return 0 if "NOT EXACT" not in table else 3
     if args.recheck:
-        meta, rows, changed = recheck_json(Path(args.recheck).read_text(encoding="utf-8"))
+        try:
+            meta, rows, changed = recheck_json(_read(args.recheck, "--recheck"))
+        except ValueError as exc:
+            raise ValueError(f"--recheck {args.recheck!r}: {exc}") from None
         for line in changed:
             print(f"specot audit: warning: {line}", file=sys.stderr)
     else:
+        if args.out:  # before any model loads; the partial results then rewrite the file this run wrote
+            check_output(args.out, "--out", force=getattr(args, "force", False), ours=json_has(meta=..., rows=...))
         note = f"load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
         meta = dict(command="specot " + " ".join(sys.argv[1:]), machine=platform.machine(), cpus=os.cpu_count(),
                     load_before=os.getloadavg()[0], started=time.strftime("%Y-%m-%d %H:%M:%S"))

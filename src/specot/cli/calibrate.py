@@ -19,7 +19,7 @@ import argparse
 from pathlib import Path
 
 from . import catalog
-from .command import DeferredHandler
+from .command import DeferredHandler, count
 
 __all__ = ["register"]
 
@@ -54,10 +54,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--widths", type=_widths, default=None,
                    help="pass widths B, ascending from 1, e.g. 1,2,3,5 (default: those specot's plans run, "
                         "specot.calibration.DEFAULT_WIDTHS)")
-    p.add_argument("--repeats", type=int, default=None,
+    p.add_argument("--repeats", type=count(1), default=None,
                    help="timed passes per width, median taken (default: specot.calibration.DEFAULT_REPEATS)")
     p.add_argument("--refresh", action="store_true", help="measure again even when a cached curve exists")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     p.add_argument("--plot", type=Path, default=None, metavar="FILE.png",
-                   help="also plot r(B) against the ideal r = 1 and r = B (matplotlib)")
+                   help="also plot r(B) against the ideal r = 1 and r = B (matplotlib); an existing file is replaced "
+                        "only when specot calibrate wrote it, or with --force")
+    p.add_argument("--force", action="store_true", help="replace an existing --plot file")
     p.set_defaults(func=DeferredHandler(_HANDLER, "cmd_calibrate"))

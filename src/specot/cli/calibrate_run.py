@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
 from ..calibration import (DEFAULT_REPEATS, DEFAULT_WIDTHS, PassCostCurve, break_even_alpha, calibrate,
                            calibration_key, calibration_path)
+from ..outputs import atomic_path, check_output, dumps
 from ..plan import make_plan
 from ..plan.backends import available_backends, get_backend
 
@@ -46,9 +46,23 @@ def _plot(curve: PassCostCurve, path: Path, label: str) -> None:
     ax.set_title(label, fontsize=8)
     ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120, metadata={"Software": PLOT_MARK})
     plt.close(fig)
+
+
+#: The PNG text chunk ``Software`` of the plots ``specot calibrate`` writes: a later run may replace them.
+PLOT_MARK = "specot calibrate"
+
+
+def _our_plot(path: Path) -> bool:
+    """Whether ``path`` is a PNG that ``specot calibrate`` wrote (its ``Software`` text chunk)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4096)
+    except OSError:
+        return False
+    return head.startswith(b"\x89PNG") and b"Software\x00" + PLOT_MARK.encode() in head
 
 
 def _step_work(target: Any, refresh: bool) -> dict[str, Any] | None:
@@ -69,6 +83,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     Raises:
         ValueError / OSError / ImportError: a target or backend that cannot load, bad widths.
     """
+    check_output(args.plot, "--plot", force=getattr(args, "force", False), ours=_our_plot)  # before the load
     name = _backend_name(args.backend)
     target = get_backend(name).load(args.target, dtype=args.dtype, device=args.device)
     curve = calibrate(target, widths=DEFAULT_WIDTHS if args.widths is None else args.widths,
@@ -80,7 +95,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if args.plot is not None:
         _plot(curve, args.plot, label)
     if args.json:
-        print(json.dumps({"target": getattr(target, "name", None), "backend": name, "source": curve.source,
+        print(dumps({"target": getattr(target, "name", None), "backend": name, "source": curve.source,
                           "cache_file": str(path) if path is not None else None, "curve": curve.to_dict(),
                           "rows": rows, "step_work": work,
                           "plot": str(args.plot) if args.plot is not None else None}))

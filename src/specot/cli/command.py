@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
+import os
 import signal
 import sys
 import threading
 from typing import Any, Callable
 
 __all__ = ["CommandParser", "DeferredHandler", "UsageError", "EXIT_INTERRUPTED", "EXIT_TERMINATED",
-           "EXIT_BROKEN_PIPE", "ignore_interrupts", "interrupt_status"]
+           "EXIT_BROKEN_PIPE", "ignore_interrupts", "interrupt_status", "count", "number", "seed_type", "finite_float",
+           "discard_stdout", "flush_stdout", "stdout_error"]
 
 #: Exit status after Ctrl-C (128 + SIGINT, the shell's convention).
 EXIT_INTERRUPTED = 130
@@ -37,9 +40,12 @@ class CommandParser(argparse.ArgumentParser):
             instead of at registration: a sub-command whose options come from a module that
             imports torch registers without importing it.
 
-    A usage error prints argparse's usage and message and raises :class:`UsageError` (a
-    ``SystemExit`` with status 2) carrying the message, which :func:`main` repeats as JSON when
-    ``--json`` was given.
+    A usage error prints one line, argparse's message and where the usage is (``PROG --help``),
+    and raises :class:`UsageError` (a ``SystemExit`` with status 2) carrying the message, which
+    :func:`main` repeats as JSON when ``--json`` was given. A ``type=float`` option takes finite
+    numbers only (:func:`finite_float`): NaN and infinities are usage errors for every command.
+    Help and usage that cannot be written (``specot --help > /dev/full``) raise the ``OSError``
+    (argparse itself drops it), so that the command fails with one line instead of exiting 0.
     """
 
     def __init__(self, *args: Any, add_arguments: Callable[[argparse.ArgumentParser], None] | None = None,
@@ -64,11 +70,123 @@ class CommandParser(argparse.ArgumentParser):
         self._populate()
         return super().format_usage()
 
+    def add_argument(self, *args: Any, **kwargs: Any) -> Any:  # noqa: D102
+        if kwargs.get("type") is float:
+            kwargs["type"] = finite_float
+        return super().add_argument(*args, **kwargs)
+
     def error(self, message: str) -> Any:  # noqa: D102
-        self.print_usage(sys.stderr)
         text = f"{self.prog}: error: {message}"
-        print(text, file=sys.stderr)
+        print(f"{text} (usage: {self.prog} --help)", file=sys.stderr)
         raise UsageError(text)
+
+    def _print_message(self, message: str, file: Any = None) -> None:
+        if not message:
+            return
+        file = sys.stdout if file is None else file
+        if file is None:  # stdout closed at start-up: main reports it
+            raise OSError("stdout is closed")
+        try:
+            file.write(message)
+            file.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            if file is sys.stdout:
+                discard_stdout()
+                raise stdout_error(exc) from None
+            raise
+
+
+def stdout_error(exc: OSError) -> OSError:
+    """The one-line error for output that could not be written to stdout (``exc``'s errno kept)."""
+    why = exc.strerror or type(exc).__name__
+    err = OSError(f"cannot write to stdout ({why}); free space on its device or redirect the output elsewhere")
+    err.errno = exc.errno
+    return err
+
+
+def flush_stdout() -> None:
+    """Flush stdout at the end of a command, so that a failed write (a full device) is reported as
+    :func:`stdout_error`, with a non-zero exit, instead of passing unseen when the interpreter exits.
+
+    Raises:
+        BrokenPipeError: its reader closed it (:func:`specot.cli.main.main` reports that).
+        OSError: any other failed write (stdout is discarded first: :func:`discard_stdout`).
+    """
+    out = sys.stdout
+    if out is None:
+        return
+    try:
+        out.flush()
+    except BrokenPipeError:
+        raise
+    except (OSError, ValueError) as exc:
+        if isinstance(exc, ValueError):  # closed by the command: nothing buffered
+            return
+        discard_stdout()
+        raise stdout_error(exc) from None
+
+
+def discard_stdout() -> None:
+    """Point stdout's descriptor at ``os.devnull`` after a failed write (a full device, ``> /dev/full``),
+    so that what is still buffered does not fail again, with a second message, when the interpreter
+    flushes it on exit."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # no real file behind sys.stdout (a test's capture)
+        pass
+
+
+def finite_float(text: str) -> float:
+    """A float option's value: a finite number (argparse's ``type``).
+
+    Raises:
+        argparse.ArgumentTypeError: not a number, NaN or infinite (a usage error naming the value).
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid float value: {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
+
+
+def _bounded(kind: Callable[[str], Any], low: float | None, high: float | None, *, low_open: bool) -> Callable[[str], Any]:
+    name = "an integer" if kind is int else "a number"
+
+    def convert(text: str) -> Any:
+        try:
+            value = kind(text)
+        except (ValueError, argparse.ArgumentTypeError):
+            raise argparse.ArgumentTypeError(f"must be {name}, got {text!r}") from None
+        too_low = low is not None and (value <= low if low_open else value < low)
+        if too_low or (high is not None and value > high):
+            lo = "" if low is None else f"{'>' if low_open else '>='} {low:g}"
+            hi = "" if high is None else f"<= {high:g}"
+            raise argparse.ArgumentTypeError(f"must be {name} {' and '.join(x for x in (lo, hi) if x)}, got {text}")
+        return value
+
+    convert.__name__ = kind.__name__  # argparse names the type in its own messages
+    return convert
+
+
+def count(minimum: int = 1, maximum: int | None = None) -> Callable[[str], int]:
+    """An integer option's ``type``: an int in ``[minimum, maximum]`` (a usage error otherwise)."""
+    return _bounded(int, minimum, maximum, low_open=False)
+
+
+def seed_type() -> Callable[[str], int]:
+    """A ``--seed`` option's ``type``: an int a ``torch.Generator`` takes (``[-2**63, 2**64 - 1]``)."""
+    return _bounded(int, -(1 << 63), (1 << 64) - 1, low_open=False)
+
+
+def number(*, above: float | None = None, minimum: float | None = None, maximum: float | None = None) -> Callable[[str], float]:
+    """A float option's ``type``: finite, ``> above`` (or ``>= minimum``) and ``<= maximum``."""
+    return _bounded(finite_float, above if above is not None else minimum, maximum, low_open=above is not None)
 
 
 class UsageError(SystemExit):

@@ -4,16 +4,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from pathlib import Path
 
 from ..api import GenerationInterrupted, generate
 from ..calibration import PassCostCurve, break_even_alpha
+from ..outputs import dumps
 from ..report import EXACTNESS
 from . import catalog
-from .command import EXIT_INTERRUPTED, ignore_interrupts, interrupt_status
+from .command import EXIT_INTERRUPTED, discard_stdout, ignore_interrupts, interrupt_status, stdout_error
 
-__all__ = ["run"]
+__all__ = ["run", "MAX_PROMPT_BYTES"]
+
+#: The most bytes ``--prompt-file`` reads: far more text than any target's context holds (about
+#: 4 bytes a token: 16 MiB is some 4 million tokens), so a longer file cannot be a usable prompt.
+MAX_PROMPT_BYTES = 16 << 20
 
 
 def _fmt_stats(title: str, st: dict) -> str:
@@ -31,20 +37,47 @@ def _read_prompt(path: Path) -> str:
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: a directory, a file that cannot be read or is not UTF-8 text (one line naming it).
+        ValueError: a directory, a file that cannot be read, is not UTF-8 text or holds more than
+            :data:`MAX_PROMPT_BYTES` (one line naming it).
     """
     if not path.exists():
         raise FileNotFoundError(f"--prompt-file {str(path)!r} does not exist; name a text file holding the prompt")
     if path.is_dir():
         raise ValueError(f"--prompt-file {str(path)!r} is a directory; name a text file holding the prompt")
+    too_long = ValueError(f"--prompt-file {str(path)!r} holds more than {MAX_PROMPT_BYTES >> 20} MiB: longer than "
+                          "any target's context; pass a shorter prompt")
     try:
-        return path.read_text(encoding="utf-8")
+        if path.is_file():  # a regular file: its size says it
+            if path.stat().st_size > MAX_PROMPT_BYTES:
+                raise too_long
+            return path.read_text(encoding="utf-8")
+        with open(path, "rb") as fh:  # a device or a pipe (/dev/zero, <(...)): read at most the bound
+            data = fh.read(MAX_PROMPT_BYTES + 1)
+        if len(data) > MAX_PROMPT_BYTES:
+            raise too_long
+        return data.decode("utf-8")
     except UnicodeDecodeError:
         raise ValueError(f"--prompt-file {str(path)!r} is not UTF-8 text; save the prompt as UTF-8") from None
     except OSError as exc:
         why = (exc.strerror or type(exc).__name__).lower()
         raise ValueError(f"--prompt-file {str(path)!r} cannot be read ({why}); make it readable "
                          "(e.g. chmod u+r) or pass the text with --prompt") from None
+
+
+def _write_stdout(text: str) -> None:
+    """Stream decoded text to stdout; a write that fails (a full device) is one error naming stdout.
+
+    Raises:
+        BrokenPipeError: the reader closed stdout.
+        OSError: any other failed write (:func:`specot.cli.command.stdout_error`)."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        discard_stdout()
+        raise stdout_error(exc) from None
 
 
 def _parse_value(text: str) -> object:
@@ -122,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
     prompt = args.prompt if args.prompt is not None else _read_prompt(args.prompt_file)
     params = _verifier_params(args)
     draft_options = {name: getattr(args, name) for name in catalog.DRAFT_FLAGS if getattr(args, name) is not None}
-    stream = None if args.json else (lambda s: (sys.stdout.write(s), sys.stdout.flush()))
+    stream = None if args.json else _write_stdout
     kwargs = dict(
         target=args.target, draft=args.draft, gamma=args.gamma, gamma_schedule=args.gamma_schedule,
         temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
@@ -138,12 +171,14 @@ def run(args: argparse.Namespace) -> int:
         ignore_interrupts()
         status, word = interrupt_status()
         if args.json:
-            print(json.dumps({"interrupted": True, "phase": "loading", "text": "", "tokens": [], "new_tokens": 0,
-                              "report": None}, indent=2), flush=True)
+            obj = {"interrupted": True, "phase": "loading", "text": "", "tokens": [], "new_tokens": 0, "report": None}
+            if status != EXIT_INTERRUPTED:
+                obj["signal"] = signal.Signals(status - 128).name
+            print(json.dumps(obj, indent=2), flush=True)
         print(f"\nspecot: {word} before decoding started (loading the models)", file=sys.stderr)
         return status
     if args.json:
-        print(json.dumps(report.to_dict(), indent=2))
+        print(dumps(report.to_dict(), indent=2))
         return 0
     print("\n")
     _print_report(report)
@@ -210,7 +245,7 @@ def _interrupted(stop: GenerationInterrupted, as_json: bool) -> int:
         obj = stop.to_dict()
         if status != EXIT_INTERRUPTED:
             obj["signal"] = "SIGTERM"
-        print(json.dumps(obj, indent=2), flush=True)
+        print(dumps(obj, indent=2), flush=True)
     elif stop.report is not None:  # the speculative run finished: its statistics still count
         print("\n")
         _print_report(stop.report, baseline=False)

@@ -36,7 +36,7 @@ import warnings
 from typing import Any
 
 from .command import (EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, EXIT_TERMINATED, CommandParser, DeferredHandler,
-                      UsageError, _INTERRUPTS, _last_interrupt, ignore_interrupts, interrupt_status)
+                      UsageError, _INTERRUPTS, _last_interrupt, flush_stdout, ignore_interrupts, interrupt_status)
 
 __all__ = ["main", "build_parser", "COMMAND_GROUP", "KNOWN_ERRORS", "EXIT_INTERRUPTED", "EXIT_TERMINATED",
            "EXIT_BROKEN_PIPE", "error_message", "internal_error", "ignore_interrupts", "interrupt_status",
@@ -211,7 +211,9 @@ def _run(argv: list[str], run: _Run) -> int:
     run.json = getattr(args, "json", None) is True  # theory alpha's --json names a file
     func = args.func.load() if isinstance(args.func, DeferredHandler) else args.func  # start-up still
     run.command = args.command
-    return int(func(args) or 0)
+    status = int(func(args) or 0)
+    flush_stdout()  # a full device fails here, reported with a non-zero exit, not at the interpreter's exit
+    return status
 
 
 def _json_error(run: _Run, message: str, status: int) -> None:

@@ -13,9 +13,14 @@ from __future__ import annotations
 
 import argparse
 
-from .command import DeferredHandler
+from .command import DeferredHandler, finite_float
 
-__all__ = ["register"]
+__all__ = ["register", "MAX_GAMMA"]
+
+#: The largest ``--max-gamma`` of ``theory speedup``: far beyond any useful draft length γ (the
+#: expected tokens per block saturate at 1 / (1 - α) long before), and a table that still prints
+#: at once.
+MAX_GAMMA = 1024
 
 _LAWS = ("iid", "wor", "cps", "greedy", "spechub")
 #: The module of the handlers (imported when a theory command runs: it imports torch).
@@ -23,23 +28,34 @@ _HANDLERS = "specot.cli.theory_run"
 
 
 def _unit(x: str) -> float:
-    v = float(x)
+    v = finite_float(x)
     if not 0.0 <= v <= 1.0:
         raise argparse.ArgumentTypeError(f"must lie in [0, 1], got {x}")
     return v
 
 
 def _nonneg(x: str) -> float:
-    v = float(x)
+    v = finite_float(x)
     if not v >= 0.0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {x}")
     return v
 
 
 def _pos_int(x: str) -> int:
-    v = int(x)
+    try:
+        v = int(x)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {x!r}") from None
     if v < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {x}")
+    return v
+
+
+def _max_gamma(x: str) -> int:
+    v = _pos_int(x)
+    if v > MAX_GAMMA:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_GAMMA} (the table over every γ up to it; the "
+                                         f"speedup saturates long before), got {x}")
     return v
 
 
@@ -55,13 +71,15 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     a.add_argument("--n", type=_pos_int, required=True, help="number of drafts")
     a.add_argument("--law", choices=_LAWS, action="append", help="draft law (repeatable; default iid, wor, cps, greedy)")
     a.add_argument("--verifiers", action="store_true", help="also print each valid verifier's acceptance")
-    a.add_argument("--json", help="also write the results to this JSON file")
+    a.add_argument("--json", help="also write the results to this JSON file (an existing file only with --force)")
+    a.add_argument("--force", action="store_true", help="replace an existing --json file")
     a.set_defaults(func=DeferredHandler(_HANDLERS, "cmd_alpha"))
 
     s = tsub.add_parser("speedup", help="speedup table over gamma (Leviathan et al. Sec. 3)")
     s.add_argument("--alpha", type=_unit, required=True, help="acceptance rate in [0, 1]")
     s.add_argument("--c", type=_nonneg, required=True, help="cost coefficient: draft step time / target step time")
-    s.add_argument("--max-gamma", type=_pos_int, default=10, help="largest gamma in the table (default 10)")
+    s.add_argument("--max-gamma", type=_max_gamma, default=10,
+                   help=f"largest gamma in the table (default 10, at most {MAX_GAMMA})")
     s.add_argument("--c-hat", type=_nonneg, default=None, help="ops ratio for the arithmetic-operations column")
     s.set_defaults(func=DeferredHandler(_HANDLERS, "cmd_speedup"))
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import numpy as np
 
+from ..outputs import check_output, write_json
 from ..theory import improvement_lower_bound, operations_factor, optimal_acceptance, optimal_gamma, speedup_table
 from ..theory.plots import make_plots
 from ..verifiers import DraftLaw, available_verifiers, get_verifier
@@ -96,31 +96,34 @@ def cmd_alpha(args: argparse.Namespace) -> int:
     Raises:
         FileNotFoundError / ValueError: a missing or unreadable probability file, a bad vector.
     """
+    check_output(args.json, "--json", force=args.force)
     p = _load_vector(args.target_probs, "--target-probs")
     q = _load_vector(args.draft_probs, "--draft-probs")
     laws = args.law or ["iid", "wor", "cps", "greedy"]
     results = {}
-    print(f"V = {p.shape[0]}, n = {args.n}")
+    lines = [f"V = {p.shape[0]}, n = {args.n}"]  # printed once every law is computed: an error prints nothing else
     for law in laws:
         try:
             r = optimal_acceptance(p, q, args.n, law)
         except ValueError as exc:
             if len(laws) > 1 and ("needs at least" in str(exc) or "SpecHub" in str(exc)):
-                print(f"  {law:8s} skipped: {exc}")
+                lines.append(f"  {law:8s} skipped: {exc}")
                 continue
             raise
         assert not isinstance(r, list)
         results[law] = {"alpha": r.alpha, "H_size": int(r.H.size), "method": r.method, "law": r.law_description}
-        print(f"  alpha*[{law}] = {r.alpha:.12f}   |H*| = {r.H.size:<6d} {r.method:30s} ({r.law_description})")
+        lines.append(f"  alpha*[{law}] = {r.alpha:.12f}   |H*| = {r.H.size:<6d} {r.method:30s} ({r.law_description})")
         if args.verifiers:
             rows = _verifier_rows(p, q, args.n, law)
             results[law]["verifiers"] = dict(rows)
             if not rows:
-                print("      (no registered verifier is valid for this law)")
+                lines.append("      (no registered verifier is valid for this law)")
             for name, txt in rows:
-                print(f"      verifier {name:10s} acceptance {txt}")
+                lines.append(f"      verifier {name:10s} acceptance {txt}")
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2))
+        write_json(args.json, results)
+    for line in lines:
+        print(line)
     return 0
 
 

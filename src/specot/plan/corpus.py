@@ -37,7 +37,17 @@ def check_corpus(corpus: str) -> str:
 
 
 def _texts(corpus: str) -> list[str]:
-    return pydoc_texts() if corpus == "pydoc" else [Path(corpus).expanduser().read_text(encoding="utf-8")]
+    """The corpus's text: pydoc's topics, or the UTF-8 text of the file ``corpus``.
+
+    Raises:
+        ValueError: a file that is not UTF-8 text (one line naming it)."""
+    if corpus == "pydoc":
+        return pydoc_texts()
+    try:
+        return [Path(corpus).expanduser().read_text(encoding="utf-8")]
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"n-gram corpus {corpus!r} is not UTF-8 text (byte {exc.start}); save it as UTF-8, or use "
+                         "'pydoc' or 'none'") from None
 
 
 @functools.lru_cache(maxsize=4)

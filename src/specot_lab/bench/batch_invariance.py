@@ -10,7 +10,7 @@ same row of one batched pass over the whole continuation. Per position: the larg
 difference, the change of the gap between the batched pass's two best tokens, the total variation
 between the two softmax laws at T = 1, and whether the argmax differs. Prints JSON::
 
-    {"backend": "llamacpp", "positions": 144,
+    {"benchmark": "batch-invariance", "backend": "llamacpp", "positions": 144,
      "max_abs_logit_diff": {"median": .., "p90": .., "max": ..},
      "top2_gap_change": {...}, "tv_T1": {"mean": .., "median": .., "max": ..},
      "argmax_differs": 0, "environment": {...}}
@@ -21,15 +21,19 @@ between the two softmax laws at T = 1, and whether the argmax differs. Prints JS
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
-import numpy as np
-import torch
+from specot.cli.command import count
+from specot.outputs import check_output, dumps, json_has, write_json
 
-from .runinfo import run_info
+from ..lazy import LazyNames
 
 __all__ = ["compare_passes", "add_arguments", "run"]
+
+#: The measuring code's names, bound when it runs: the sub-command's help imports no torch.
+_NAMES = LazyNames(__name__, {"numpy": "numpy", "torch": "torch", "run_info": "specot_lab.bench.runinfo",
+                              "load_target": "specot.api"})
+__getattr__ = _NAMES.getattr
 
 PROMPTS = ("Repeat this list three times: apple, banana, cherry, apple, banana, cherry.",
            "Write a Python function that returns the n-th Fibonacci number, then explain it.",
@@ -40,6 +44,7 @@ def compare_passes(target: Any, prompt: list[int], tokens: int) -> list[dict[str
     """Per position of the greedy continuation of ``prompt`` (``tokens`` positions): one-token
     pass vs batched pass (module docstring). ``target``: any specot target (``logits_after``,
     ``rollback``)."""
+    _NAMES.bind()
     ids = list(prompt)
     for _ in range(tokens):
         ids.append(int(target.logits_after(ids)[0].argmax()))
@@ -60,33 +65,41 @@ def compare_passes(target: Any, prompt: list[int], tokens: int) -> list[dict[str
 
 
 def _summary(values: list[float]) -> dict[str, float]:
-    v = np.asarray(values)
-    return {"mean": round(float(v.mean()), 5), "median": round(float(np.median(v)), 5),
-            "p90": round(float(np.quantile(v, 0.9)), 5), "max": round(float(v.max()), 5)}
+    v = numpy.asarray(values)
+    return {"mean": round(float(v.mean()), 5), "median": round(float(numpy.median(v)), 5),
+            "p90": round(float(numpy.quantile(v, 0.9)), 5), "max": round(float(v.max()), 5)}
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     """The options of ``specot bench batch-invariance``."""
     ap.add_argument("--backend", default="llamacpp", help="the target's backend (default llamacpp)")
-    ap.add_argument("--tokens", type=int, default=48, help="greedy tokens per prompt (default 48)")
-    ap.add_argument("--out", default=None, help="also write the JSON here")
+    ap.add_argument("--tokens", type=count(2), default=48,
+                    help="greedy tokens per prompt, at least 2: one-token passes after the first (default 48)")
+    ap.add_argument("--out", default=None, help="also write the JSON here (an existing file only when this "
+                    "benchmark wrote it, or with --force)")
+    ap.add_argument("--force", action="store_true", help="replace an existing --out file this benchmark did not write")
 
 
 def run(args: argparse.Namespace) -> int:
-    """``specot bench batch-invariance``: measure; print the JSON, write it with ``--out``."""
-    from specot.api import load_target
+    """``specot bench batch-invariance``: measure; print the JSON, write it with ``--out``. The
+    options are checked before the target loads.
 
+    Raises:
+        ValueError: ``--tokens`` below 2, an ``--out`` file this benchmark did not write (without ``--force``)."""
+    if args.tokens < 2:  # a caller's namespace, not the parser's
+        raise ValueError(f"--tokens must be an integer >= 2 (the one-token passes follow the first), got {args.tokens}")
+    check_output(args.out, "--out", force=getattr(args, "force", False), ours=json_has(benchmark="batch-invariance"))
+    _NAMES.bind()
     kw: dict[str, Any] = {"dtype": "float32"} if args.backend == "transformers" else {}
     target = load_target(None, backend=args.backend, **kw)
     rows = [r for p in PROMPTS for r in compare_passes(target, target.encode_prompt(p), args.tokens)]
-    res: dict[str, Any] = {"backend": args.backend, "model": getattr(target, "name", "?"), "positions": len(rows)}
+    res: dict[str, Any] = {"benchmark": "batch-invariance", "backend": args.backend, "model": getattr(target, "name", "?"), "positions": len(rows)}
     for key in ("max_abs_logit_diff", "top2_gap_change", "tv_T1"):
         res[key] = _summary([r[key] for r in rows])
     res["argmax_differs"] = int(sum(r["argmax_differs"] for r in rows))
     res["environment"] = run_info()
-    text = json.dumps(res, indent=1)
+    text = dumps(res, indent=1)
     if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
+        write_json(args.out, res, indent=1)
     print(text)
     return 0

@@ -10,7 +10,7 @@ temperature, and reports block efficiency, acceptance, tokens/s and the speedup 
 from __future__ import annotations
 
 import argparse
-import json
+import math
 import shlex
 import statistics
 import sys
@@ -20,6 +20,8 @@ from tqdm import tqdm
 from specot.api import load_drafter, load_target
 from specot.engine import GenerationConfig, autoregressive_generate, speculative_generate
 from specot.sampling import SamplingConfig
+from specot.cli.command import count, seed_type
+from specot.outputs import check_output, json_has, write_json
 from ..corpus import load_prompts
 from .runinfo import run_info
 
@@ -110,15 +112,32 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--draft", default="ngram")
     ap.add_argument("--ngram-corpus", default="pydoc")
     ap.add_argument("--prompts", default="pydoc", help="'pydoc', 'pydoc:OFFSET' or a JSONL file with a 'prompt' field")
-    ap.add_argument("--n-prompts", type=int, default=10)
+    ap.add_argument("--n-prompts", type=count(1), default=10)
     ap.add_argument("--gammas", default="2,4")
     ap.add_argument("--gamma-schedule", choices=("constant", "heuristic"), default="constant")
     ap.add_argument("--temperatures", default="0,1")
-    ap.add_argument("--max-new-tokens", type=int, default=96)
+    ap.add_argument("--max-new-tokens", type=count(1), default=96)
     ap.add_argument("--dtype", default="auto")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=seed_type(), default=0)
     ap.add_argument("--quick", action="store_true", help="2 prompts, 16 tokens: a smoke run")
     ap.add_argument("--out", default=None, help="write the JSON result here")
+    ap.add_argument("--force", action="store_true", help="replace an existing --out file this benchmark did not write")
+
+
+def _list(text: str, flag: str, kind: type) -> list:
+    """Comma-separated draft lengths γ (``int``, each >= 1) or temperatures (``float``, finite, >= 0).
+
+    Raises:
+        ValueError: one line naming ``flag`` and the value."""
+    try:
+        values = [kind(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        values = []
+    ok = values and all(math.isfinite(v) and (v >= 1 if kind is int else v >= 0) for v in values)
+    if not ok:
+        what = "integers >= 1 like 2,4" if kind is int else "finite numbers >= 0 like 0,1"
+        raise ValueError(f"{flag} takes comma-separated {what}; got {text!r}")
+    return values
 
 
 def _command(args: argparse.Namespace) -> str:
@@ -138,17 +157,18 @@ def _command(args: argparse.Namespace) -> str:
 def run(args: argparse.Namespace) -> int:
     """``specot bench generate-speed``: AR vs speculative decoding; print the table, write JSON with ``--out``."""
     n = 2 if args.quick else args.n_prompts
+    gammas, temperatures = _list(args.gammas, "--gammas", int), _list(args.temperatures, "--temperatures", float)
+    check_output(args.out, "--out", force=args.force, ours=json_has(benchmark="generate-speed"))
     result = run_generate_bench(
         target=args.target, draft=args.draft, prompts=load_prompts(args.prompts, n),
-        gammas=[int(g) for g in args.gammas.split(",")], temperatures=[float(t) for t in args.temperatures.split(",")],
+        gammas=gammas, temperatures=temperatures,
         max_new_tokens=16 if args.quick else args.max_new_tokens, seed=args.seed, dtype=args.dtype,
         ngram_corpus=None if args.ngram_corpus == "none" else args.ngram_corpus, gamma_schedule=args.gamma_schedule,
     )
-    result["command"] = _command(args)
+    result = {"benchmark": "generate-speed", **result, "command": _command(args)}
     print(_table(result))
     if args.out:
 
         result.setdefault("environment", run_info())
-        with open(args.out, "w", encoding="utf-8") as fh:
-            json.dump(result, fh, indent=2)
+        write_json(args.out, result)
     return 0

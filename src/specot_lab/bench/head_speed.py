@@ -15,13 +15,14 @@ including the copy to contiguous logits, as used) and prints JSON::
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+from specot.cli.command import count
+from specot.outputs import check_output, dumps, json_has, write_json
 from .runinfo import run_info
 
 __all__ = ["measure_head", "median_ms", "add_arguments", "run"]
@@ -54,28 +55,29 @@ def measure_head(vocab: int, hidden: int, rows: list[int], reps: int, dtype: tor
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     """The options of ``specot bench head-speed``."""
-    ap.add_argument("--vocab", type=int, default=49152)
-    ap.add_argument("--hidden", type=int, default=576)
+    ap.add_argument("--vocab", type=count(1), default=49152)
+    ap.add_argument("--hidden", type=count(1), default=576)
     ap.add_argument("--rows", default="1,2,3,5,9,17,33")
-    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--reps", type=count(1), default=30)
     ap.add_argument("--dtypes", default="float32,bfloat16", help="comma list of float32, bfloat16")
-    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--threads", type=count(1), default=None)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--force", action="store_true", help="replace an existing --out file this benchmark did not write")
 
 
 def run(args: argparse.Namespace) -> int:
     """``specot bench head-speed``: time both head layouts; print the JSON, write it with ``--out``."""
+    check_output(args.out, "--out", force=args.force, ours=json_has(benchmark="head-speed"))
     if args.threads:
         torch.set_num_threads(args.threads)
-    res = {"threads": torch.get_num_threads(), "V": args.vocab, "d": args.hidden,
+    res = {"benchmark": "head-speed", "threads": torch.get_num_threads(), "V": args.vocab, "d": args.hidden,
            "rows": [r for name in args.dtypes.split(",")
                     for r in measure_head(args.vocab, args.hidden, [int(r) for r in args.rows.split(",")], args.reps,
                                           getattr(torch, name.strip()))]}
 
     res["environment"] = run_info()
-    text = json.dumps(res, indent=1)
+    text = dumps(res, indent=1)
     if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
+        write_json(args.out, res, indent=1)
     print(text)
     return 0

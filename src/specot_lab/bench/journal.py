@@ -45,6 +45,21 @@ def config_difference(old: dict[str, Any], new: dict[str, Any]) -> str | None:
     return None
 
 
+def _text(path: str | os.PathLike[str]) -> str:
+    """The UTF-8 text of a result or journal file.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: a directory, or bytes that are not UTF-8 (one line naming the file)."""
+    if Path(path).is_dir():
+        raise ValueError(f"{path} is a directory; name a result JSON or a journal file")
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path} is not UTF-8 text (byte {exc.start}), so not a benchmark result or journal; "
+                         "name the JSON or JSONL file the benchmark wrote") from None
+
+
 def read_journal(path: str | os.PathLike[str]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """``(header, records)`` of the journal at ``path``; ``records`` are every later line in order
     (``resume`` lines included); a final line cut short is dropped.
@@ -54,7 +69,7 @@ def read_journal(path: str | os.PathLike[str]) -> tuple[dict[str, Any], list[dic
         ValueError: the file does not start with a journal header, or a line other than the last is
             not JSON.
     """
-    lines = Path(path).read_text(encoding="utf-8").split("\n")
+    lines = _text(path).split("\n")
     objs: list[dict[str, Any]] = []
     for i, line in enumerate(lines):
         if not line.strip():
@@ -162,9 +177,14 @@ def load_result(path: str | os.PathLike[str], benchmark: str) -> dict[str, Any] 
     if p.is_dir():
         p = p / f"{benchmark}.jsonl" if (p / f"{benchmark}.jsonl").exists() else p / f"{benchmark}.json"
     if p.suffix != ".jsonl":
-        res = json.loads(p.read_text(encoding="utf-8"))
-        if res.get("benchmark") != benchmark:
-            raise ValueError(f"{p} is not a {benchmark} result (benchmark {res.get('benchmark')!r})")
+        try:
+            res = json.loads(_text(p))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{p} is not JSON ({exc}); name a {benchmark} result, its journal or its run's "
+                             "directory") from None
+        if not isinstance(res, dict) or res.get("benchmark") != benchmark:
+            raise ValueError(f"{p} is not a {benchmark} result (benchmark "
+                             f"{res.get('benchmark') if isinstance(res, dict) else None!r})")
         return res
     header, records = read_journal(p)
     if header.get("benchmark") != benchmark:

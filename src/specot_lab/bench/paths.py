@@ -34,27 +34,29 @@ Timing-free: what it measures does not depend on the machine. Prints a table and
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
 from typing import Any, Sequence
 
-import numpy as np
-import torch
-from tqdm import tqdm
+from specot.outputs import check_output, json_has, write_json
 
-from specot.api import load_target
-from specot.engine import GenerationConfig, autoregressive_generate
-from specot.sampling import SamplingConfig, standardize
-from specot.verifiers.block import block_expected_accepted, token_level_output_law
-from specot.verifiers.gbv import gbv_expected_accepted
-
-from ..corpus import load_prompts
-from .acceptance import BenchDraft, load_bench_draft, mean_ci
-from .runinfo import run_info
+from ..lazy import LazyNames
 
 __all__ = ["draw_paths", "context_values", "run_paths_bench", "add_arguments", "run"]
+
+#: The measuring code's names (torch, numpy, the core), bound when a measuring function runs:
+#: ``specot bench paths --help`` and its usage errors import no torch.
+_NAMES = LazyNames(__name__, {
+    "numpy": "numpy", "torch": "torch", "tqdm": "tqdm.std", "load_target": "specot.api",
+    "GenerationConfig": "specot.engine", "autoregressive_generate": "specot.engine",
+    "SamplingConfig": "specot.sampling", "standardize": "specot.sampling",
+    "block_expected_accepted": "specot.verifiers.block", "token_level_output_law": "specot.verifiers.block",
+    "gbv_expected_accepted": "specot.verifiers.gbv", "load_prompts": "specot_lab.corpus",
+    "BenchDraft": "specot_lab.bench.acceptance", "load_bench_draft": "specot_lab.bench.acceptance",
+    "mean_ci": "specot_lab.bench.acceptance", "run_info": "specot_lab.bench.runinfo",
+})
+__getattr__ = _NAMES.getattr
 
 
 def draw_paths(target: Any, draft: Any, context: Sequence[int], K: int, L: int, sc: SamplingConfig,
@@ -66,6 +68,7 @@ def draw_paths(target: Any, draft: Any, context: Sequence[int], K: int, L: int, 
         (row i after the path's first i tokens) and the int64 draws; each token is drawn from q at
         its prefix with ``generator``.
     """
+    _NAMES.bind()
     ctx = list(context)
     p_rows, q_rows, paths = [], [], []
     for _ in range(K):
@@ -91,6 +94,7 @@ def context_values(p: torch.Tensor, q: torch.Tensor, paths: torch.Tensor, length
                    ks: Sequence[int]) -> dict[tuple[int, int, str], float]:
     """``E[τ | paths]`` per ``(L, K, verifier)`` for one context (``speculative`` and ``block`` at
     K = 1 on the first path, ``gbv`` at every K in ``ks``). Shapes as :func:`draw_paths`."""
+    _NAMES.bind()
     out: dict[tuple[int, int, str], float] = {}
     for L in lengths:
         pl, ql, dl = p[:, :L + 1], q[:, :L + 1], paths[:, :L]
@@ -101,7 +105,7 @@ def context_values(p: torch.Tensor, q: torch.Tensor, paths: torch.Tensor, length
     return out
 
 
-def _ratio_ci(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
+def _ratio_ci(x: numpy.ndarray, y: numpy.ndarray) -> tuple[float, float, float]:
     """``mean(x) / mean(y)`` with a paired 95 % interval (delta method)."""
     mx, my = float(x.mean()), float(y.mean())
     r = mx / my
@@ -116,8 +120,8 @@ def _rows(values: list[dict[tuple[int, int, str], float]], temp: float) -> list[
     rows = []
     for key in values[0]:
         L, K, name = key
-        eff = 1.0 + np.array([v[key] for v in values])  # block efficiency per context
-        ref = 1.0 + np.array([v[(L, 1, "block")] for v in values])
+        eff = 1.0 + numpy.array([v[key] for v in values])  # block efficiency per context
+        ref = 1.0 + numpy.array([v[(L, 1, "block")] for v in values])
         m, m_lo, m_hi = mean_ci(eff)
         r, lo, hi = _ratio_ci(eff, ref)
         rows.append({"temperature": temp, "L": L, "K": K, "verifier": name, "contexts": int(eff.size),
@@ -138,6 +142,7 @@ def run_paths_bench(*, target: Any = None, draft: str | BenchDraft = "distilled"
         ValueError: an unavailable draft, a temperature ≤ 0 (i.i.d. paths are then one path), or
             empty ``lengths`` / ``ks``.
     """
+    _NAMES.bind()
     if not lengths or not ks or min(lengths) < 1 or min(ks) < 1:
         raise ValueError("--lengths and --paths need at least one value >= 1 each")
     if any(t <= 0 for t in temperatures):
@@ -161,7 +166,7 @@ def run_paths_bench(*, target: Any = None, draft: str | BenchDraft = "distilled"
             cfg = GenerationConfig(max_new_tokens=max_new_tokens, seed=cell_seed, sampling=sc)
             cont = autoregressive_generate(tgt, ids, cfg).tokens
             gen = torch.Generator().manual_seed(10_007 * seed + cell_seed)
-            for j in np.linspace(0, max(len(cont) - 1, 0), positions).round().astype(int).tolist():
+            for j in numpy.linspace(0, max(len(cont) - 1, 0), positions).round().astype(int).tolist():
                 p, q, paths = draw_paths(tgt, bd.obj, list(ids) + list(cont[:j]), Kmax, Lmax, sc, gen)
                 values.append(context_values(p, q, paths, lengths, ks))
                 bar.update()
@@ -182,8 +187,31 @@ def _table(res: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x.strip()]
+def _ints(text: str, flag: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"{flag} takes comma-separated integers like 2,4; got {text!r}") from None
+    if not values or min(values) < 1:
+        raise ValueError(f"{flag} takes integers >= 1 like 2,4; got {text!r}")
+    return values
+
+
+def _temperatures(text: str) -> list[float]:
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"--temperatures takes comma-separated numbers like 0.6,1; got {text!r}") from None
+    if not values or not all(math.isfinite(t) and t > 0 for t in values):
+        raise ValueError(f"--temperatures takes finite temperatures > 0 (at T = 0 the i.i.d. paths are one path) "
+                         f"like 0.6,1; got {text!r}")
+    return values
+
+
+def _positive(value: int, flag: str) -> int:
+    if value < 1:
+        raise ValueError(f"{flag} must be an integer >= 1, got {value}")
+    return value
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
@@ -198,21 +226,34 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--positions", type=int, default=8, help="contexts per prompt, evenly spaced in its continuation")
     ap.add_argument("--max-new-tokens", type=int, default=48, help="length of the target's continuation")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", default=None, help="JSON path")
+    ap.add_argument("--out", default=None, help="JSON path (an existing file is replaced only when this benchmark "
+                    "wrote it, or with --force)")
+    ap.add_argument("--force", action="store_true", help="replace an existing --out file")
 
 
 def run(args: argparse.Namespace) -> int:
-    """``specot bench paths``: print the table, write the JSON with ``--out``."""
+    """``specot bench paths``: print the table, write the JSON with ``--out``. Every option is
+    checked before a model loads.
+
+    Raises:
+        ValueError: a bad option, or an ``--out`` file this benchmark did not write (without ``--force``).
+    """
     sets = [s.strip() for s in args.prompts.split(",") if s.strip()]
+    if not sets:
+        raise ValueError(f"--prompts names no prompt set: {args.prompts!r}; e.g. code,chat")
+    temperatures = _temperatures(args.temperatures)
+    lengths, ks = _ints(args.lengths, "--lengths"), _ints(args.paths, "--paths")
+    for value, flag in ((args.n_prompts, "--n-prompts"), (args.positions, "--positions"),
+                        (args.max_new_tokens, "--max-new-tokens")):
+        _positive(value, flag)
+    check_output(args.out, "--out", force=args.force, ours=json_has(benchmark="paths"))
+    _NAMES.bind()
     prompts = [p for s in sets for p in load_prompts(s, args.n_prompts)]
-    res = run_paths_bench(draft=args.draft, prompts=prompts,
-                          temperatures=[float(t) for t in args.temperatures.split(",") if t.strip()],
-                          lengths=_ints(args.lengths), ks=_ints(args.paths), positions=args.positions,
-                          max_new_tokens=args.max_new_tokens, seed=args.seed)
+    res = run_paths_bench(draft=args.draft, prompts=prompts, temperatures=temperatures, lengths=lengths, ks=ks,
+                          positions=args.positions, max_new_tokens=args.max_new_tokens, seed=args.seed)
     res = {"benchmark": "paths", "command": "specot bench paths " + " ".join(sys.argv[3:]),
            "prompt_sets": sets, "n_prompts": args.n_prompts, **res, "environment": run_info()}
     print(_table(res))
     if args.out:
-        with open(args.out, "w", encoding="utf-8") as fh:
-            json.dump(res, fh, indent=1)
+        write_json(args.out, res, indent=1)
     return 0

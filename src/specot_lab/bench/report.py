@@ -23,7 +23,9 @@ from typing import Any, Sequence
 import matplotlib
 import matplotlib.pyplot as plt
 import numpy as np
-import json
+
+from specot.outputs import write_json, write_text
+
 from .runinfo import run_info
 
 __all__ = ["acceptance_table", "speedup_table", "acceptance_plots", "speedup_plots", "results_markdown",
@@ -368,12 +370,12 @@ def write_outputs(res: dict[str, Any], out_dir: str | os.PathLike[str], *, plots
     paths = [out / f"{name}.json", out / f"{name}.md"]
     if "environment" not in res:
         res["environment"] = run_info()  # also seen by the caller (specot bench --json)
-    paths[0].write_text(json.dumps(res, indent=2), encoding="utf-8")
+    write_json(paths[0], res)  # strict JSON, atomically: a non-finite number is null with its note
     if name == "acceptance":
         md = acceptance_table(res)
     else:
         md = speedup_table(res) + "\n\n" + cost_curve_table(res)
-    paths[1].write_text(f"<!-- {res.get('command', '')} -->\n\n" + md + "\n", encoding="utf-8")
+    write_text(paths[1], f"<!-- {res.get('command', '')} -->\n\n" + md + "\n")
     if plots:
         paths += acceptance_plots(res, out) if name == "acceptance" else speedup_plots(res, out)
     return paths

@@ -6,11 +6,12 @@ continuation of a prompt, the device synchronisation of a timing and the JSON re
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any, Sequence
 
 import torch
+
+from specot.outputs import write_json
 
 from .runinfo import run_info
 
@@ -58,6 +59,5 @@ def write_record(path: str | None, benchmark: str, script: str, argv: Sequence[s
     out = {"benchmark": benchmark, "command": f"python benchmarks/{script} " + " ".join(argv or sys.argv[1:]),
            **fields, "environment": env}
     if path:
-        with open(path, "w", encoding="utf-8") as fh:
-            json.dump(out, fh, indent=2)
+        write_json(path, out)  # strict JSON, atomically
     return out

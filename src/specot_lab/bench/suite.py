@@ -20,7 +20,6 @@ its output goes to ``runs/bench-suite-quick`` and touches no document unless ``-
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import statistics
 import sys
@@ -33,6 +32,7 @@ import torch
 
 from specot._validation import check_count
 from specot.api import load_target
+from specot.outputs import write_json
 
 from ..corpus import load_prompts
 from .runinfo import machine_label
@@ -127,7 +127,7 @@ def run_suite(sets: Sequence[SuiteSet], *, out: str | Path, target: Any = None, 
 
 
 def _write(path: Path, res: dict[str, Any]) -> dict[str, Any]:
-    path.write_text(json.dumps(res, indent=2), encoding="utf-8")
+    write_json(path, res)  # strict JSON, atomically
     return res
 
 

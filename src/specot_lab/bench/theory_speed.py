@@ -11,7 +11,6 @@ timed calls; the table reports the median and the worst time per call. Requireme
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import time
@@ -20,6 +19,7 @@ import numpy as np
 from tqdm import tqdm
 
 from specot.theory import optimal_acceptance
+from specot.outputs import check_output, json_has, write_json
 from .runinfo import run_info
 
 LAWS = ("iid", "wor", "cps", "greedy")
@@ -89,15 +89,16 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     """The options of ``specot bench theory-speed``."""
     ap.add_argument("--quick", action="store_true", help="V = 4096, one temperature, 3 reps (smoke test)")
     ap.add_argument("--out", help="write the results as JSON to this file")
+    ap.add_argument("--force", action="store_true", help="replace an existing --out file this benchmark did not write")
 
 
 def run(args: argparse.Namespace) -> int:
     """``specot bench theory-speed``: time α* per law, n and temperature; print the table."""
+    check_output(args.out, "--out", force=args.force, ours=json_has(benchmark="theory-speed"))
     res = measure(V=4096, temperatures=(1.0,), reps=3) if args.quick else measure()
     _print_table(res)
     if args.out:
 
-        with open(args.out, "w") as f:
-            json.dump({**res, "environment": run_info()} if isinstance(res, dict) else
-                      {"results": res, "environment": run_info()}, f, indent=2)
+        body = res if isinstance(res, dict) else {"results": res}
+        write_json(args.out, {"benchmark": "theory-speed", **body, "environment": run_info()})
     return 0

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import statistics
 import sys
 import time
@@ -36,6 +35,8 @@ from specot.sampling import SamplingConfig
 from transformers import LlamaConfig, LlamaForCausalLM
 from specot.models.embedded import load_embedded_target
 from .runinfo import run_info
+from specot.cli.command import count
+from specot.outputs import check_output, dumps, json_has, write_json
 
 __all__ = ["measure_tree_cost", "measure_overhead", "measure_grid", "add_arguments", "run"]
 
@@ -179,7 +180,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     """The options of ``specot bench tree-speed``."""
     ap.add_argument("--quick", action="store_true", help="fewer repetitions and tokens (a smoke run)")
     ap.add_argument("--out", default=None, help="write the JSON result here (default: stdout)")
-    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
+    ap.add_argument("--force", action="store_true", help="replace an existing --out file this benchmark did not write")
+    ap.add_argument("--threads", type=count(1), default=None, help="torch threads (default: torch's own)")
     ap.add_argument("--skip-bf16", action="store_true", help="skip the bfloat16 tree-cost table")
     ap.add_argument("--no-progress", action="store_true")
     ap.add_argument("--sections", default="cost,overhead,grid",
@@ -190,20 +192,20 @@ def run(args: argparse.Namespace) -> int:
     """``specot bench tree-speed``: the selected sections; JSON to ``--out`` (after each section) or stdout."""
     if args.threads:
         torch.set_num_threads(args.threads)
+    check_output(args.out, "--out", force=args.force, ours=json_has(benchmark="tree-speed"))
 
     progress = not args.no_progress
     reps = 3 if args.quick else 7
     sizes = [1, 8, 16, 32, 64]
     sections = {s.strip() for s in args.sections.split(",")}
 
-    out: dict[str, Any] = {"threads": torch.get_num_threads(), "quick": args.quick, "environment": run_info()}
+    out: dict[str, Any] = {"benchmark": "tree-speed", "threads": torch.get_num_threads(), "quick": args.quick, "environment": run_info()}
     t0 = time.perf_counter()
 
     def save() -> None:  # after every section, so a long run keeps what it measured
         out["wall_s"] = time.perf_counter() - t0
         if args.out:
-            with open(args.out, "w", encoding="utf-8") as fh:
-                fh.write(json.dumps(out, indent=2))
+            write_json(args.out, out)
 
     if sections & {"cost", "overhead"}:
         tgt = load_embedded_target(dtype="float32")
@@ -231,5 +233,5 @@ def run(args: argparse.Namespace) -> int:
                                    max_new_tokens=32 if args.quick else 64, progress=progress)
     save()
     if not args.out:
-        print(json.dumps(out, indent=2))
+        print(dumps(out, indent=2))
     return 0

@@ -19,7 +19,6 @@ ms per position over the positions, one timed call each after an untimed one wit
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import time
@@ -30,6 +29,8 @@ from tqdm import tqdm
 
 from specot.laws import sample_drafts
 from specot.verifiers import DraftLaw, get_verifier
+from specot.cli.command import count
+from specot.outputs import check_output, json_has, write_json
 from .runinfo import run_info
 
 V = 49152
@@ -208,16 +209,18 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     """The options of ``specot bench verifier-speed``."""
     ap.add_argument("--quick", action="store_true", help="fewer repeats")
     ap.add_argument("--out", default=None, help="write results as JSON to this file")
+    ap.add_argument("--force", action="store_true", help="replace an existing --out file this benchmark did not write")
     ap.add_argument("--verifier", default=None, choices=[c[0] for c in CONFIGS] + ["ot"],
                     help="time only this verifier (default: all)")
     ap.add_argument("--real", default=None, metavar="DRAFT",
                     help="also time ot and kseq on the embedded target's and this draft model's real distributions")
-    ap.add_argument("--threads", type=int, default=1,
+    ap.add_argument("--threads", type=count(1), default=1,
                     help="torch intra-op threads (default 1: per-position latency, stable on a shared CPU)")
 
 
 def run(args: argparse.Namespace) -> int:
     """``specot bench verifier-speed``: time every verifier; print the table, write JSON with ``--out``."""
+    check_output(args.out, "--out", force=args.force, ours=json_has(benchmark="verifier-speed"))
     torch.set_num_threads(args.threads)
     rows = measure(args.quick, only=args.verifier)
     if args.real:
@@ -231,6 +234,5 @@ def run(args: argparse.Namespace) -> int:
 
     meta["environment"] = run_info()
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"meta": meta, "results": rows}, f, indent=2)
+        write_json(args.out, {"benchmark": "verifier-speed", "meta": meta, "results": rows})
     return 0
