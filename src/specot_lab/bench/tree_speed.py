@@ -34,9 +34,9 @@ from specot.engine import GenerationConfig, autoregressive_generate, tree_genera
 from specot.sampling import SamplingConfig
 from transformers import LlamaConfig, LlamaForCausalLM
 from specot.models.embedded import load_embedded_target
-from .runinfo import run_info
 from specot.cli.command import count
 from specot.outputs import check_output, dumps, json_has, write_json
+from .runinfo import run_info
 
 __all__ = ["measure_tree_cost", "measure_overhead", "measure_grid", "add_arguments", "run"]
 
@@ -190,9 +190,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``specot bench tree-speed``: the selected sections; JSON to ``--out`` (after each section) or stdout."""
+    check_output(args.out, "--out", force=args.force, ours=json_has(benchmark="tree-speed"))
     if args.threads:
         torch.set_num_threads(args.threads)
-    check_output(args.out, "--out", force=args.force, ours=json_has(benchmark="tree-speed"))
 
     progress = not args.no_progress
     reps = 3 if args.quick else 7

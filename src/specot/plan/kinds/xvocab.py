@@ -85,6 +85,9 @@ def _source_file(source: str) -> tuple[str, str | None]:
         return str(path.parent), path.name
     p = Path(source).expanduser()
     if p.suffix == ".gguf":
+        if p.is_dir():
+            raise ValueError(f"draft GGUF file {source!r} is a directory; name the .gguf file itself, or a model "
+                             "directory without the .gguf suffix")
         if not p.is_file():
             raise FileNotFoundError(f"draft GGUF file {source!r} does not exist")
         return str(p.parent), p.name
@@ -100,9 +103,6 @@ def gguf_draft_backend(choice: str, source: str, device: str) -> Backend | None:
         ValueError: a named backend that does not load GGUF files, is not available here or does
             not run on ``device``, or a source that is not a GGUF file for such a backend.
     """
-        if p.is_dir():
-            raise ValueError(f"draft GGUF file {source!r} is a directory; name the .gguf file itself, or a model "
-                             "directory without the .gguf suffix")
     gguf = source == GEMMA_NAME or Path(source).suffix.lower() == _GGUF
     if choice == TRANSFORMERS.name:
         return None
