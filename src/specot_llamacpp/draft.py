@@ -1,6 +1,6 @@
-"""A draft model on llama.cpp: the distilled draft (or any small Hugging Face ``LlamaForCausalLM``
-sharing the target's tokenizer) converted to GGUF, and a drafter that runs it in its own llama.cpp
-context.
+"""A draft model on llama.cpp: any GGUF file sharing the target's vocabulary, or the distilled draft
+(or any small Hugging Face ``LlamaForCausalLM`` sharing the target's tokenizer) converted to GGUF, and
+a drafter that runs it in its own llama.cpp context.
 
 **Conversion** (:func:`draft_gguf`), with the ``gguf`` package (the wheel of llama-cpp-python ships
 no converter): the architecture keys of the ``llama`` GGUF layout, the tokenizer keys copied from the
@@ -10,11 +10,22 @@ permuted from Hugging Face's rotate-half layout to GGUF's interleaved one, as ll
 ``convert_hf_to_gguf.py`` does (``LlamaModel.permute``). The file is kept in specot's cache, keyed by
 the checkpoint's and the target GGUF's hashes.
 
-**Drafting** (:class:`LlamaCppDrafter`): chains of γ tokens, each drawn from the standardized draft
+**A GGUF draft model** (:func:`load_gguf_draft`; ``--draft PATH.gguf``): loaded as it is, its
+tokenizer read from the file; its vocabulary must be the target's (identical token strings, logits no
+wider than the target's padded vocabulary: :func:`specot.drafting.check_vocab_compatible`), else one
+line suggests ``xvocab:PATH`` (drafting across vocabularies).
+
+**Drafting** (:class:`LlamaCppDrafter`): the chains of every specot draft model
+(:func:`specot.drafting.model.draft_chain`): each token drawn from the standardized draft
 distribution q (the engine's sampling transform) with the engine's generator, one draft pass per
-token; the tree carries q, so any verifier is exact with it (Leviathan et al. 2023, Algorithm 1).
-At temperature 0 q is one-hot on the draft's argmax. The draft's KV cache follows the committed
-context by the longest-common-prefix rule.
+token; the tree carries q, so any verifier is exact with it (Leviathan et al. 2023, Algorithm 1);
+at T = 0 the drafts are the draft's argmax (no q is built). With a pricing
+(:mod:`specot.drafting.pricing`) the chain ends where the next node no longer pays for its draft
+pass and its share of the target's wider pass; γ is then the most. **The draft's KV cache** follows
+the committed context by the longest common prefix (``llama_memory_seq_rm`` cuts what was not
+accepted): after a block in which j of k drafts were accepted, the next chain decodes only what the
+draft has not seen — the bonus token (and the k-th draft when all k were accepted: it was drawn, not
+fed) — then its new drafts. Accepted text is never decoded twice.
 """
 
 from __future__ import annotations
@@ -22,23 +33,21 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import time
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
 from gguf import GGUFReader, GGUFValueType, GGUFWriter
 from safetensors.torch import load_file
 
-from specot.drafting.base import DraftTree, Drafter
-from specot.laws import DraftLaw, sample_drafts
+from specot.drafting.model import ModelDrafter, check_vocab_compatible
+from specot.drafting.pricing import PricedChains, priced_chains
 from specot.models.embedded import embedded_draft_dir, embedded_gguf, model_cache_dir
-from specot.sampling import SamplingConfig, standardize
 
 from .target import LlamaCppTarget
 
-__all__ = ["draft_gguf", "convert_llama_checkpoint", "LlamaCppDrafter", "load_draft"]
+__all__ = ["draft_gguf", "convert_llama_checkpoint", "LlamaCppDrafter", "load_draft", "load_gguf_draft"]
 
 
 def _digest(paths: Sequence[Path]) -> str:
@@ -163,64 +172,66 @@ def draft_gguf(directory: str | os.PathLike[str] | None = None, target_gguf: str
 
 
 def load_draft(target: LlamaCppTarget, directory: str | os.PathLike[str] | None = None, *,
-               n_threads: int | None = None, f16: bool = False) -> "LlamaCppDrafter":
-    """A :class:`LlamaCppDrafter` over the (converted) draft checkpoint for ``target``, sharing its tokenizer."""
+               n_threads: int | None = None, f16: bool = False, priced: bool = False) -> "LlamaCppDrafter":
+    """A :class:`LlamaCppDrafter` over the (converted) draft checkpoint for ``target``, sharing its
+    tokenizer: chains of γ, or (``priced``) priced where both models' costs are measured
+    (:func:`specot.drafting.pricing.priced_chains`)."""
     path = draft_gguf(directory, target.path if directory is not None else None, f16=f16)
     model = LlamaCppTarget(path, tokenizer=target.tokenizer, name=f"{Path(path).stem} (llama.cpp)",
                            n_threads=n_threads or target.n_threads, n_ctx=target.max_context, max_leaves=1)
-    return LlamaCppDrafter(model)
+    return LlamaCppDrafter(model, pricing=priced_chains(target, model) if priced else None, width=target.vocab_size)
 
 
-class LlamaCppDrafter(Drafter):
-    """Draft chains from a small GGUF model in its own llama.cpp context (module docstring).
+def load_gguf_draft(target: Any, path: str | os.PathLike[str], *, n_threads: int | None = None,
+                    priced: bool = True) -> "LlamaCppDrafter":
+    """A draft model from any GGUF file that shares ``target``'s vocabulary, in its own llama.cpp
+    context (its tokenizer read from the file, :func:`specot_llamacpp.gguf_tokenizer`).
+
+    Args:
+        target: the target (any backend's), with ``tokenizer``, ``vocab_size``, ``max_context``.
+        path: the draft's ``.gguf`` file.
+        n_threads: llama.cpp threads of the draft (default: the target's, else every CPU).
+        priced: price its chains where both models' costs are measured
+            (:func:`specot.drafting.pricing.priced_chains`), else chains of γ.
+
+    Raises:
+        FileNotFoundError / ValueError / RuntimeError: a missing or unreadable file.
+        ValueError: another vocabulary (one line suggesting ``xvocab:PATH``).
+    """
+    from .loading import gguf_tokenizer  # transformers' GGUF reader, only when a draft is loaded
+
+    p = Path(path).expanduser()
+    model = LlamaCppTarget(p, tokenizer=gguf_tokenizer(p), name=f"{p.stem} (llama.cpp)",
+                           n_threads=n_threads or getattr(target, "n_threads", None),
+                           n_ctx=int(target.max_context), max_leaves=1)
+    try:
+        check_vocab_compatible(target, model, source=str(path))
+    except ValueError:
+        model.close()
+        raise
+    return LlamaCppDrafter(model, pricing=priced_chains(target, model) if priced else None, width=target.vocab_size)
+
+
+class LlamaCppDrafter(ModelDrafter):
+    """Draft chains from a GGUF model sharing the target's vocabulary, in its own llama.cpp context
+    (module docstring): :class:`~specot.drafting.ModelDrafter`'s chains (:func:`specot.drafting.model.draft_chain`,
+    priced by ``pricing``) over a :class:`LlamaCppTarget`. Trees are not drafted: a tree shape is
+    drafted as the chain of its depth.
 
     Args:
         model: the draft model (a :class:`LlamaCppTarget`), sharing the target's vocabulary.
+        pricing: prices its chains (:class:`~specot.drafting.pricing.PricedChains`), or ``None``: chains of γ.
+        width: the target's vocabulary (its q rows' width; default the draft's).
 
     Raises:
         TypeError: ``model`` is not a :class:`LlamaCppTarget`.
     """
 
-    def __init__(self, model: LlamaCppTarget) -> None:
-        super().__init__()
+    def __init__(self, model: LlamaCppTarget, *, pricing: PricedChains | None = None, width: int | None = None) -> None:
         if not isinstance(model, LlamaCppTarget):
             raise TypeError(f"LlamaCppDrafter needs a LlamaCppTarget, got {type(model).__name__}")
-        self.model = model
-        self.name = model.name
-
-    @property
-    def vocab_size(self) -> int:
-        return self.model.vocab_size
+        super().__init__(model, pricing=pricing, width=width)
 
     @property
     def device(self) -> torch.device:
         return torch.device("cpu")
-
-    def reset(self) -> None:
-        self.model.reset()
-
-    def propose(self, context: Sequence[int], max_depth: int, sampling: SamplingConfig,
-                generator: torch.Generator | None = None) -> DraftTree:
-        """A chain of up to γ tokens (the schedule's, cut at ``max_depth``), q ``[γ, V]``; stops early
-        after a stop token. Trees are not drafted: a tree shape is drafted as its first chain."""
-        depth = self.depth_limit(max_depth)
-        t0 = time.perf_counter()
-        if depth <= 0:
-            return DraftTree.root(int(context[-1]))
-        logits = self.model.logits_after(context)  # [1, V]
-        tokens: list[int] = []
-        qs: list[torch.Tensor] = []
-        for i in range(depth):
-            q = standardize(logits, sampling)  # [1, V]
-            tok = int(sample_drafts(q, 1, DraftLaw.IID, generator)[0, 0])
-            qs.append(q)
-            tokens.append(tok)
-            if i + 1 == depth or tok in self.stop_tokens:
-                break
-            logits = self.model.forward([tok])  # [1, V]
-        tree = DraftTree.chain(int(context[-1]), tokens, torch.cat(qs))  # q [γ, V]
-        tree.draft_calls = len(tokens)
-        tree.q_standardized = True
-        self.calls += tree.draft_calls
-        self.draft_time_s += time.perf_counter() - t0
-        return tree

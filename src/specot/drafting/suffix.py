@@ -96,6 +96,7 @@ from ..laws import DraftLaw
 from ..sampling import SamplingConfig
 from .base import DraftOutcome, DraftSchedule, DraftTree, Drafter, greedy_q
 from .ngram import NGramTable
+from .pricing import best_size, block_values, pass_cost
 from .tree import DraftShape, TreeBudget
 
 __all__ = ["SuffixIndex", "SuffixDrafter", "SuffixSettings", "NGramCounts", "COPY_EDGES", "COPY_PRIOR"]
@@ -676,23 +677,20 @@ class SuffixDrafter(Drafter):
     def _pass_cost(self, n: int) -> float:
         """The cost of a pass scoring ``n >= 1`` draft nodes, in one-token passes: ``r(1 + n)`` of the
         measured curve when given, else the linear model ``1 + f + c·n``."""
-        if self.pass_cost is not None:
-            return float(self.pass_cost(1 + n)) + self.draft_overhead
-        return 1.0 + self.cost_fixed + self.cost_per_token * n + self.draft_overhead
+        return pass_cost(n, self.pass_cost, cost_fixed=self.cost_fixed, cost_per_token=self.cost_per_token,
+                         overhead=self.draft_overhead)
 
     def _budget(self, scores: list[float], calibration: float) -> tuple[int, float]:
         """N maximising the value (1 + Σ_{i≤N} min(1, a·s_i)) / cost(N) for N ≥ 1 — cost(N) =
         ``r(1 + N)`` of the measured curve, else 1 + f + c·N with f the fixed cost of verifying any
         draft at all — against 1 for N = 0 (no draft: a plain target step).
         Returns (N, its value); without the cost model N is every scored node."""
-        values, gain = [1.0], 1.0  # values[N]: expected tokens per unit of target time of the first N nodes
-        for i, s in enumerate(scores, start=1):
-            gain += min(1.0, calibration * s)
-            values.append(gain / self._pass_cost(i))
+        # values[N]: expected tokens per unit of target time of the first N nodes (specot.drafting.pricing)
+        values = block_values([min(1.0, calibration * s) for s in scores], self._pass_cost)
         if not self.adaptive or (self.pass_cost is None and self.cost_per_token == 0.0 and self.cost_fixed == 0.0):
             n = len(scores)
         else:
-            n = max(range(len(values)), key=values.__getitem__)  # the first maximum: the smallest such N
+            n = best_size(values)  # the first maximum: the smallest such N
         return n, values[n]
 
     def propose(self, context: Sequence[int], max_depth: int, sampling: SamplingConfig,

@@ -32,7 +32,7 @@ model may run in torch or on another backend (llama.cpp for a GGUF file: :mod:`s
 
 from __future__ import annotations
 
-import codecs
+import itertools
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -41,10 +41,10 @@ import torch
 from torch import Tensor
 
 from .._validation import trusted_inputs
-from ..laws import DraftLaw, sample_drafts
 from ..sampling import SamplingConfig, standardize
-from .base import DraftTree, Drafter
-from .model import _draft_chain, draft_tree_from_model
+from .base import DraftOutcome, DraftTree, Drafter
+from .model import Chain, draft_chain, draft_tree_from_model
+from .pricing import PricedChains
 from .tree import TreeSpec
 
 __all__ = ["TokenizerView", "VocabMap", "hf_tokenizer_view", "intersect_vocabularies", "XVocabDrafter",
@@ -255,15 +255,13 @@ class _TargetVocabDraft:
 
 
 def _utf8_prefix(data: bytes) -> str:
-    """The longest valid UTF-8 text at the start of ``data`` (an incomplete last character dropped)."""
-    dec = codecs.getincrementaldecoder("utf-8")(errors="strict")
-    out = []
-    for i in range(len(data)):
-        try:
-            out.append(dec.decode(data[i:i + 1]))
-        except UnicodeDecodeError:
-            break
-    return "".join(out)
+    """The longest valid UTF-8 text at the start of ``data`` (an incomplete last character dropped;
+    the text stops before the first invalid sequence). One C-speed decode: the error names where
+    the first invalid or incomplete sequence starts."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return data[:exc.start].decode("utf-8")
 
 
 class XVocabDrafter(Drafter):
@@ -280,13 +278,16 @@ class XVocabDrafter(Drafter):
         lookbehind: SLEM: committed target tokens re-encoded with the drafted text (the boundary).
         drop_last: SLEM: drafted target tokens dropped at the end of the re-encoded text (the last
             one may merge differently once the text goes on).
+        pricing: prices its chains (:class:`~specot.drafting.pricing.PricedChains`; TLI chains node
+            by node in target tokens, SLEM chains in draft tokens, learning from the drafted text's
+            accepted bytes), or ``None``: chains of γ (SLEM: γ + ``drop_last`` draft tokens).
 
     Raises:
         ValueError: unknown mode, negative ``lookbehind``/``drop_last``, or (TLI) no shared token.
     """
 
     def __init__(self, model: Any, draft_view: TokenizerView, target_view: TokenizerView, mode: str = "tli",
-                 lookbehind: int = 4, drop_last: int = 1) -> None:
+                 lookbehind: int = 4, drop_last: int = 1, pricing: PricedChains | None = None) -> None:
         super().__init__()
         if mode not in XVOCAB_MODES:
             raise ValueError(f"cross-vocabulary mode must be one of {XVOCAB_MODES}, got {mode!r}")
@@ -296,6 +297,9 @@ class XVocabDrafter(Drafter):
         self.lookbehind, self.drop_last = lookbehind, drop_last
         self.vmap = intersect_vocabularies(draft_view, target_view) if mode == "tli" else None
         self.name = f"xvocab-{mode}:{getattr(model, 'name', 'draft')}"
+        self.pricing = pricing
+        self._last_tree: DraftTree | None = None
+        self._slem_spans: list[tuple[int, int]] = []  # SLEM: byte span of each draft token of the last chain
         self.last_draft_ids: list[int] = []  # SLEM: the draft tokens behind the last proposal
 
     @property
@@ -308,6 +312,26 @@ class XVocabDrafter(Drafter):
 
     def reset(self) -> None:
         self.model.reset()
+        if self.pricing is not None:
+            self.pricing.reset()
+
+    def update(self, outcome: DraftOutcome) -> None:
+        """:meth:`Drafter.update`; a priced chain's nodes teach the calibration whether they were
+        accepted (SLEM: a draft token is accepted when its bytes lie within the accepted target
+        tokens' bytes, verified when its first byte was reached)."""
+        super().update(outcome)
+        if self.pricing is None or outcome.tree is not self._last_tree or not self.pricing.last:
+            return
+        if self.mode == "tli":
+            self.pricing.learn(outcome.accepted)
+            return
+        accepted = len(self.target_view.text_bytes(outcome.tree.path_tokens(outcome.path[-1]))) if outcome.path else 0
+        drafted = len(self.target_view.text_bytes(outcome.tree.tokens[1:]))
+        for conf, (lo, hi) in zip(self.pricing.last, self._slem_spans):
+            if lo > accepted or lo >= drafted:
+                break
+            self.pricing.calibration.record(conf, hi <= accepted)
+        self.pricing.last = []
 
     # ------------------------------------------------------------------ the two re-encodings
     def draft_context(self, context: Sequence[int]) -> list[int]:
@@ -375,6 +399,7 @@ class XVocabDrafter(Drafter):
         else:
             tree = self._propose_slem(context, depth, sampling, generator)
         tree.tokens[0] = root
+        self._last_tree = tree
         self.calls += tree.draft_calls
         self.draft_time_s += time.perf_counter() - t0
         return tree
@@ -383,11 +408,15 @@ class XVocabDrafter(Drafter):
                      generator: torch.Generator | None, max_depth: int) -> DraftTree:
         assert self.vmap is not None
         spec = self.spec if self.spec is not None else TreeSpec.sequences(1, max(max_depth, 1))
-        lm = _TargetVocabDraft(self.model, self.vmap)
         dctx = self.draft_context(context)
         with trusted_inputs():
-            if spec.is_chain():
-                return _draft_chain(lm, dctx, depth, sampling, generator)  # type: ignore[arg-type]
+            if spec.is_chain():  # drawn from the shared tokens' logits: no [V_target] row per draft pass
+                chain = self._chain(dctx, depth, sampling, generator, self.stop_tokens,
+                                    shared=(self.vmap.draft_ids, self.vmap.target_ids), width=self.vmap.target_vocab)
+                tree = DraftTree.chain(int(context[-1]), chain.tokens, chain.q)  # q: [γ, V_target] or none (T = 0)
+                tree.draft_calls, tree.q_standardized = chain.passes, True
+                return tree
+            lm = _TargetVocabDraft(self.model, self.vmap)
             tree, _ = draft_tree_from_model(lm, dctx, spec, min(depth, spec.depth), sampling,  # type: ignore[arg-type]
                                             generator, self.stop_tokens)
         return tree
@@ -395,19 +424,25 @@ class XVocabDrafter(Drafter):
     def _propose_slem(self, context: Sequence[int], depth: int, sampling: SamplingConfig,
                       generator: torch.Generator | None) -> DraftTree:
         dctx = self.draft_context(context)
-        ids: list[int] = []
-        logits = self.model.logits_after(dctx)  # [1, V_draft]
-        steps = depth + self.drop_last
         with trusted_inputs():
-            for i in range(steps):
-                tok = int(sample_drafts(standardize(logits, sampling), 1, DraftLaw.IID, generator)[0, 0])
-                ids.append(tok)
-                if tok in self.draft_view.special or i + 1 == steps:
-                    break
-                logits = self.model.forward([tok])
+            drafted = self._chain(dctx, depth + self.drop_last, sampling, generator, self.draft_view.special, keep_q=False)
+        ids = drafted.tokens
         self.last_draft_ids = ids
+        ends = list(itertools.accumulate(len(self.draft_view.pieces[t]) for t in ids))
+        self._slem_spans = list(zip([0] + ends[:-1], ends))
         chain = [t for t in self.slem_chain(context, ids)][:depth]
         cut = next((j + 1 for j, t in enumerate(chain) if t in self.stop_tokens), len(chain))
         tree = DraftTree.chain(int(context[-1]), chain[:cut])
-        tree.draft_calls = len(ids)
+        tree.draft_calls = drafted.passes
         return tree
+
+    def _chain(self, dctx: list[int], depth: int, sampling: SamplingConfig, generator: torch.Generator | None,
+               stop_tokens: frozenset[int], **kw: Any) -> Chain:
+        """A chain of the draft model after its context ``dctx`` (:func:`specot.drafting.model.draft_chain`),
+        priced by :attr:`pricing`; its confidences noted for :meth:`update`."""
+        pricer = self.pricing.pricer if self.pricing is not None else None
+        chain = draft_chain(lambda: self.model.logits_after(dctx), lambda tok: self.model.forward([int(tok)]), depth,
+                            sampling, generator, stop_tokens=stop_tokens, pricer=pricer, **kw)
+        if self.pricing is not None:
+            self.pricing.note(chain.confidences)
+        return chain

@@ -19,6 +19,11 @@ choice changes q, never exactness (TLI and SLEM are exact for any draft model).
 * ``xvocab-slem:`` string-level exact match (SLEM): the drafted text re-encoded by the target's
   tokenizer, verified as a point mass (q = δ); chains only. Exact at every temperature.
 
+**Priced chains** (option ``draft_pricing``, default on): a draft model on a GGUF backend drafts a
+chain only while the next node pays for its draft pass and its share of the target's wider pass, by
+the two models' measured costs (:mod:`specot.drafting.pricing`); γ is then the most. Where either
+cost is not measured (calibration off), chains of γ.
+
 Neither is exact only at T = 0 or under a condition that the plan must check, so nothing here is
 labelled lossy; the lossy variants (a draft's q carried over to re-encoded tokens) are not offered.
 """
@@ -32,6 +37,7 @@ from typing import Any, Mapping
 
 import torch
 
+from ...drafting.pricing import priced_chains
 from ...drafting.xvocab import XVocabDrafter, hf_tokenizer_view
 from ...models.loading import check_model_source, load_model
 from ..backends import TRANSFORMERS, Backend, available_backends, get_backend
@@ -56,9 +62,18 @@ def _check_backend_name(value: Any) -> str:
     return value
 
 
-#: The kind's options: where the draft model runs (module docstring).
+def _check_pricing(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"draft_pricing must be True or False, got {value!r}")
+    return value
+
+
+#: The kind's options: where the draft model runs (module docstring) and whether its chains are
+#: priced by the measured pass costs (:func:`specot.drafting.pricing.priced_chains`).
 XVOCAB_OPTIONS = {"xvocab_backend": Option("auto", _check_backend_name,
-                                           help="where a GGUF draft model runs: auto, transformers or a backend")}
+                                           help="where a GGUF draft model runs: auto, transformers or a backend"),
+                  "draft_pricing": Option(True, _check_pricing,
+                                          help="price a GGUF draft model's chains by the measured pass costs")}
 
 
 @functools.lru_cache(maxsize=1)
@@ -206,7 +221,8 @@ class XVocabKind(DraftKind):
         backend = gguf_draft_backend(spec.option("xvocab_backend"), source, device)
         draft = load_draft_model(source, backend=backend, dtype=dtype, device=device)
         draft_view = hf_tokenizer_view(draft.tokenizer, draft.vocab_size, name=draft.name)
-        return XVocabDrafter(draft, draft_view, target_view, mode)
+        pricing = priced_chains(target, draft) if backend is not None and spec.option("draft_pricing") else None
+        return XVocabDrafter(draft, draft_view, target_view, mode, pricing=pricing)
 
 
 KIND = register_kind(XVocabKind())
