@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from importlib.metadata import entry_points
 
-__all__ = ["DRAFTS", "DRAFT_FLAGS", "VERIFIERS", "LOSSY_VERIFIERS", "LAW_VERIFIERS", "BACKENDS", "TARGETS",
-           "draft_names", "backend_names"]
+__all__ = ["DRAFTS", "DRAFT_FLAGS", "VERIFIERS", "LOSSY_VERIFIERS", "LAW_VERIFIERS", "SCHEDULES", "BACKENDS",
+           "TARGETS", "draft_names", "backend_names"]
 
 #: (syntax, summary) of each built-in drafter kind, in the order the parser tries them.
 DRAFTS: tuple[tuple[str, str], ...] = (
@@ -56,6 +56,11 @@ LAW_VERIFIERS: dict[str, str] = {
     'greedy': 'greedy',
     'spechub': 'spechub',
 }
+#: The draft-length schedules (:attr:`specot.drafting.DraftSchedule.KINDS`).
+SCHEDULES: tuple[str, ...] = (
+    'constant',
+    'heuristic',
+)
 #: The built-in backends.
 BACKENDS: tuple[str, ...] = (
     'transformers',

@@ -1,7 +1,7 @@
 """Writes :mod:`specot.cli.catalog` from the registries: the drafter kinds
 (:func:`specot.plan.draft_kinds`), their options that have a CLI flag, the verifiers
-(:func:`specot.verifiers.available_verifiers`, which are lossy, :data:`specot.verifiers.LAW_VERIFIERS`)
-the built-in backend with the entry-point groups that add others (:mod:`specot.plan.backends`), and
+(:func:`specot.verifiers.available_verifiers`, which are lossy, :data:`specot.verifiers.LAW_VERIFIERS`),
+the draft-length schedules (:attr:`specot.drafting.DraftSchedule.KINDS`), the built-in backend with the entry-point groups that add others (:mod:`specot.plan.backends`), and
 the packaged targets (:data:`specot.models.packaged.PACKAGED_MODELS`).
 
 ``python -m specot.cli.catalog_build`` rewrites the file; ``tests/cli/test_catalog.py`` fails while
@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from ..drafting.base import DraftSchedule
 from ..models.packaged import PACKAGED_MODELS
 from ..plan.backends import BACKEND_ENTRY_POINTS, TRANSFORMERS
 from ..plan.draft import DRAFT_ENTRY_POINTS, draft_kinds
@@ -35,8 +36,8 @@ from __future__ import annotations
 
 from importlib.metadata import entry_points
 
-__all__ = ["DRAFTS", "DRAFT_FLAGS", "VERIFIERS", "LOSSY_VERIFIERS", "LAW_VERIFIERS", "BACKENDS", "TARGETS",
-           "draft_names", "backend_names"]
+__all__ = ["DRAFTS", "DRAFT_FLAGS", "VERIFIERS", "LOSSY_VERIFIERS", "LAW_VERIFIERS", "SCHEDULES", "BACKENDS",
+           "TARGETS", "draft_names", "backend_names"]
 
 '''
 
@@ -104,6 +105,8 @@ def catalog_source() -> str:
         f"LOSSY_VERIFIERS: tuple[str, ...] = {_literal(lossy)}",
         "#: The verifier a draft tree with several drafts per node gets by its law when none is named.",
         f"LAW_VERIFIERS: dict[str, str] = {_literal(laws)}",
+        "#: The draft-length schedules (:attr:`specot.drafting.DraftSchedule.KINDS`).",
+        f"SCHEDULES: tuple[str, ...] = {_literal(DraftSchedule.KINDS)}",
         "#: The built-in backends.",
         f"BACKENDS: tuple[str, ...] = {_literal((TRANSFORMERS.name,))}",
         "#: (name, summary) of each packaged target: a model whose parts an extra installs (``--target NAME``).",

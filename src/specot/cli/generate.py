@@ -44,7 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--gamma", type=int, default=None,
                    help="draft length γ (default 4): the chain length, or the depth of a draft tree "
                         "(a --tree with expansion factors sets it)")
-    p.add_argument("--gamma-schedule", choices=("constant", "heuristic"), default="constant",
+    p.add_argument("--gamma-schedule", choices=catalog.SCHEDULES, default="constant",
                    help="constant γ, or heuristic: +2 after a fully accepted block, -1 otherwise, within [1, 2γ]")
     p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature; 0 = greedy (default 1)")
     p.add_argument("--top-k", type=int, default=None, help="top-k filter (default off)")

@@ -181,13 +181,19 @@ class DraftSchedule:
         ValueError: ``gamma < 1`` or an unknown ``kind``.
     """
 
+    #: The schedules, the one list (the engine's config and the CLI's choices read it).
     KINDS = ("constant", "heuristic")
 
     def __init__(self, gamma: int, kind: str = "constant") -> None:
         check_count(gamma, "draft length gamma")
-        if kind not in self.KINDS:
-            raise ValueError(f"draft-length schedule must be 'constant' or 'heuristic', got {kind!r}")
+        self.check_kind(kind)
         self.gamma, self.kind, self.current = gamma, kind, gamma
+
+    @classmethod
+    def check_kind(cls, kind: str, what: str = "draft-length schedule") -> None:
+        """Raise ``ValueError`` (one line, naming ``what``) unless ``kind`` is one of :attr:`KINDS`."""
+        if kind not in cls.KINDS:
+            raise ValueError(f"{what} must be one of {', '.join(map(repr, cls.KINDS))}, got {kind!r}")
 
     def update(self, drafted_depth: int, accepted: int) -> None:
         """Record an iteration whose tree was ``drafted_depth`` deep and had ``accepted`` drafts accepted."""

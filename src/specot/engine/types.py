@@ -7,6 +7,7 @@ from typing import Any
 
 from .._deprecated import renamed_attribute
 from .._validation import check_count, check_seed
+from ..drafting.base import DraftSchedule
 from ..sampling import SamplingConfig
 
 __all__ = ["GenerationConfig", "GenerationStats", "GenerationResult"]
@@ -44,8 +45,7 @@ class GenerationConfig:
         for name in ("max_new_tokens", "gamma"):
             check_count(getattr(self, name), name)
         check_seed(self.seed)
-        if self.gamma_schedule not in ("constant", "heuristic"):
-            raise ValueError(f"gamma_schedule must be 'constant' or 'heuristic', got {self.gamma_schedule!r}")
+        DraftSchedule.check_kind(self.gamma_schedule, "gamma_schedule")
 
 
 @dataclass
