@@ -97,7 +97,7 @@ def internal_error(exc: BaseException) -> bool:
     while tb.tb_next is not None:
         tb = tb.tb_next
     line = linecache.getline(tb.tb_frame.f_code.co_filename, tb.tb_lineno).strip()
-    return not line.startswith("raise")
+    return bool(line) and not line.startswith("raise")  # no source to read: taken as a check's
 
 
 def error_message(exc: BaseException) -> str:
