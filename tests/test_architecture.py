@@ -8,6 +8,8 @@ import ast
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
+
 SRC = Path(__file__).resolve().parents[1] / "src"
 
 #: Core layers, lowest first: a module may import only from its own layer or a lower one.
@@ -141,18 +143,18 @@ def test_the_integrations_never_import_each_other():
 PACKAGES = ("specot",) + BESIDE
 
 
-def _module_name(path: Path) -> str:
-    parts = path.relative_to(SRC).with_suffix("").parts
+def _module_name(path: Path, src: Path = SRC) -> str:
+    parts = path.relative_to(src).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _module_level_imports(path: Path, modules: set[str], *, in_functions: bool = False) -> set[str]:
+def _module_level_imports(path: Path, modules: set[str], *, in_functions: bool = False, src: Path = SRC) -> set[str]:
     """The modules of ``modules`` that ``path`` imports when it is imported: statements at module
     level (in ``try`` / ``if`` blocks too), not those in a function body (unless ``in_functions``)
     or under ``if TYPE_CHECKING``; ``from pkg import name`` counts as importing ``pkg.name`` where
     that is a module, else ``pkg``."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    name = _module_name(path)
+    name = _module_name(path, src)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     out: set[str] = set()
 
@@ -240,6 +242,15 @@ def _closed_path(graph: dict[str, set[str]], component: set[str]) -> list[str]:
     return sorted(component)  # pragma: no cover - a component always closes
 
 
+def _import_cycles(src: Path, packages: tuple[str, ...], *, in_functions: bool) -> tuple[dict[str, set[str]], list[list[str]]]:
+    """(the import graph of every module of ``packages`` under ``src``, its cycles); imports in
+    function bodies counted when ``in_functions``."""
+    paths = [p for pkg in packages if (src / pkg).is_dir() for p in sorted((src / pkg).rglob("*.py"))]
+    modules = {_module_name(p, src) for p in paths}
+    graph = {_module_name(p, src): _module_level_imports(p, modules, in_functions=in_functions, src=src) for p in paths}
+    return graph, _cycles(graph)
+
+
 def test_the_cycle_finder_finds_cycles():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
@@ -261,16 +272,31 @@ def test_no_import_cycles_between_modules():
     assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
 
 
-def test_no_import_cycles_in_the_core_even_through_function_bodies():
-    """The core's modules do not import each other in a circle even counting the imports in
-    function bodies (the ``specot`` command's deferred import of its sub-commands included): the
-    sub-commands take what they share with the entry point from :mod:`specot.cli.command`."""
-    paths = _modules("specot")
-    modules = {_module_name(p) for p in paths}
-    graph = {_module_name(p): _module_level_imports(p, modules, in_functions=True) for p in paths}
-    assert "specot.cli.generate" in graph["specot.cli.main"]  # the deferred import was read
-    cycles = _cycles(graph)
+def test_no_import_cycles_in_any_package_even_through_function_bodies():
+    """No module of any package under ``src/`` (the core, the lab, the integrations) imports one that
+    imports it back, counting the imports in function bodies: a deferred import is an import all
+    the same (an integration defers its engine's imports, never its own modules' order)."""
+    graph, cycles = _import_cycles(SRC, PACKAGES, in_functions=True)
+    for pkg in PACKAGES:  # every package was read
+        if (SRC / pkg).is_dir():
+            assert any(graph[m] for m in graph if m.partition(".")[0] == pkg), pkg
+    assert "specot.cli.generate" in graph["specot.cli.main"]  # a deferred import was read
     assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+@pytest.mark.parametrize("pkg", PACKAGES)
+def test_a_planted_circle_fails_the_check_in_any_package(tmp_path, pkg):
+    """The cycle check fails on a circle planted in any package — one whose back edge is an
+    import inside a function, which a check of module-level imports alone misses."""
+    root = tmp_path / "src" / pkg
+    (root / "inner").mkdir(parents=True)
+    for name, text in {"__init__.py": "", "inner/__init__.py": "",
+                       "a.py": f"from {pkg}.inner import b\n",
+                       "inner/b.py": "import os\n\n\ndef late():\n    from .. import a\n    return a, os\n"}.items():
+        (root / name).write_text(text, encoding="utf-8")
+    _, cycles = _import_cycles(tmp_path / "src", PACKAGES, in_functions=True)
+    assert cycles == [[f"{pkg}.a", f"{pkg}.inner.b", f"{pkg}.a"]]
+    assert _import_cycles(tmp_path / "src", PACKAGES, in_functions=False)[1] == []  # module level alone: missed
 
 
 def test_the_vllm_integration_has_no_import_cycle_even_through_deferred_imports():
