@@ -279,11 +279,16 @@ def curve_fields(d: Any) -> dict[str, Any]:
             "load_average": None if la is None else numbers(la, "load_average", lo=0.0, hi=1e6, max_len=3)}
 
 
-def _flags(obj: Mapping[str, Any]) -> bool:
-    """The entry's ``busy`` flag (checked: a bool; ``cpu_count`` an integer), False when absent."""
-    if "cpu_count" in obj and obj["cpu_count"] is not None:
-        integer(obj["cpu_count"], "cpu_count", lo=1, hi=1 << 20)
-    flag = obj.get("busy", False)
+def _flags(obj: Mapping[str, Any], load: Sequence[float] | None) -> bool:
+    """The entry's ``busy`` flag (checked: a bool; ``cpu_count`` an integer); an entry written
+    without one is busy when its recorded ``load`` says so (:func:`specot.cache_entry.busy`, on its
+    ``cpu_count`` or this machine's)."""
+    cpus = obj.get("cpu_count")
+    if cpus is not None:
+        cpus = integer(cpus, "cpu_count", lo=1, hi=1 << 20)
+    if "busy" not in obj:
+        return busy(load, cpus or os.cpu_count())
+    flag = obj["busy"]
     if not isinstance(flag, bool):
         raise DamagedEntry(f"busy is a {type(flag).__name__}, not true or false")
     return flag
@@ -308,7 +313,7 @@ def _curve_entry(obj: Mapping[str, Any], key: Mapping[str, Any]) -> tuple[PassCo
         ratios = numbers(body["ratios"], "ratios", lo=0.0, hi=1 << 16, min_len=len(t), max_len=len(t))
         if any(abs(r - x / t[0]) > 1e-3 * max(1.0, r) for r, x in zip(ratios, t)):
             raise DamagedEntry(f"ratios {list(ratios)[:12]} are not t(B)/t(1) with r(1) = 1")
-    flag = _flags(obj)
+    flag = _flags(obj, fields["load_average"])
     if not same_json(fields["key"], key):
         raise StaleEntry("measured under another key")
     return PassCostCurve(**fields, source="cache"), flag
@@ -488,7 +493,7 @@ def _measurement_entry(obj: Mapping[str, Any], name: str, key: Mapping[str, Any]
     la = body.get("load_average")
     la = None if la is None else list(numbers(la, "load_average", lo=0.0, hi=1e6, max_len=3))
     measured_at = text(body.get("measured_at", ""), "measured_at")
-    flag = _flags(obj)
+    flag = _flags(obj, la)
     if body.get("name") != name or not same_json(mapping(body.get("key"), "key"), key):
         raise StaleEntry("measured under another key")
     return {"name": name, "key": body["key"], "values": values, "measured_at": measured_at, "load_average": la,

@@ -179,6 +179,19 @@ def test_a_curve_measured_busy_is_flagged_and_measured_again_when_quiet(tmp_path
     assert calibrate(t, cache_dir=tmp_path).source == "cache" and t.calls == 2
 
 
+def test_an_entry_without_the_flag_is_judged_by_its_load_average(tmp_path, monkeypatch):
+    """An entry written before the flag existed: busy when its recorded load average says so."""
+    path, obj = _curve_entry(tmp_path)
+    for k in ("busy", "cpu_count"):
+        obj.pop(k)
+    path.write_text(json.dumps(_set(obj, ("curve", "load_average"), [50.0 * C.os.cpu_count(), 1.0, 1.0])))
+    t = FakeTarget()
+    curve, msgs = _caught(lambda: calibrate(t, cache_dir=tmp_path))
+    assert curve.source == "measured" and len(msgs) == 1 and "busy machine" in msgs[0]
+    path.write_text(json.dumps(_set(obj, ("curve", "load_average"), [0.1, 0.1, 0.1])))
+    assert calibrate(t, cache_dir=tmp_path).source == "cache" and t.calls == 1
+
+
 def test_busy_is_relative_to_the_cpus():
     assert busy([3.0, 0, 0], 2) and not busy([3.0, 0, 0], 4) and not busy(None, 2) and not busy([9.0], None)
     assert quiet([0.9, 5, 5], 2) and not quiet([1.5, 0, 0], 2) and not quiet(None, 2)
