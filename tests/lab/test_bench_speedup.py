@@ -9,7 +9,7 @@ import pytest
 
 from model_helpers import tiny_lm
 from specot_lab.bench.acceptance import BenchDraft
-from specot_lab.bench.report import results_markdown, speedup_plots, speedup_table, update_readme, START, END
+from specot_lab.bench.report import results_markdown, speedup_plots, speedup_table, update_results, START, END
 from specot_lab.bench.speedup import run_speedup_bench
 
 ROW_KEYS = {"temperature", "method", "family", "drafts", "gamma", "verifier", "prompts", "tokens", "time_s", "target_calls",
@@ -80,10 +80,10 @@ def test_report(tiny_speedup, tmp_path):
     section = results_markdown(None, {**tiny_speedup, "command": "specot bench speedup --quick"}, plots_dir="docs/bench")
     readme = tmp_path / "README.md"
     readme.write_text("# x\n\n## Results\n\nRESULTS_PLACEHOLDER\n\n## Next\n")
-    update_readme(readme, section)
+    update_results(readme, section)
     text = readme.read_text()
     assert START in text and END in text and "RESULTS_PLACEHOLDER" not in text and "## Next" in text
-    update_readme(readme, "new body\n")  # idempotent replacement between the markers
+    update_results(readme, "new body\n")  # idempotent replacement between the markers
     text2 = readme.read_text()
     assert "new body" in text2 and "specot bench speedup --quick" not in text2 and text2.count(START) == 1
 

@@ -15,7 +15,6 @@ and :class:`ServerAdapter` (any OpenAI-compatible completions server, a black bo
 from __future__ import annotations
 
 import json
-import math
 import urllib.request
 from abc import ABC, abstractmethod
 from typing import Any, Sequence
@@ -337,8 +336,3 @@ class ServerAdapter(Adapter):
     def greedy_tokens(self, prompt_ids, n):  # noqa: D102
         prompt = prompt_ids if isinstance(prompt_ids, str) else [int(t) for t in prompt_ids]
         return self._tokens(prompt, n, SamplingConfig(0.0), 0)
-
-
-def finite_or_none(x: float | None) -> float | None:
-    """``x`` when finite, else ``None`` (JSON has no infinities)."""
-    return x if x is not None and math.isfinite(x) else None

@@ -10,7 +10,6 @@
   ``docs/results.md`` (:data:`RESULTS_FILE`; between the markers ``<!-- bench:results:start -->`` /
   ``<!-- bench:results:end -->``, or the line ``RESULTS_PLACEHOLDER`` the first time; a missing file
   is created) with tables built from the JSON files and the exact command lines that produced them.
-  ``update_readme`` is its old name, kept as an alias.
 
 Plots use matplotlib's Agg backend (no display needed).
 """
@@ -29,7 +28,7 @@ from specot.outputs import write_json, write_text
 from .runinfo import run_info
 
 __all__ = ["acceptance_table", "speedup_table", "acceptance_plots", "speedup_plots", "results_markdown",
-           "update_results", "update_readme", "write_outputs", "START", "END", "RESULTS_FILE"]
+           "update_results", "write_outputs", "START", "END", "RESULTS_FILE"]
 
 START = "<!-- bench:results:start -->"
 END = "<!-- bench:results:end -->"
@@ -355,10 +354,6 @@ def update_results(path: str | os.PathLike[str], section: str) -> None:
     else:
         raise ValueError(f"{path} has no {START} ... {END} block and no RESULTS_PLACEHOLDER line")
     path.write_text(text, encoding="utf-8")
-
-
-#: The old name of :func:`update_results` (it used to rewrite a section of README.md).
-update_readme = update_results
 
 
 def write_outputs(res: dict[str, Any], out_dir: str | os.PathLike[str], *, plots: bool = True) -> list[Path]:
