@@ -373,6 +373,7 @@ _SPEED_BENCHES: list[tuple[str, str, str]] = [
     ("tree-speed", "tree_speed", "multi-draft tree decoding: tree-pass cost, overhead share, K x L grid"),
     ("batch-invariance", "batch_invariance", "a backend's logits in a one-token pass vs a batched pass"),
     ("paths", "paths", "gbv vs block verification on the same real draft paths (exact block efficiency)"),
+    ("pair", "pair", "the seeds' verifiers on a target + draft pair: exact block efficiency, alpha*, match rule"),
     ("llamacpp", "llamacpp", "specot on llama.cpp: the pass-cost curve (cost) and tokens/s against llama.cpp (run)"),
 ]
 
