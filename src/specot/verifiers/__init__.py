@@ -15,7 +15,6 @@ from .base import (
     available_verifiers,
     get_verifier,
     LAW_VERIFIERS,
-    default_verifier,
     prepare_inputs,
     register_verifier,
 )
@@ -44,7 +43,6 @@ __all__ = [
     "available_verifiers",
     "get_verifier",
     "LAW_VERIFIERS",
-    "default_verifier",
     "prepare_inputs",
     "register_verifier",
     "SpeculativeVerifier",

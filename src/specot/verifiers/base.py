@@ -39,7 +39,6 @@ __all__ = [
     "available_verifiers",
     "prepare_inputs",
     "LAW_VERIFIERS",
-    "default_verifier",
 ]
 
 
@@ -283,15 +282,9 @@ def get_verifier(name: str, **params: object) -> AnyVerifier:
     return _REGISTRY[name](**params)
 
 
-#: THE table of default verifiers by draft law: the verifier a draft tree with several drafts per
-#: node gets when none is named — the optimal one for the GREEDY law (Hu et al. 2025, Theorem 7)
-#: and for SpecHub's (Sun et al., SpecHub, 2024), RRS without replacement for WOR (Jeon et al.
-#: 2024), k-Seq for IID (SpecTr, Sun et al. 2023). One draft per node: ``speculative``.
+#: THE table of the draft laws' optimal verifiers, which a draft tree with several drafts per node
+#: gets when none is named (:attr:`specot.drafting.TreeSpec.default_verifier`): the optimal one for
+#: the GREEDY law (Hu et al. 2025, Theorem 7) and for SpecHub's (Sun et al., SpecHub, 2024), RRS
+#: without replacement for WOR (Jeon et al. 2024), k-Seq for IID (SpecTr, Sun et al. 2023).
 LAW_VERIFIERS: Mapping[DraftLaw, str] = {DraftLaw.IID: "kseq", DraftLaw.WOR: "rrs_wor", DraftLaw.GREEDY: "greedy",
                                          DraftLaw.SPECHUB: "spechub"}
-
-
-def default_verifier(law: DraftLaw, drafts_per_node: int) -> str:
-    """The verifier a draft tree gets when none is named: ``"speculative"`` (Leviathan et al. 2023)
-    for one draft per node, else :data:`LAW_VERIFIERS` ``[law]``."""
-    return "speculative" if drafts_per_node <= 1 else LAW_VERIFIERS[law]
