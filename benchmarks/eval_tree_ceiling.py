@@ -19,7 +19,7 @@ ceiling is the head's own acceptance rate α.)
 
 The script samples the target's continuation of each prompt at temperature T and, at every
 ``--stride``-th position, finds the N-node optimum by best-first search: each round runs one target
-pass over the tree found so far (:meth:`CausalLM.tree_logits_after`) and expands the nodes of the
+pass over the tree found so far (:meth:`CausalLM.tree_logits`) and expands the nodes of the
 current top N, until all of them are expanded (depth at most ``--max-depth``; EOS nodes are leaves).
 For comparison it decodes each prompt once more with the shipped default (``specot.generate``,
 ``draft="auto"``: 2 × 3 GREEDY-law trees of suffix decoding and the EAGLE head at T > 0) and reports
@@ -45,6 +45,7 @@ from tqdm import tqdm
 
 from specot.api import generate, load_target
 from specot.envinfo import environment_info, load_average
+from specot.geometry import token_tree
 from specot.models import CausalLM
 from specot.sampling import SamplingConfig, standardize
 from specot_lab.bench.script_io import add_run_options, target_continuation, write_record
@@ -86,7 +87,8 @@ def best_tree_path_probs(target: CausalLM, context: list[int], sampling: Samplin
                 i = par[i]
         run = sorted(keep)  # parents were created before their children
         row = {node: j for j, node in enumerate(run)}
-        logits = target.tree_logits_after(context, [tok[i] for i in run], [row[par[i]] if par[i] >= 0 else -1 for i in run])
+        tree = token_tree([context[-1]] + [tok[i] for i in run], [-1] + [row[par[i]] + 1 if par[i] >= 0 else 0 for i in run])
+        logits = target.tree_logits(context, tree)
         p = standardize(logits[1:], sampling)  # [len(run), V]
         for i in todo:
             expand(i, p[row[i]])
@@ -105,7 +107,8 @@ def pass_times(target: CausalLM, context: list[int], sizes: list[int], repeats: 
             if n == 0:
                 target.logits_after(context)
             else:
-                target.tree_logits_after(context, [100 + j for j in range(n)], [(j - 1) // 2 if j else -1 for j in range(n)])
+                target.tree_logits(context, token_tree([context[-1]] + [100 + j for j in range(n)],
+                                                       [-1] + [(j - 1) // 2 + 1 if j else 0 for j in range(n)]))
             times[n].append(time.perf_counter() - t0)
     return {n: statistics.median(v) for n, v in times.items()}
 

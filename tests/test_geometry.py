@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specot.geometry import TreeGeometry, common_prefix_length
+from specot.drafting import DraftTree
+from specot.geometry import TokenTree, TreeGeometry, common_prefix_length, token_tree
 from specot.verifiers.traversal import tree_structure
 
 from model_helpers import tiny_lm
@@ -68,12 +69,14 @@ def test_one_validation_one_message(parents, rooted):
 def test_every_reader_refuses_a_malformed_tree_with_the_one_message():
     lm = tiny_lm(0)
     with pytest.raises(ValueError) as hf:
-        lm.tree_logits_after([1, 2, 3], [4, 5], [-1, 5])
+        lm.tree_logits([1, 2, 3], token_tree([3, 4, 5], [-1, 0, 6]))
+    with pytest.raises(ValueError) as drafted:
+        DraftTree(tokens=[3, 4, 5], parents=[-1, 0, 6]).geometry
     with pytest.raises(ValueError) as traversal:
         tree_structure([-1, 0, 3])
     with pytest.raises(ValueError) as direct:
-        TreeGeometry.of([-1, 5])
-    assert str(hf.value) == str(direct.value)
+        TreeGeometry.of_rooted([-1, 0, 6])
+    assert str(hf.value) == str(direct.value) == str(drafted.value)
     assert "must be 0 (the root) or an earlier node index" in str(traversal.value)
 
 
@@ -83,3 +86,28 @@ def test_the_common_prefix_rule():
     assert common_prefix_length([1, 2, 9], [1, 2, 3, 4]) == 2
     assert common_prefix_length([], [1, 2]) == 0 and common_prefix_length([1], [1]) == 0
     assert common_prefix_length([1, 2, 3, 4], [1, 2, 3, 4, 5], limit=2) == 2  # e.g. not into a tree region
+
+
+def test_a_draft_tree_derives_its_geometry_once_and_again_after_a_change():
+    tree = DraftTree.root(7)
+    a, b = tree.add_children(0, [3, 5])
+    g = tree.geometry
+    assert tree.geometry is g and g.parents == (-1, -1) and not tree.is_chain()  # kept, not derived again
+    assert tree.depths == (0, 1, 1) and tree.depth == 1
+    tree.add_children(a, [4])  # the shape changed: derived again
+    assert tree.geometry is not g and tree.geometry.parents == (-1, -1, 0) and tree.depths == (0, 1, 1, 2)
+    chain = DraftTree.chain(7, [3, 4])
+    assert chain.is_chain() and chain.geometry.leaves == (1,) and chain.depth == 2
+
+
+def test_a_token_tree_is_what_a_draft_tree_hands_a_target():
+    tree = DraftTree.chain(7, [3, 4])
+    assert isinstance(tree, TokenTree) and isinstance(token_tree([7, 3, 4], [-1, 0, 1]), TokenTree)
+    assert token_tree([7, 3, 4], [-1, 0, 1]).geometry == tree.geometry
+    with pytest.raises(ValueError, match="one length"):
+        token_tree([7, 3], [-1, 0, 1])
+    g = TreeGeometry.of_rooted([-1, 0, 0, 1])
+    assert g.check_rooted_path([1, 3]) == [0, 2] and g.check_rooted_path([]) == []
+    for bad in ([3], [2, 3], [0], [4]):
+        with pytest.raises(ValueError, match="accepted path"):
+            g.check_rooted_path(bad)

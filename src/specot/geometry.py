@@ -4,22 +4,23 @@ below every node, ancestors and positions, with one validation and one error mes
 Two numberings are in use and both read this one record:
 
 * the nodes only (:meth:`TreeGeometry.of`): ``parents [N]``, ``-1`` for a child of the root (the
-  last committed token), else the index ``j < i`` of node i's parent — what a target backend scores
-  (:meth:`specot.models.TargetModel.tree_logits_after`);
+  last committed token), else the index ``j < i`` of node i's parent — the record's own numbering;
 * the root first (:meth:`TreeGeometry.of_rooted`): ``parents [1 + N]`` with ``parents[0] = -1`` and
-  ``parents[i] < i`` — what a :class:`~specot.drafting.DraftTree` and the verifiers hold. The record
-  is the same; it describes the ``N`` nodes below the root.
+  ``parents[i] < i`` — what a :class:`~specot.drafting.DraftTree`, a :class:`TokenTree`, the
+  target protocol (:meth:`specot.models.TargetModel.tree_logits`, whose logits row ``j`` is node
+  ``j``) and the verifiers speak. The record is the same; it describes the ``N`` nodes below the
+  root (rooted node ``j`` is its node ``j - 1``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Protocol, Sequence, runtime_checkable
 
 import torch
 from torch import Tensor
 
-__all__ = ["TreeGeometry", "common_prefix_length"]
+__all__ = ["TreeGeometry", "TokenTree", "token_tree", "common_prefix_length"]
 
 
 def _refuse(parents: Sequence[int], node: int, parent: object, root: int) -> ValueError:
@@ -143,6 +144,58 @@ class TreeGeometry:
                 return False
             prev = n
         return True
+
+    def check_rooted_path(self, path: Sequence[int]) -> list[int]:
+        """``path`` (rooted node indices ``1..N``, a child of the root first) as record nodes
+        (``path[k] - 1``), checked to run from a child of the root down, parent to child.
+
+        Raises:
+            ValueError: a node outside ``1..N`` or one that is not the previous node's child.
+        """
+        nodes = [int(j) - 1 for j in path]
+        if not self.is_root_path(nodes):
+            raise ValueError(f"accepted path {[int(j) for j in path]} must run from a child of the root down the "
+                             f"tree, parent to child, over nodes 1..{self.size}")
+        return nodes
+
+
+@runtime_checkable
+class TokenTree(Protocol):
+    """What a target scores in one pass (:meth:`specot.models.TargetModel.tree_logits`): tokens on
+    a tree, root first. A :class:`~specot.drafting.DraftTree` is one; :func:`token_tree` makes one
+    from lists.
+
+    Attributes:
+        tokens: ``[1 + N]`` node tokens; ``tokens[0]`` is the root (the last committed token, which
+            the target takes from the context), node ``j`` is logits row ``j``.
+        geometry: the :class:`TreeGeometry` of the ``N`` nodes below the root, computed once.
+    """
+
+    @property
+    def tokens(self) -> Sequence[int]: ...
+
+    @property
+    def geometry(self) -> TreeGeometry: ...
+
+
+@dataclass(frozen=True)
+class _TokenTree:
+    tokens: tuple[int, ...]
+    geometry: TreeGeometry
+
+
+def token_tree(tokens: Sequence[int], parents: Sequence[int]) -> TokenTree:
+    """A :class:`TokenTree` of ``tokens [1 + N]`` under ``parents [1 + N]`` (root first:
+    ``parents[0] = -1``, ``parents[j] < j``); ``tokens[0]`` is the root.
+
+    Raises:
+        ValueError: lists of different lengths, or a malformed ``parents``
+            (:meth:`TreeGeometry.of_rooted`, the one message).
+    """
+    if len(tokens) != len(parents):
+        raise ValueError(f"tokens and parents must have one length (the root first), got {len(tokens)} and "
+                         f"{len(parents)}")
+    return _TokenTree(tuple(int(t) for t in tokens), TreeGeometry.of_rooted(parents))
 
 
 def common_prefix_length(cached: Sequence[int], context: Sequence[int], limit: int | None = None) -> int:

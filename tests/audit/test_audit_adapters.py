@@ -9,6 +9,7 @@ import torch
 
 from specot.audit.adapters import HFAdapter, SpecotAdapter, pad_rows
 from specot.audit.memo import MemoModel
+from specot.geometry import token_tree
 from specot.audit.run import audit_greedy, audit_sampling
 from specot.audit.stats import END
 from specot.sampling import SamplingConfig
@@ -31,10 +32,13 @@ def test_memo_model_returns_the_real_logits():
     again = memo.logits_after([1, 2, 3, 4], [5])
     torch.testing.assert_close(again, b[1:])
     assert memo.hits >= 2
-    t = memo.tree_logits_after([1, 2], [3, 4, 6], [-1, 0, -1])
+    t = memo.tree_logits([1, 2], token_tree([2, 3, 4, 6], [-1, 0, 1, 0]))
     torch.testing.assert_close(t[2], real.logits_after([1, 2, 3, 4])[0])
-    memo.keep_tree_path(2, [2, 3])
+    memo.keep_tree_path([1, 2])
     assert memo.cached_ids == [1, 2, 3, 4]
+    with pytest.raises(ValueError, match="accepted path"):
+        memo.tree_logits([1, 2], token_tree([2, 3, 4, 6], [-1, 0, 1, 0]))
+        memo.keep_tree_path([3, 2])
 
 
 @pytest.mark.slow

@@ -150,7 +150,7 @@ def test_real_pair_greedy_equals_the_target(pair, mode):
 
 @needs_pair
 def test_llamacpp_tree_rows_are_the_q_of_their_prefixes(pair):
-    """A TLI tree drafted on llama.cpp (one ``tree_logits_after`` batch per depth): every node's q
+    """A TLI tree drafted on llama.cpp (one ``tree_logits`` batch per depth): every node's q
     row is the TLI q after that node's prefix, as a one-chain pass computes it, up to llama.cpp's
     batch-versus-chain rounding (total variation <= 0.2; a row of another prefix is far off)."""
     target, tli = pair

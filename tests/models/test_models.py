@@ -10,6 +10,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from specot.cli.main import main as cli_main
 from specot.drafting import ModelDrafter, NGramDrafter, NGramTable, check_vocab_compatible
+from specot.geometry import token_tree
 from specot.models import load_model, resolve_dtype
 from specot.models.device import (GQA_SDPA, SmallBatchHead, gqa_sdpa_attention, install_gqa_sdpa,
                                   install_small_batch_head, small_batch_linear)
@@ -219,10 +220,11 @@ def test_install_gqa_sdpa_only_on_grouped_sdpa_models():
     assert lm.model.config._attn_implementation == GQA_SDPA
     assert install_gqa_sdpa(lm.model)  # again: a no-op
     ctx, toks, parents = [1, 4, 2, 9, 9, 3], [5, 6, 7, 8, 2], [-1, -1, 0, 0, 2]
-    new = lm.tree_logits_after(ctx, toks, parents)  # [1 + N, V], a tree mask: the new kernel path
+    tree = token_tree([ctx[-1]] + toks, [-1] + [p + 1 for p in parents])
+    new = lm.tree_logits(ctx, tree)  # [1 + N, V], a tree mask: the new kernel path
     lm.reset()
     lm.model.set_attn_implementation("sdpa")
-    torch.testing.assert_close(lm.tree_logits_after(ctx, toks, parents), new, atol=0, rtol=0)
+    torch.testing.assert_close(lm.tree_logits(ctx, tree), new, atol=0, rtol=0)
     base = dict(vocab_size=16, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4)
     mha = LlamaForCausalLM(LlamaConfig(**base, num_key_value_heads=4))  # no head groups
     assert not install_gqa_sdpa(mha) and mha.config._attn_implementation == "sdpa"

@@ -17,6 +17,7 @@ import specot.plan.run as plan_run
 from specot.plan.run import wants_cuda_graphs
 
 from specot.drafting import ModelDrafter, TreeSpec
+from specot.geometry import token_tree
 from specot.engine import GenerationConfig, autoregressive_generate, speculative_generate, tree_generate
 from specot.drafting import EAGLE_DEFAULT_TREE, EagleDrafter
 from specot.engine import make_generator
@@ -62,13 +63,12 @@ def test_static_cache_matches_dynamic_cache_through_rollback_and_trees(graphs, m
     a, b = dyn.logits_after(PROMPT + [4], [9, 9]), sta.logits_after(PROMPT + [4], [9, 9])
     torch.testing.assert_close(a, b)
     # a tree pass, then keep one path in place
-    toks, pars = [3, 6, 2, 5], [-1, -1, 0, 1]
-    a = dyn.tree_logits_after(PROMPT + [4, 9], toks, pars)
-    b = sta.tree_logits_after(PROMPT + [4, 9], toks, pars)
+    tree = token_tree([9, 3, 6, 2, 5], [-1, 0, 0, 1, 2])  # root first
+    a = dyn.tree_logits(PROMPT + [4, 9], tree)
+    b = sta.tree_logits(PROMPT + [4, 9], tree)
     torch.testing.assert_close(a, b)
-    n = len(PROMPT) + 2
     for lm in (dyn, sta):
-        lm.keep_tree_path(n, [n + 1, n + 3])  # tokens 6, 5
+        lm.keep_tree_path([2, 4])  # tokens 6, 5
         assert lm.cached_ids == PROMPT + [4, 9, 6, 5]
     torch.testing.assert_close(dyn.logits_after(PROMPT + [4, 9, 6, 5, 1], [2]),
                                sta.logits_after(PROMPT + [4, 9, 6, 5, 1], [2]))

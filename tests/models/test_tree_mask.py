@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from specot.geometry import token_tree
 from specot.models import CausalLM
 
 from model_helpers import tiny_llama, tiny_lm
@@ -14,6 +15,12 @@ CTX = [1, 5, 3, 7, 2]
 # a tree of 12 nodes, depth 5 (parents: -1 = root, else an earlier node index)
 TOKENS = [4, 9, 4, 2, 11, 0, 6, 6, 3, 15, 8, 1]
 PARENTS = [-1, -1, -1, 0, 0, 1, 3, 3, 4, 6, 6, 9]
+
+
+def _tree(context: list[int], tokens: list[int], parents: list[int]):
+    """The tree of ``tokens`` (parents: -1 = root, else an earlier node index) after ``context``,
+    root first, as a target scores it."""
+    return token_tree([context[-1]] + tokens, [-1] + [p + 1 for p in parents])
 
 
 def _path(i: int) -> list[int]:
@@ -39,7 +46,7 @@ def test_tree_pass_matches_per_path_float32(attn, cached):
     lm.model.config._attn_implementation = attn
     if cached:
         lm.forward(CTX[:cached])  # part of the context already in the cache: only the rest runs
-    out = lm.tree_logits_after(CTX, TOKENS, PARENTS)  # [1 + N, V]
+    out = lm.tree_logits(CTX, _tree(CTX, TOKENS, PARENTS))  # [1 + N, V]
     assert out.shape == (1 + len(TOKENS), 16)
     assert lm.forward_calls == (2 if cached else 1)  # the tree is ONE pass
     torch.testing.assert_close(out, _reference(lm.model, CTX), atol=1e-5, rtol=0)
@@ -48,16 +55,15 @@ def test_tree_pass_matches_per_path_float32(attn, cached):
 
 def test_tree_pass_then_compaction_continues_exactly():
     lm = tiny_lm(0, dtype=torch.float32)
-    lm.tree_logits_after(CTX, TOKENS, PARENTS)
-    n = len(CTX)
+    lm.tree_logits(CTX, _tree(CTX, TOKENS, PARENTS))
     path = [0, 3, 6, 9]  # tokens 4, 2, 6, 15
-    lm.keep_tree_path(n, [n + i for i in path])  # moved in place, the rest cropped
+    lm.keep_tree_path([i + 1 for i in path])  # node indices, root first: moved in place, the rest cropped
     assert lm.cached_ids == CTX + [TOKENS[i] for i in path] and lm.tree_base is None
     new_ctx = CTX + [TOKENS[i] for i in path] + [5]
-    out = lm.tree_logits_after(new_ctx, TOKENS, PARENTS)  # a second tree on the compacted cache
+    out = lm.tree_logits(new_ctx, _tree(new_ctx, TOKENS, PARENTS))  # a second tree on the compacted cache
     assert lm.forward_calls == 2  # nothing re-run but the correction token and the new tree
     torch.testing.assert_close(out, _reference(lm.model, new_ctx), atol=1e-5, rtol=0)
-    lm.keep_tree_path(len(new_ctx), [])
+    lm.keep_tree_path([])
     plain = lm.logits_after(new_ctx + [3])  # back to plain decoding
     with torch.no_grad():
         ref = lm.model(input_ids=torch.tensor([new_ctx + [3]])).logits[0, -1].float()
@@ -86,7 +92,7 @@ def test_forward_tree_depth_by_depth_like_the_drafter():
 
 def test_logits_after_never_reuses_tree_positions():
     lm = tiny_lm(0, dtype=torch.float64)
-    lm.tree_logits_after(CTX, [4, 2], [-1, -1])  # siblings 4 and 2: cached as ... 4, 2
+    lm.tree_logits(CTX, _tree(CTX, [4, 2], [-1, -1]))  # siblings 4 and 2: cached as ... 4, 2
     out = lm.logits_after(CTX + [4, 2])  # the SEQUENCE 4, 2 differs from the siblings
     with torch.no_grad():
         ref = lm.model(input_ids=torch.tensor([CTX + [4, 2]])).logits[0, -1].float()
@@ -96,7 +102,7 @@ def test_logits_after_never_reuses_tree_positions():
 
 def test_rollback_inside_tree_region():
     lm = tiny_lm(0, dtype=torch.float64)
-    lm.tree_logits_after(CTX, TOKENS[:3], PARENTS[:3])
+    lm.tree_logits(CTX, _tree(CTX, TOKENS[:3], PARENTS[:3]))
     lm.rollback(len(CTX) + 1)  # keep the first node only
     assert lm.tree_base == 0  # the uncached context ran in the same pass, as a chain
     out = lm.forward_tree([2], [len(CTX)])  # child of node 0
@@ -110,11 +116,16 @@ def test_forward_tree_rejects_bad_parents_and_context():
     with pytest.raises(ValueError, match="parent"):
         lm.forward_tree([3], [1])  # inside the committed prefix, not its last token
     with pytest.raises(ValueError, match="parent"):
-        lm.tree_logits_after(CTX, [3, 4], [-1, 5])
+        lm.tree_logits(CTX, _tree(CTX, [3, 4], [-1, 5]))
     with pytest.raises(ValueError, match="nonzero length"):
         lm.forward_tree([], [])
-    with pytest.raises(ValueError, match="increase"):
-        lm.keep_tree_path(2, [4, 3])
+    with pytest.raises(ValueError, match="no draft tree"):
+        lm.keep_tree_path([1])  # no tree scored
+    lm.tree_logits(CTX, _tree(CTX, TOKENS, PARENTS))
+    for bad in ([2, 1], [4], [1, 6], [13]):  # not parent to child from a child of the root; no node 13
+        with pytest.raises(ValueError, match="accepted path"):
+            lm.keep_tree_path(bad)
+    assert lm.cached_ids == CTX + TOKENS  # a refused path leaves the cache as it was
     short = CausalLM(tiny_llama(0, max_pos=6), name="short")
     short.forward([1, 2, 3, 4, 5])
     with pytest.raises(ValueError, match="context"):

@@ -82,10 +82,10 @@ class _Plain:
     def logits_after(self, context, extra=(), *, hidden_layers=None):
         return torch.zeros(1 + len(extra), self.vocab_size)
 
-    def tree_logits_after(self, context, tokens, parents, *, hidden_layers=None):
-        return torch.zeros(1 + len(tokens), self.vocab_size)
+    def tree_logits(self, context, tree, *, hidden_layers=None):
+        return torch.zeros(len(tree.tokens), self.vocab_size)
 
-    def keep_tree_path(self, prefix_len, positions):
+    def keep_tree_path(self, path):
         pass
 
 

@@ -19,8 +19,8 @@ the new one): every row and every cached key and value come from the batched ker
 
 A :class:`MemoModel` keeps a virtual cache (the token ids of the committed chain and the paths of
 an open tree) so that it speaks both roles: the target protocol (``logits_after``,
-``tree_logits_after``, ``keep_tree_path``) and what a :class:`~specot.drafting.ModelDrafter`
-asks of its draft model (``forward``, ``forward_tree``, ``cached_ids``).
+``tree_logits``, ``keep_tree_path``) and what a :class:`~specot.drafting.ModelDrafter`
+asks of its draft model (``forward``, ``forward_tree``, ``keep_positions``, ``cached_ids``).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ import torch
 from torch import Tensor
 
 from ..drafting.base import Drafter
+from ..geometry import TokenTree
 from ..drafting.model import ModelDrafter
 
 __all__ = ["MemoModel", "memo_drafter"]
@@ -57,6 +58,7 @@ class MemoModel:
         self._rows: OrderedDict[tuple[int, ...], Tensor] = OrderedDict()
         self._ids: list[int] = []
         self._extra: list[tuple[int, ...]] = []  # open tree nodes' full paths, after ``_ids``
+        self._scored: Any = None  # the TreeGeometry of the last tree_logits, while its nodes are open
         self.hits = self.misses = 0
         self.forward_calls = 0
         self.last_start = 0
@@ -115,7 +117,7 @@ class MemoModel:
     # ------------------------------------------------------------ target side
     def reset(self) -> None:
         """Empty the virtual cache (the memory of rows stays)."""
-        self._ids, self._extra = [], []
+        self._ids, self._extra, self._scored = [], [], None
 
     def reset_stats(self) -> None:
         self.forward_calls = 0
@@ -131,26 +133,26 @@ class MemoModel:
             raise ValueError("a memoized model keeps no hidden states")
         ids = [int(t) for t in context] + [int(t) for t in extra]
         n = len(context)
-        self._ids, self._extra = ids, []
+        self._ids, self._extra, self._scored = ids, [], None
         return self.rows([tuple(ids[:n + i]) for i in range(len(extra) + 1)])
 
-    def tree_logits_after(self, context: Sequence[int], tokens: Sequence[int], parents: Sequence[int], *,
-                          hidden_layers: Sequence[int] | None = None) -> Tensor:
-        """Logits ``[1 + N, V]`` after ``context`` and after every tree node (parents: ``-1`` or an
-        earlier node's index)."""
+    def tree_logits(self, context: Sequence[int], tree: TokenTree, *, hidden_layers: Sequence[int] | None = None) -> Tensor:
+        """Logits ``[1 + N, V]`` after ``context`` and after every node of ``tree`` (a
+        :class:`~specot.geometry.TokenTree`, root first)."""
         if hidden_layers is not None:
             raise ValueError("a memoized model keeps no hidden states")
         ctx = tuple(int(t) for t in context)
         paths: list[tuple[int, ...]] = []
-        for tok, par in zip(tokens, parents):
+        for tok, par in zip(tree.tokens[1:], tree.geometry.parents):
             paths.append((ctx if par < 0 else paths[par]) + (int(tok),))
         self._ids, self._extra = list(ctx), paths
+        self._scored = tree.geometry
         keys = [ctx] + paths
         if any(k not in self._rows for k in keys):  # one real tree pass for the whole tree, its nodes then dropped
             self._two_token_pass(ctx)  # the context's tail in a batched pass, not alone before the tree
             self.forward_calls += 1
-            got = self.real.tree_logits_after(list(ctx), [int(t) for t in tokens], [int(p) for p in parents])
-            self.real.keep_tree_path(len(ctx), [])
+            got = self.real.tree_logits(list(ctx), tree)
+            self.real.keep_tree_path([])
             self.forward_calls += 1
             self.misses += sum(k not in self._rows for k in keys)
             for key, row in zip(keys, got):
@@ -158,11 +160,20 @@ class MemoModel:
                     self._put(key, row)
         return self.rows(keys)
 
-    def keep_tree_path(self, prefix_len: int, positions: Sequence[int]) -> None:
-        """Keep ``prefix_len`` positions and then the cached positions ``positions``, as a chain."""
-        cached = self.cached_ids
-        self._ids = cached[:prefix_len] + [cached[i] for i in positions]
-        self._extra = []
+    def keep_tree_path(self, path: Sequence[int]) -> None:
+        """Keep the context of the last :meth:`tree_logits` and then the nodes ``path`` of its
+        tree, as a chain.
+
+        Raises:
+            ValueError: ``path`` not a root path of that tree, or no tree scored.
+        """
+        if self._scored is None:
+            if len(path):
+                raise ValueError(f"keep_tree_path({list(path)}): no draft tree was scored (call tree_logits first)")
+            return
+        nodes = self._scored.check_rooted_path(path)
+        self._ids = self._ids + [self._extra[i][-1] for i in nodes]
+        self._extra, self._scored = [], None
 
     # ------------------------------------------------------------- draft side
     @property
@@ -177,7 +188,7 @@ class MemoModel:
         """Logits ``[T, V]`` after each of ``tokens`` appended to the chain."""
         toks = [int(t) for t in (tokens.reshape(-1).tolist() if isinstance(tokens, Tensor) else tokens)]
         base = self.cached_ids
-        self._ids, self._extra = base + toks, []
+        self._ids, self._extra, self._scored = base + toks, [], None
         n = len(base)
         return self.rows([tuple(self._ids[:n + i + 1]) for i in range(len(toks))])
 
@@ -185,7 +196,13 @@ class MemoModel:
         """Logits ``[N, V]`` after tree nodes appended to the cache (``parents``: cache indices)."""
         paths = [self._path(int(par)) + (int(tok),) for tok, par in zip(tokens, parents)]
         self._extra = self._extra + paths
+        self._scored = None
         return self.rows(paths)
+
+    def keep_positions(self, keep: Sequence[int]) -> None:
+        """Keep the cached positions ``keep`` (increasing) of the virtual cache, as a chain."""
+        cached = self.cached_ids
+        self._ids, self._extra, self._scored = [cached[int(i)] for i in keep], [], None
 
 
 class _MemoModelDrafter(ModelDrafter):

@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 
 from .._validation import check_count
+from ..geometry import TreeGeometry
 from ..laws import DraftLaw
 from ..sampling import SamplingConfig
 
@@ -45,7 +46,6 @@ class DraftTree:
     Attributes:
         tokens: ``[1 + N]`` token per node (``tokens[0]``: the last context token).
         parents: ``[1 + N]`` parent node (``parents[0] = -1``).
-        depths: ``[1 + N]`` depth (root 0).
         drafts: expanded node → its children's tokens WITH multiplicity, in draw order: the
             ``drafts [1, n]`` a token-level verifier sees at that node.
         child_of: expanded node → token → child node.
@@ -63,11 +63,15 @@ class DraftTree:
             Given such drafts every lossless verifier emits a token distributed as p at each node,
             so the loop verifies by drawing one token from p per node and walking down the children
             that match (:func:`specot.engine.loop.verify_draft_tree`).
+
+    Derived once (after the last :meth:`add_children`) and kept: :attr:`geometry` (depths,
+    ancestors, leaves: the one :class:`~specot.geometry.TreeGeometry`) and :meth:`is_chain`. The
+    tree is a :class:`~specot.geometry.TokenTree`: a target scores it as it is
+    (:meth:`specot.models.TargetModel.tree_logits`).
     """
 
     tokens: list[int]
     parents: list[int]
-    depths: list[int]
     drafts: dict[int, list[int]] = field(default_factory=dict)
     child_of: dict[int, dict[int, int]] = field(default_factory=dict)
     q: Tensor | None = None
@@ -76,11 +80,12 @@ class DraftTree:
     draft_calls: int = 0
     q_standardized: bool = False
     deterministic: bool = False
+    _derived: dict[str, object] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @classmethod
     def root(cls, token: int) -> "DraftTree":
         """The empty tree (root only): a plain target step."""
-        return cls(tokens=[int(token)], parents=[-1], depths=[0])
+        return cls(tokens=[int(token)], parents=[-1])
 
     @classmethod
     def chain(cls, root: int, tokens: Sequence[int], q: Tensor | None = None) -> "DraftTree":
@@ -98,6 +103,7 @@ class DraftTree:
     def add_children(self, node: int, drafts: Sequence[int]) -> list[int]:
         """Attach ``drafts`` (with multiplicity, draw order) as the children of ``node``; drafts of
         one token share one child. Returns the child node of each draft."""
+        self._derived.clear()  # the shape changes: geometry and is_chain are derived again on use
         self.drafts[node] = [int(t) for t in drafts]
         kids = self.child_of.setdefault(node, {})
         out = []
@@ -108,9 +114,22 @@ class DraftTree:
                 kids[tok] = child
                 self.tokens.append(tok)
                 self.parents.append(node)
-                self.depths.append(self.depths[node] + 1)
             out.append(child)
         return out
+
+    @property
+    def geometry(self) -> TreeGeometry:
+        """The :class:`~specot.geometry.TreeGeometry` of the ``N`` draft nodes (rooted node ``j`` is
+        its node ``j - 1``), computed once and kept until the next :meth:`add_children`."""
+        g = self._derived.get("geometry")
+        if g is None:
+            g = self._derived["geometry"] = TreeGeometry.of_rooted(self.parents)
+        return g  # type: ignore[return-value]
+
+    @property
+    def depths(self) -> tuple[int, ...]:
+        """``[1 + N]`` depth of every node (root 0), from :attr:`geometry`."""
+        return (0,) + self.geometry.depths
 
     @property
     def size(self) -> int:
@@ -120,11 +139,15 @@ class DraftTree:
     @property
     def depth(self) -> int:
         """Deepest draft node's depth (0 for the empty tree)."""
-        return max(self.depths)
+        return self.geometry.depth
 
     def is_chain(self) -> bool:
-        """True when every expanded node has exactly one draft (the single-draft case)."""
-        return all(len(d) == 1 for d in self.drafts.values())
+        """True when every expanded node has exactly one draft (the single-draft case); computed
+        once and kept until the next :meth:`add_children`."""
+        chain = self._derived.get("is_chain")
+        if chain is None:
+            chain = self._derived["is_chain"] = all(len(d) == 1 for d in self.drafts.values())
+        return chain  # type: ignore[return-value]
 
     def path_tokens(self, node: int) -> list[int]:
         """Tokens on the root-to-``node`` path (root excluded)."""

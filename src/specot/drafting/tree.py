@@ -48,6 +48,7 @@ from typing import Iterable, Sequence, Union
 
 from .._deprecated import renamed_keyword
 from .._validation import check_count
+from ..geometry import TreeGeometry
 from ..laws import DraftLaw
 from ..verifiers.base import LAW_VERIFIERS, AnyVerifier
 
@@ -99,6 +100,8 @@ class TreeSpec:
         paths: slot index paths, every proper prefix present, children of a slot numbered
             ``0..c−1``; stored sorted by (depth, path).
         name: a label, e.g. ``"iid K=4 γ=3"``.
+        geometry: the slots' :class:`~specot.geometry.TreeGeometry` (slot ``paths[i]`` is its node
+            ``i``), computed once at construction: depth, leaves and chain-ness read it.
 
     Raises:
         ValueError: an empty topology, a missing prefix, non-contiguous child indices, negative
@@ -109,6 +112,7 @@ class TreeSpec:
     paths: tuple[Path_, ...]
     name: str = field(default="", compare=False)
     _children: dict[Path_, tuple[Path_, ...]] = field(default_factory=dict, init=False, repr=False, compare=False)
+    geometry: TreeGeometry = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "law", _as_law(self.law))
@@ -134,6 +138,8 @@ class TreeSpec:
                 raise ValueError(f"the SpecHub law draws at most 2 children per node; {list(parent)} has {len(kids)}")
         object.__setattr__(self, "paths", paths)
         object.__setattr__(self, "_children", {k: tuple(sorted(v)) for k, v in children.items()})
+        index = {p: i for i, p in enumerate(paths)}
+        object.__setattr__(self, "geometry", TreeGeometry.of([index.get(p[:-1], -1) for p in paths]))
 
     # ---------------------------------------------------------------- constructors
     @classmethod
@@ -176,7 +182,7 @@ class TreeSpec:
     @property
     def depth(self) -> int:
         """Draft length L (deepest slot)."""
-        return max(len(p) for p in self.paths)
+        return self.geometry.depth
 
     @property
     def num_slots(self) -> int:
@@ -185,7 +191,7 @@ class TreeSpec:
     @property
     def num_leaves(self) -> int:
         """Number of root-to-leaf slot paths (K for ``sequences`` and ``prefix``)."""
-        return sum(1 for p in self.paths if not self._children[p])
+        return self.geometry.n_leaves
 
     def children(self, slot: Path_) -> tuple[Path_, ...]:
         """Child slots of ``slot`` (``()`` is the root), in index order."""
@@ -193,13 +199,13 @@ class TreeSpec:
 
     def is_chain(self) -> bool:
         """True when every slot has at most one child slot (a single draft chain)."""
-        return all(len(v) <= 1 for v in self._children.values())
+        return len(self.geometry.root_children) <= 1 and all(len(c) <= 1 for c in self.geometry.children)
 
     def max_drafts_per_node(self) -> int:
         """Largest number of drafts a node can be verified with: under IID all slots of one depth
         can merge into one node, otherwise the largest number of children of one slot."""
         if self.law == DraftLaw.IID:
-            return max(Counter(len(p) for p in self.paths).values())
+            return max(Counter(self.geometry.depths).values())
         return max(len(v) for v in self._children.values())
 
     @property

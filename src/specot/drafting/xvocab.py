@@ -41,6 +41,7 @@ import torch
 from torch import Tensor
 
 from .._validation import trusted_inputs
+from ..geometry import token_tree
 from ..sampling import SamplingConfig, standardize
 from .base import DraftOutcome, DraftTree, Drafter
 from .model import Chain, draft_chain, draft_tree_from_model
@@ -209,17 +210,17 @@ class _TargetVocabDraft:
     (shared tokens) for its drafts; returns TLI's restricted logits ``[T, V_target]``. Quacks like
     the :class:`~specot.models.CausalLM` methods that :mod:`specot.drafting.model` drafts with.
 
-    A draft model without ``forward_tree`` but with ``tree_logits_after(context, tokens, parents)``
-    (a backend's target model, e.g. llama.cpp's, which scores a whole token tree in one batch) drafts
+    A draft model without ``forward_tree`` but with ``tree_logits(context, tree)`` (a backend's
+    target model, e.g. llama.cpp's, which scores a whole token tree in one batch) drafts
     trees too: each depth's :meth:`forward_tree` scores the tree drafted so far in one such call
     and returns the rows of the new nodes (the rows are that model's logits for the same prefixes,
     so the q handed over is the q the drafts are drawn from)."""
 
     def __init__(self, model: Any, vmap: VocabMap) -> None:
         self.model, self.vmap = model, vmap
-        self._emulate = not hasattr(model, "forward_tree") and hasattr(model, "tree_logits_after")
+        self._emulate = not hasattr(model, "forward_tree") and hasattr(model, "tree_logits")
         self._context: list[int] = []  # draft ids of the last logits_after (the tree's root context)
-        self._nodes: list[int] = []  # the tree drafted so far: draft ids and parents (-1: the root)
+        self._nodes: list[int] = []  # the tree drafted so far: draft ids and parents (0: the root; node j: j)
         self._parents: list[int] = []
 
     @property
@@ -248,9 +249,10 @@ class _TargetVocabDraft:
             if not base - 1 <= int(pos) < base + len(self._nodes):
                 raise ValueError(f"draft tree parent at cache index {pos} is neither the root ({base - 1}) nor a "
                                  f"node drafted before ({base}..{base + len(self._nodes) - 1})")
-            self._parents.append(int(pos) - base if int(pos) >= base else -1)
+            self._parents.append(int(pos) - base + 1 if int(pos) >= base else 0)
             self._nodes.append(int(tok))
-        rows = self.model.tree_logits_after(self._context, self._nodes, self._parents)  # [1 + N, V_draft]
+        tree = token_tree([self._context[-1]] + self._nodes, [-1] + self._parents)
+        rows = self.model.tree_logits(self._context, tree)  # [1 + N, V_draft]
         return self.vmap.target_logits(rows[len(rows) - len(ids):])
 
 
@@ -270,7 +272,7 @@ class XVocabDrafter(Drafter):
     Args:
         model: the draft model: a :class:`~specot.models.CausalLM` or a backend's target model
             (llama.cpp's) with ``logits_after``, ``forward``, ``cached_ids``, ``reset`` and, for
-            TLI trees, ``forward_tree`` or ``tree_logits_after``.
+            TLI trees, ``forward_tree`` or ``tree_logits``.
         draft_view: its :class:`TokenizerView` (``len(pieces)`` = its logits' width).
         target_view: the target's.
         mode: ``"tli"`` (chains and trees of any draft law, q ``[M, V_target]``) or ``"slem"``

@@ -11,7 +11,8 @@ Each iteration:
    :class:`~specot.drafting.DraftTree` (:mod:`specot.drafting.base`).
 2. **Score**: the uncached context suffix and every tree node in one target forward pass — a
    chain causally (:meth:`CausalLM.logits_after`), a tree under a 4D tree mask
-   (:meth:`CausalLM.tree_logits_after`); row i = the target's logits after the root-to-node-i path.
+   (:meth:`CausalLM.tree_logits`, handed the tree itself); row i = the target's logits after the
+   root-to-node-i path.
 3. **Verify**: at temperature 0, with a verifier that there accepts exactly the target's argmax
    (``speculative``, ``greedy``), one argmax per node and one host read; otherwise a token-level verifier runs at every expanded node in one batched call per number
    of drafts (a chain: one call over all positions), bonus tokens are drawn at every leaf, and one
@@ -20,7 +21,8 @@ Each iteration:
    verified node by node along that walk, so nodes off the accepted path cost nothing. A sequence-level verifier
    (:class:`~specot.verifiers.SequenceVerifier`, e.g. block verification) gets the whole tree.
 4. **Commit**: the target's cache keeps the committed context + the accepted path (a tree is
-   compacted in place; a chain is cut back lazily at the next pass); the drafter learns the
+   compacted in place, ``keep_tree_path`` handed the path's node indices as the verifier gave
+   them; a chain is cut back lazily at the next pass); the drafter learns the
    :class:`~specot.drafting.DraftOutcome` (accepted path, committed tokens, the target's hidden
    states when it asked for them) and updates its cache and draft-length schedule.
 
@@ -382,26 +384,23 @@ def _finish_tokens(emitted: list[int], remaining: int, eos: set[int]) -> tuple[l
     return cut, len(cut) == remaining
 
 
-def _score(target: TargetModel, ctx: list[int], tree: DraftTree, hidden_layers: Sequence[int] | None) -> Tensor:
-    """Step 2: target logits ``[1 + N, V]`` for every node, in one forward pass."""
-    if tree.is_chain():  # includes the empty tree; no tree mask needed
-        return target.logits_after(ctx, _chain_tokens(tree), hidden_layers=hidden_layers)
-    return target.tree_logits_after(ctx, tree.tokens[1:], [par - 1 for par in tree.parents[1:]],
-                                    hidden_layers=hidden_layers)
+def _score(target: TargetModel, ctx: list[int], tree: DraftTree, chain: bool,
+           hidden_layers: Sequence[int] | None) -> Tensor:
+    """Step 2: target logits ``[1 + N, V]`` for every node, in one forward pass: a ``chain`` (the
+    empty tree included) causally, any other tree handed over as it is."""
+    if chain:  # no tree mask needed
+        return target.logits_after(ctx, [tree.tokens[n] for n in _chain_nodes(tree)[1:]], hidden_layers=hidden_layers)
+    return target.tree_logits(ctx, tree, hidden_layers=hidden_layers)
 
 
-def _chain_tokens(tree: DraftTree) -> list[int]:
-    return [tree.tokens[n] for n in _chain_nodes(tree)[1:]]
-
-
-def _committed_hidden(target: TargetModel, ctx_len: int, tree: DraftTree, path: list[int]) -> Tensor | None:
+def _committed_hidden(target: TargetModel, ctx_len: int, chain: bool, path: list[int]) -> Tensor | None:
     """The target's hidden states of the committed positions run in the last pass: the context
     suffix from ``target.last_start``, then the accepted path's nodes."""
     h = target.last_hidden
     if h is None:
         return None
     n_ctx = ctx_len - target.last_start
-    if tree.is_chain():  # chain node i sits at row n_ctx + i - 1
+    if chain:  # chain node i sits at row n_ctx + i - 1
         return h[: n_ctx + len(path)]
     rows = list(range(n_ctx)) + [n_ctx + i - 1 for i in path]
     return h.index_select(0, torch.tensor(rows, dtype=torch.int64).to(h.device))
@@ -489,14 +488,15 @@ def _decode(target: TargetModel, drafter: Drafter | None, prompt_ids: Sequence[i
             tree = drafter.propose(ctx, remaining - 1, cfg.sampling, gen)
         else:
             tree = DraftTree.root(ctx[-1])
-        logits = _score(target, ctx, tree, hidden_layers)  # [1 + N, V]
+        chain = tree.is_chain()  # derived once per tree (the verifier reads the same value)
+        logits = _score(target, ctx, tree, chain, hidden_layers)  # [1 + N, V]
         step = verify_draft_tree(tree, logits, cfg.sampling, verifier, gen)
         n = len(ctx)
-        if not tree.is_chain():  # compact the target's cache to context + accepted path, in place
-            target.keep_tree_path(n, [n - 1 + i for i in step.path])
+        if not chain:  # compact the target's cache to context + accepted path, in place
+            target.keep_tree_path(step.path)
         emitted, stop = _finish_tokens(step.emitted, remaining, eos)
         if drafter is not None:
-            hidden = _committed_hidden(target, n, tree, step.path) if hidden_layers is not None else None
+            hidden = _committed_hidden(target, n, chain, step.path) if hidden_layers is not None else None
             drafter.update(DraftOutcome(tree=tree, path=tuple(step.path), tokens=tuple(emitted), context_len=n,
                                         hidden_states=hidden, hidden_start=target.last_start))
         stats.iterations += 1

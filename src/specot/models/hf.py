@@ -23,7 +23,7 @@ from transformers import DynamicCache, StaticCache
 
 from .cache import crop_cache, is_static, keep_cache_positions
 from .chat import decode_tokens, encode_prompt
-from ..geometry import TreeGeometry, common_prefix_length
+from ..geometry import TokenTree, TreeGeometry, common_prefix_length
 from .protocol import Capabilities, check_scoring_fits
 from .timing import median_pass_times
 from .device import (capture_cuda_graph, install_gqa_sdpa, install_prepacked_linears, install_small_batch_head,
@@ -115,6 +115,8 @@ class CausalLM:
     _tree_base: int | None = field(default=None, repr=False)
     _tree_pos: list[int] = field(default_factory=list, repr=False)
     _tree_anc: list[list[int]] = field(default_factory=list, repr=False)
+    # the tree of the last tree_logits: (its context length, its geometry), for keep_tree_path
+    _scored: tuple[int, TreeGeometry] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         cfg = self.model.config
@@ -464,6 +466,7 @@ class CausalLM:
         self._tree_base = None
         self._tree_pos = []
         self._tree_anc = []
+        self._scored = None
 
     @property
     def tree_base(self) -> int | None:
@@ -484,7 +487,8 @@ class CausalLM:
         position id = its parent's position id + 1 (committed positions: their index).
 
         Returns float32 logits ``[T, V]``. The cache then holds the tree nodes; cut it back with
-        :meth:`keep_tree_path`, :meth:`keep_positions` or :meth:`rollback` before plain decoding.
+        :meth:`keep_positions` or :meth:`rollback` (after :meth:`tree_logits`: :meth:`keep_tree_path`)
+        before plain decoding.
 
         Raises:
             ValueError: empty ``tokens``, mismatched lengths, or a parent outside the allowed range.
@@ -528,61 +532,60 @@ class CausalLM:
         self._tree_anc.extend(anc)
         return logits
 
-    def tree_logits_after(self, context: Sequence[int], tokens: Sequence[int], parents: Sequence[int], *,
-                          hidden_layers: Sequence[int] | None = None) -> Tensor:
-        """Logits after ``context`` and after every node of a token tree, in ONE forward pass.
+    def tree_logits(self, context: Sequence[int], tree: TokenTree, *,
+                    hidden_layers: Sequence[int] | None = None) -> Tensor:
+        """Logits after ``context`` and after every node of ``tree``, in ONE forward pass.
 
         Rolls the cache back to the longest common prefix of the cached ids and ``context[:-1]``,
-        then runs the rest of ``context`` (causally) and the tree nodes (tree attention).
+        then runs the rest of ``context`` (causally) and the tree nodes (tree attention, depths and
+        ancestors from ``tree.geometry``).
 
         Args:
             context: committed token ids (>= 1).
-            tokens: tree node tokens ``[N]``, every parent before its children.
-            parents: ``[N]``, ``-1`` for a child of the root (the last context token), else the
-                index ``j < i`` of the parent node in ``tokens``.
+            tree: a :class:`~specot.geometry.TokenTree` (a :class:`~specot.drafting.DraftTree`):
+                ``tokens [1 + N]`` root first (the root is ``context[-1]``) and its geometry.
 
         Returns:
-            float32 logits ``[1 + N, V]``: row 0 predicts the token after ``context``, row ``1 + i``
-            the token after ``context`` + the root-to-node-i path. Node i sits at cache index
-            ``len(context) + i``. With ``hidden_layers``, :attr:`last_hidden` holds the hidden
-            states of the positions run (context suffix from :attr:`last_start`, then the nodes).
+            float32 logits ``[1 + N, V]``: row 0 predicts the token after ``context``, row ``j``
+            the token after ``context`` + the root-to-node-j path. With ``hidden_layers``,
+            :attr:`last_hidden` holds the hidden states of the positions run (context suffix from
+            :attr:`last_start`, then the nodes). The nodes stay cached until :meth:`keep_tree_path`.
 
         Raises:
-            ValueError: an empty context, mismatched lengths, a parent that is not ``-1`` or an
-                earlier node (:meth:`specot.geometry.TreeGeometry.of`), positions past the context.
+            ValueError: an empty context, or positions past the context.
         """
         if len(context) == 0:
             raise ValueError("context must hold at least one token")
-        if len(tokens) != len(parents):
-            raise ValueError("tokens and parents must have the same length")
-        geometry = TreeGeometry.of(parents)
+        geometry = tree.geometry
         common = self._reuse_prefix(context)
         new_ctx = [int(t) for t in context[common:]]
         n0 = len(new_ctx)
         L = len(context)
         abs_par = [common - 1 + j for j in range(n0)]  # the context suffix: a chain
         abs_par += [L - 1 if par < 0 else L + par for par in geometry.parents]
-        logits = self.forward_tree(new_ctx + [int(t) for t in tokens], abs_par, hidden_layers=hidden_layers)
+        logits = self.forward_tree(new_ctx + [int(t) for t in tree.tokens[1:]], abs_par, hidden_layers=hidden_layers)
+        self._scored = (L, geometry)
         return logits[n0 - 1:]
 
     @torch.inference_mode()
-    def keep_tree_path(self, prefix_len: int, positions: Sequence[int]) -> None:
-        """Keep the first ``prefix_len`` cached positions followed by ``positions`` (increasing,
-        each ``>= prefix_len``), compacted in place by :func:`specot.models.cache.keep_cache_positions`
-        (the committed prefix is not copied). Closes the tree region: the cache is one plain
-        sequence again.
+    def keep_tree_path(self, path: Sequence[int]) -> None:
+        """Keep the context of the last :meth:`tree_logits` followed by the nodes ``path`` of its
+        tree (node ``j`` is cached at ``len(context) - 1 + j``), compacted in place by
+        :func:`specot.models.cache.keep_cache_positions` (the context is not copied). Closes the
+        tree region: the cache is one plain sequence again.
 
         Raises:
-            ValueError: ``prefix_len`` outside the cache, or ``positions`` not increasing within
-                ``[prefix_len, cached)``.
+            ValueError: ``path`` not a root path of that tree
+                (:meth:`specot.geometry.TreeGeometry.check_rooted_path`), or a non-empty ``path``
+                when no tree was scored.
         """
-        keep = [int(i) for i in positions]
-        have = len(self._cached_ids)
-        if not 0 <= prefix_len <= have:
-            raise ValueError(f"prefix_len {prefix_len} outside [0, {have}]")
-        if any(b <= a for a, b in zip(keep, keep[1:])) or (keep and (keep[0] < prefix_len or keep[-1] >= have)):
-            raise ValueError(f"positions {keep} must increase within [{prefix_len}, {have})")
-        self.keep_positions(list(range(prefix_len)) + keep)
+        if self._scored is None:
+            if len(path):
+                raise ValueError(f"keep_tree_path({list(path)}): no draft tree is in the cache (call tree_logits first)")
+            return
+        L, geometry = self._scored
+        nodes = geometry.check_rooted_path(path)
+        self.keep_positions(list(range(L)) + [L + i for i in nodes])
 
     def measure_pass_times(self, widths: Sequence[int], repeats: int = 8, context_len: int = 32) -> list[float]:
         """Median milliseconds of one pass over B new tokens after a fixed context of ``context_len``

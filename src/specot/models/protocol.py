@@ -9,13 +9,19 @@ so can a llama.cpp context or a serving engine's runner.
 Contract of one iteration (``C`` committed tokens in ``context``, a draft tree of ``N`` nodes):
 
 1. ``logits_after(context, chain)`` for a chain (``N = len(chain)``, possibly 0), or
-   ``tree_logits_after(context, tokens, parents)`` for a tree, returns float32 logits
-   ``[1 + N, V]`` on :attr:`device`: row 0 predicts the token after ``context``, row ``1 + i``
-   the token after ``context`` + the root-to-node-i path. The backend reuses whatever prefix of
-   ``context`` it has cached (the longest common prefix) and runs the rest plus the nodes.
-2. For a tree, ``keep_tree_path(C, positions)`` keeps the committed ``C`` positions followed by the
-   accepted nodes (cache index ``C + i`` for node ``i``, root excluded); the rejected nodes leave
-   the cache. A chain needs no call: the next pass's common-prefix rule cuts it back.
+   ``tree_logits(context, tree)`` for a tree (a :class:`~specot.geometry.TokenTree`: the
+   :class:`~specot.drafting.DraftTree` itself, with its :class:`~specot.geometry.TreeGeometry`
+   computed once), returns float32 logits ``[1 + N, V]`` on :attr:`device`: row 0 predicts the
+   token after ``context``, row ``j`` the token after ``context`` + the root-to-node-j path (node
+   ``j`` of the tree, root first). The backend reuses whatever prefix of ``context`` it has cached
+   (the longest common prefix) and runs the rest plus the nodes.
+2. For a tree, ``keep_tree_path(path)`` keeps the context followed by the accepted path — node
+   indices of that tree, a child of the root first (the verifier's path as it comes); the other
+   nodes leave the cache. Where a node sits in the cache is the backend's business. A chain needs
+   no call: the next pass's common-prefix rule cuts it back.
+
+Adding a backend is one class with these methods (docs/engine.md, "Adding a backend", runs a toy
+one through :func:`specot.generate`).
 
 Exactness: the rows must be the target's logits for those prefixes (the backend's own kernels; a
 multi-token pass may round differently from a one-token pass, which the contract allows only at
@@ -29,6 +35,8 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 
 import torch
 from torch import Tensor
+
+from ..geometry import TokenTree
 
 __all__ = ["TargetModel", "Capabilities", "capabilities_of", "check_scoring_fits"]
 
@@ -163,13 +171,18 @@ class TargetModel(Protocol):
         """float32 logits ``[1 + len(extra), V]`` after ``context`` and each prefix of ``extra``
         (a draft chain), in one pass."""
 
-    def tree_logits_after(self, context: Sequence[int], tokens: Sequence[int], parents: Sequence[int], *,
-                          hidden_layers: Sequence[int] | None = None) -> Tensor:
-        """float32 logits ``[1 + N, V]`` after ``context`` and after every node of a token tree
-        (``tokens [N]``, ``parents [N]``: ``-1`` for a child of the root, else an earlier node's
-        index), in one pass. Node i sits at cache index ``len(context) + i`` until
-        :meth:`keep_tree_path`."""
+    def tree_logits(self, context: Sequence[int], tree: TokenTree, *,
+                    hidden_layers: Sequence[int] | None = None) -> Tensor:
+        """float32 logits ``[1 + N, V]`` after ``context`` and after every node of ``tree`` (a
+        :class:`~specot.geometry.TokenTree`: ``tree.tokens [1 + N]`` root first, ``tree.geometry``
+        its shape), in one pass: row ``j`` after the root-to-node-j path. The nodes stay in the
+        cache until :meth:`keep_tree_path`."""
 
-    def keep_tree_path(self, prefix_len: int, positions: Sequence[int]) -> None:
-        """Keep the first ``prefix_len`` cached positions followed by ``positions`` (increasing,
-        each ``>= prefix_len``); every other tree node leaves the cache."""
+    def keep_tree_path(self, path: Sequence[int]) -> None:
+        """Keep the context of the last :meth:`tree_logits` followed by the nodes ``path`` of its
+        tree (node indices ``1..N``, a child of the root first, each the previous one's child;
+        ``[]``: none); every other tree node leaves the cache.
+
+        Raises:
+            ValueError: ``path`` is not a root path of the last tree, or a non-empty ``path``
+                when no tree was scored."""

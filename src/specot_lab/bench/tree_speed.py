@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 from tqdm import tqdm
+from specot.geometry import TokenTree, token_tree
 from specot.models.hf import CausalLM
 from specot.drafting.tree import TreeSpec, parse_tree_spec
 from specot.engine import GenerationConfig, autoregressive_generate, tree_generate
@@ -44,16 +45,17 @@ PROMPT = ("Explain what a Python generator is, how the yield statement works, an
           "better choice than building a list. Give a short example.")
 
 
-def _chain_tree(n: int, branches: int = 8) -> tuple[list[int], list[int]]:
-    """A tree of ``n`` nodes: ``branches`` chains from the root, filled round-robin (depth ≈ n / 8)."""
-    parents: list[int] = []
-    last = [-1] * branches
-    for i in range(n):
-        b = i % branches
+def _chain_tree(root: int, n: int, branches: int = 8) -> TokenTree:
+    """A tree of ``n`` nodes after ``root``: ``branches`` chains from the root, filled round-robin
+    (depth ≈ n / 8)."""
+    parents: list[int] = [-1]
+    last = [0] * branches
+    for i in range(1, n + 1):
+        b = (i - 1) % branches
         parents.append(last[b])
         last[b] = i
-    tokens = [100 + (i * 7919) % 40000 for i in range(n)]
-    return tokens, parents
+    tokens = [root] + [100 + (i * 7919) % 40000 for i in range(n)]
+    return token_tree(tokens, parents)
 
 
 def measure_tree_cost(target: Any, ctx: list[int], sizes: list[int], reps: int) -> list[dict[str, Any]]:
@@ -71,11 +73,11 @@ def measure_tree_cost(target: Any, ctx: list[int], sizes: list[int], reps: int) 
         return dt
 
     def tree(n: int) -> float:
-        toks, pars = _chain_tree(n)
+        shape = _chain_tree(ctx[-1], n)
         t0 = time.perf_counter()
-        target.tree_logits_after(ctx, toks, pars)
+        target.tree_logits(ctx, shape)
         dt = time.perf_counter() - t0
-        target.keep_tree_path(len(ctx) - 1, [])
+        target.keep_tree_path([])
         return dt
 
     one_token(), tree(max(sizes))  # warm-up

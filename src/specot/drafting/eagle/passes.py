@@ -49,9 +49,10 @@ class DraftPasses:
         """The draft logits ``[F, V_d]`` of ``nodes`` (each already run)."""
         return torch.stack([self.logits[nd] for nd in nodes])
 
-    def run(self, nodes: list[int], tokens: list[int], parents: list[int], depths: list[int]) -> None:
-        """ONE draft pass over ``nodes`` (a frontier; ``tokens`` / ``parents`` / ``depths`` indexed by
-        node) under the tree mask; their logits and features are stored."""
+    def run(self, nodes: list[int], tokens: list[int], parents: list[int]) -> None:
+        """ONE draft pass over ``nodes`` (a frontier; ``tokens`` / ``parents`` indexed by node)
+        under the tree mask; their logits and features are stored. A node's depth is the number of
+        temporary entries it attends to (its ancestors and itself)."""
         P, Tp, T = self.past_k.shape[2], self._tk.shape[2], len(nodes)
         tmask = torch.zeros(T, Tp + T, dtype=torch.bool)  # built on the host, moved once
         for j, nd in enumerate(nodes):
@@ -62,7 +63,7 @@ class DraftPasses:
         mask = torch.cat([torch.ones(T, P, dtype=torch.bool, device=self.device), tmask.to(self.device)], dim=1)
         toks = torch.tensor([tokens[nd] for nd in nodes], dtype=torch.int64, device=self.device)
         fin = torch.stack([self.feat[parents[nd]] for nd in nodes])
-        pos = torch.tensor([self.context_len - 2 + depths[nd] for nd in nodes], device=self.device)
+        pos = torch.tensor([self.context_len - 2 + len(self._anc[nd]) for nd in nodes], device=self.device)
         pk, pv = torch.cat([self.past_k, self._tk], 2), torch.cat([self.past_v, self._tv], 2)
         lg, h, k, v = self.head.step(toks, fin, pos, pk, pv, mask, fused=False)
         self._tk, self._tv = torch.cat([self._tk, k], 2), torch.cat([self._tv, v], 2)

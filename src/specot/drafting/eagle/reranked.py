@@ -76,7 +76,7 @@ def draft_reranked(passes: DraftPasses, root_token: int, depth: int, shape: Dyna
     verifier then accepts child x with probability p(x) — lossless at every temperature (unlike
     pruning *sampled* children, which would change the law at a node).
     """
-    tokens, parents, depths, score = [root_token], [-1], [0], [0.0]
+    tokens, parents, score = [root_token], [-1], [0.0]
     frontier = [0]
     children = min(shape.children, target_ids.shape[0])
     for d in range(depth):
@@ -89,7 +89,6 @@ def draft_reranked(passes: DraftPasses, root_token: int, depth: int, shape: Dyna
                 new.append(len(tokens))
                 tokens.append(int(t))
                 parents.append(nd)
-                depths.append(d + 1)
                 score.append(score[nd] + lp)
         if d + 1 >= depth:
             break
@@ -101,7 +100,7 @@ def draft_reranked(passes: DraftPasses, root_token: int, depth: int, shape: Dyna
         nxt = cands[:shape.width]
         if not nxt:
             break
-        passes.run(nxt, tokens, parents, depths)
+        passes.run(nxt, tokens, parents)
         frontier = nxt
     # + the catch-up pass that gave the root
     return ranked_tree(root_token, tokens, parents, score, rerank(score, shape.budget), passes.count + 1,

@@ -195,7 +195,7 @@ def draft_sampled(passes: DraftPasses, root_token: int, shape: TreeShape, law: D
         nxt = shape.next(cands, tree.size, score)
         if not nxt:
             break
-        passes.run(nxt, tree.tokens, tree.parents, tree.depths)  # one pass for the whole next frontier
+        passes.run(nxt, tree.tokens, tree.parents)  # one pass for the whole next frontier
         tree.draft_calls += 1
         frontier = nxt
     tree.draft_calls += 1  # the catch-up pass that gave the root
