@@ -8,10 +8,12 @@ committed context plus the accepted path, compacted in place.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -81,6 +83,12 @@ def as_drafter(target: Any, draft: Any) -> Drafter:
     return draft
 
 
+def _host(row: Tensor) -> np.ndarray:
+    """A CPU row ``[V]`` as a numpy array (float32 for a half-precision row, which numpy lacks)."""
+    x = row.detach()
+    return (x if x.dtype in (torch.float32, torch.float64) else x.float()).numpy()
+
+
 def confidence(logits_row: Tensor, q_row: Tensor | None) -> float:
     """The draft's confidence in its next token (:mod:`specot.drafting.pricing`): at T = 0 (``q_row``
     ``None``) the top-1 probability of ``softmax(logits_row)``, else ``Σ_x q(x)²``.
@@ -91,6 +99,9 @@ def confidence(logits_row: Tensor, q_row: Tensor | None) -> float:
     """
     if q_row is not None:
         return float((q_row * q_row).sum())
+    if logits_row.device.type == "cpu":  # numpy: a few microseconds where torch's dispatch costs tens
+        a = _host(logits_row)
+        return float(1.0 / np.exp(a - a.max()).sum())
     x = logits_row.detach().float()
     return float(1.0 / torch.exp(x - x.max()).sum())
 
@@ -151,7 +162,8 @@ def draft_chain(first: Callable[[], Tensor], advance: Callable[[Any], Tensor], d
     passes = 1
     if pricer is not None:
         pricer.begin(passes)
-    host = pricer is not None or logits.device.type == "cpu"
+    cpu = logits.device.type == "cpu"
+    host = pricer is not None or cpu
     src = shared[0].to(logits.device) if shared is not None else None
     out_ids = shared[1].tolist() if shared is not None else None
     tokens: list[Any] = []
@@ -165,8 +177,14 @@ def draft_chain(first: Callable[[], Tensor], advance: Callable[[Any], Tensor], d
             if not pricer.take(c, depth - i):
                 break
             confs.append(c)
-        if q is None:
-            tok = int(row.argmax()) if host else row.argmax().reshape(1)
+        if q is None:  # T = 0: the first maximal index, as standardize's one-hot (numpy's on the host: no dispatch)
+            if cpu:
+                a = _host(row)
+                tok = int(a.argmax())
+                if not math.isfinite(float(a[tok])):  # NaN, +inf or a row of -inf: as standardize refuses them
+                    raise ValueError("the draft's logits contain NaN or +inf, or are all -inf; check the draft model")
+            else:
+                tok = int(row.argmax()) if host else row.argmax().reshape(1)
         else:
             draw = sample_drafts(q, 1, DraftLaw.IID, generator)  # [1, 1]
             tok = int(draw[0, 0]) if host else draw.reshape(1)
@@ -255,7 +273,6 @@ def draft_tree_from_model(draft: CausalLM, context: Sequence[int], spec: TreeSpe
             got = sample_drafts(q[rows], m, law, generator).tolist()  # [len(rows), m]
             for i, toks in zip(rows, got):
                 draws[i] = toks
-        first = len(tree.tokens)  # the nodes made at this depth follow: depth d + 1
         for i, node in enumerate(frontier):
             tree.q_row[node] = len(q_rows)
             q_rows.append(q[i])
@@ -263,7 +280,7 @@ def draft_tree_from_model(draft: CausalLM, context: Sequence[int], spec: TreeSpe
                 slots.setdefault(child, []).append(slot)
         if d + 1 >= depth:
             break
-        nxt = [nd for nd in range(first, len(tree.tokens)) if tree.tokens[nd] not in stop_tokens
+        nxt = [nd for nd in range(len(tree.tokens)) if tree.depths[nd] == d + 1 and tree.tokens[nd] not in stop_tokens
                and any(spec.children(s) for s in slots[nd])]
         if not nxt:
             break
