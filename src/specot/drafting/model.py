@@ -273,6 +273,7 @@ def draft_tree_from_model(draft: CausalLM, context: Sequence[int], spec: TreeSpe
             got = sample_drafts(q[rows], m, law, generator).tolist()  # [len(rows), m]
             for i, toks in zip(rows, got):
                 draws[i] = toks
+        first = len(tree.tokens)  # the nodes made at this depth follow: depth d + 1
         for i, node in enumerate(frontier):
             tree.q_row[node] = len(q_rows)
             q_rows.append(q[i])
@@ -280,7 +281,7 @@ def draft_tree_from_model(draft: CausalLM, context: Sequence[int], spec: TreeSpe
                 slots.setdefault(child, []).append(slot)
         if d + 1 >= depth:
             break
-        nxt = [nd for nd in range(len(tree.tokens)) if tree.depths[nd] == d + 1 and tree.tokens[nd] not in stop_tokens
+        nxt = [nd for nd in range(first, len(tree.tokens)) if tree.tokens[nd] not in stop_tokens
                and any(spec.children(s) for s in slots[nd])]
         if not nxt:
             break
