@@ -46,11 +46,10 @@ verifier itself.
 
 from __future__ import annotations
 
-import inspect
 import json
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Mapping, Sequence
 
 from specot.plan.verify import VerifierSpec, build_verifier, check_otm_size, verifier_info
@@ -235,13 +234,10 @@ def _check_verifier_params(name: str, params: Mapping[str, Any]) -> None:
 
 
 def _suffix_keys() -> dict[str, Any]:
-    """The drafter options ``suffix`` may set, with their defaults (:class:`specot.drafting.SuffixDrafter`'s
-    JSON-valued keyword arguments; not its corpus, an object)."""
-    from specot.drafting import SuffixDrafter
-
-    sig = inspect.signature(SuffixDrafter.__init__)
-    return {k: p.default for k, p in sig.parameters.items()
-            if p.kind == p.KEYWORD_ONLY and isinstance(p.default, (bool, int, float)) and not k.startswith("corpus")}
+    """The drafter options ``suffix`` may set, with their defaults: :class:`specot.drafting.suffix.SuffixSettings`
+    (the suffix drafter's JSON-valued settings; not its corpus, an object)."""
+    defaults = SuffixSettings()
+    return {f.name: getattr(defaults, f.name) for f in fields(SuffixSettings) if not f.name.startswith("corpus")}
 
 
 def _check_suffix(suffix: Mapping[str, Any]) -> None:

@@ -16,8 +16,8 @@ per acceptance (the speedup model below); JSON on stdout or ``--out``.
 * ``specot-suffix``: suffix-decoding trees, ``make_plan("suffix")`` (4 children per node, depth
   ``--suffix-depth``), priced by the target's ``pass_cost``;
 * ``specot-suffix-llamacpp``: ``draft="auto"`` on this backend (:data:`specot_llamacpp.auto.AUTO_TABLE`):
-  suffix chains whose adaptive budget prices a pass of 1 + N tokens at ``1 + f + c·N`` (the quiet
-  curve's fit; with ``--price-by-run`` the fit of the curve this run measures), after matches of 4+;
+  suffix chains after matches of 4+, whose adaptive budget prices a pass of 1 + N tokens by the
+  target's calibrated curve (with ``--price-by-run``: by the curve this run measures);
 * ``specot-draft``: chains of the distilled draft converted to GGUF (:mod:`specot_llamacpp.draft`);
 * ``specot-hf-auto`` (only with ``--with-transformers``): specot's ``auto`` on the transformers backend.
 
