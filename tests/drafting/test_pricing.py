@@ -14,8 +14,9 @@ from engine_helpers import chi_square_pvalue, exact_joint
 from model_helpers import tiny_lm
 from specot.drafting import ModelDrafter, SuffixDrafter
 from specot.drafting.model import confidence, draft_chain
+from specot.calibration import PassCostCurve
 from specot.drafting.pricing import (AcceptanceCalibration, ChainPricer, PricedChains, block_values, best_size,
-                                     pass_cost)
+                                     pass_cost, priced_chains)
 from specot.engine import GenerationConfig, autoregressive_generate, make_generator, speculative_generate
 from specot.sampling import SamplingConfig
 
@@ -31,14 +32,14 @@ def row_of(conf: float, top: int = 3) -> torch.Tensor:
     return x
 
 
-def chain_of(confs, curve, d, depth, calibration=None):
+def chain_of(confs, curve, d, depth, calibration=None, tail=0):
     """A chain drafted from a fake draft whose q after k drafts has top-1 probability ``confs[k]``."""
     rows = iter([row_of(c) for c in confs])
     fed = []
     cal = calibration or AcceptanceCalibration()
     pricer = ChainPricer(functools.partial(pass_cost, curve=curve), d, cal)
     chain = draft_chain(lambda: next(rows), lambda tok: fed.append(tok) or next(rows), depth, GREEDY, None,
-                        pricer=pricer)
+                        pricer=pricer, tail=tail)
     return chain, fed
 
 
@@ -71,6 +72,18 @@ def test_chain_stops_where_the_next_node_no_longer_pays():
     chain, fed = chain_of([0.9, 0.9, 0.1, 0.9, 0.9], curve, 0.2, depth=5)
     assert chain.tokens == [3, 3] and chain.passes == 3 and len(fed) == 2
     assert chain.confidences == pytest.approx([0.9, 0.9]) and chain.q is None  # T = 0: a deterministic chain
+
+
+def test_a_tail_follows_the_priced_nodes_unpriced():
+    """SLEM's drop_last: the priced nodes, then ``tail`` drafts (the refused node's pass drafts the
+    first of them); no node, no tail."""
+    curve = lambda b: 1.0 + 0.1 * (b - 1)  # noqa: E731
+    chain, _ = chain_of([0.9, 0.9, 0.1, 0.9, 0.9], curve, 0.2, depth=5, tail=1)
+    assert len(chain.tokens) == 3 and chain.passes == 3 and len(chain.confidences) == 2
+    chain, _ = chain_of([0.99] * 9, lambda b: 1.0, 0.0, depth=3, tail=1)  # gamma nodes, then the tail
+    assert len(chain.tokens) == 4 and chain.passes == 4
+    chain, _ = chain_of([0.99] * 9, lambda b: float(b), 0.0, depth=3, tail=1)
+    assert chain.tokens == []
 
 
 def test_dear_draft_passes_stop_the_chain_early_and_gamma_is_the_most():
@@ -144,3 +157,22 @@ def test_priced_chains_sample_the_target_law_chi_square():
         lengths.update(drafter.pricing.lengths)
     assert lengths >= {0, 1, 2}  # no draft, one node, two: the length follows the drafts' confidence
     assert chi_square_pvalue(samples, exact) > 1e-4
+
+
+class _Timed:
+    def __init__(self, curve):
+        self.curve = curve
+
+    def pass_cost_curve(self):
+        return self.curve
+
+
+def test_priced_chains_need_both_models_measured():
+    target = _Timed(PassCostCurve((1, 2, 3), (60.0, 90.0, 110.0), repeats=8))
+    draft = _Timed(PassCostCurve((1, 2), (6.0, 7.0), repeats=8))
+    pricing = priced_chains(target, draft)
+    assert pricing.pricer.draft_cost == pytest.approx(0.1)  # the draft's t(1) in the target's t(1)
+    assert pricing.to_dict()["pass_cost"][:3] == [1.0, 1.5, pytest.approx(1.8333, abs=1e-4)]
+    synthetic = _Timed(PassCostCurve.from_ratios((1, 2), (1.0, 1.5), source="a labelled fallback"))
+    assert priced_chains(target, synthetic) is None and priced_chains(_Timed(None), draft) is None
+    assert priced_chains(object(), draft) is None  # a target without a measured curve: chains of gamma

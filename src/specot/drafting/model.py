@@ -130,7 +130,7 @@ class Chain:
 def draft_chain(first: Callable[[], Tensor], advance: Callable[[Any], Tensor], depth: int, sampling: SamplingConfig,
                 generator: torch.Generator | None, *, stop_tokens: frozenset[int] = frozenset(),
                 pricer: ChainPricer | None = None, shared: tuple[Tensor, Tensor] | None = None,
-                width: int | None = None, keep_q: bool = True) -> Chain:
+                width: int | None = None, keep_q: bool = True, tail: int = 0) -> Chain:
     """Draft a chain of at most ``depth`` tokens, one draft pass per token (Leviathan et al. 2023,
     Algorithm 1): every draft model of specot drafts its chains here (a draft :class:`CausalLM`, a
     GGUF model on llama.cpp, a draft of another vocabulary through TLI or SLEM).
@@ -154,6 +154,9 @@ def draft_chain(first: Callable[[], Tensor], advance: Callable[[Any], Tensor], d
         width: the width W of the q rows: the target's vocabulary (default: the draft's logits'
             width; with ``shared`` it must be given). Rows are zero outside the draft's tokens.
         keep_q: return the q rows (``False``: a point-mass proposal such as SLEM's needs none).
+        tail: drafts past the ``depth`` nodes, unpriced: SLEM's ``drop_last`` draft tokens after the
+            kept ones (their text settles the last kept token's boundary). A priced chain of no node
+            gets none.
 
     Returns:
         :class:`Chain`.
@@ -161,7 +164,7 @@ def draft_chain(first: Callable[[], Tensor], advance: Callable[[Any], Tensor], d
     logits = first()  # [1, V_draft]
     passes = 1
     if pricer is not None:
-        pricer.begin(passes)
+        pricer.begin(passes + tail)  # the tail's passes come with the first node
     cpu = logits.device.type == "cpu"
     host = pricer is not None or cpu
     src = shared[0].to(logits.device) if shared is not None else None
@@ -169,31 +172,30 @@ def draft_chain(first: Callable[[], Tensor], advance: Callable[[Any], Tensor], d
     tokens: list[Any] = []
     q_rows: list[Tensor] = []
     confs: list[float] = []
-    for i in range(depth):
+    tail_left = -1  # drafts of the tail still to come, once the priced nodes are done (-1: not yet)
+    for i in range(depth + tail):
         row = logits[0] if src is None else logits[0].index_select(0, src)  # [V] or [S]
         q = None if sampling.greedy else standardize(row[None], sampling)  # [1, V] / [1, S]
-        if pricer is not None:
+        if pricer is not None and tail_left < 0:
             c = confidence(row, None if q is None else q[0])
-            if not pricer.take(c, depth - i):
+            if pricer.take(c, depth - i):
+                confs.append(c)
+            elif i == 0 or tail == 0:
                 break
-            confs.append(c)
-        if q is None:  # T = 0: the first maximal index, as standardize's one-hot (numpy's on the host: no dispatch)
-            if cpu:
-                a = _host(row)
-                tok = int(a.argmax())
-                if not math.isfinite(float(a[tok])):  # NaN, +inf or a row of -inf: as standardize refuses them
-                    raise ValueError("the draft's logits contain NaN or +inf, or are all -inf; check the draft model")
-            else:
-                tok = int(row.argmax()) if host else row.argmax().reshape(1)
-        else:
-            draw = sample_drafts(q, 1, DraftLaw.IID, generator)  # [1, 1]
-            tok = int(draw[0, 0]) if host else draw.reshape(1)
-            if keep_q:
-                q_rows.append(q)
+            else:  # refused: this pass's draft opens the tail
+                tail_left = tail
+        tok = _draw(row, q, cpu, host, generator)
+        if q is not None and keep_q:
+            q_rows.append(q)
         tokens.append(tok)
+        tail_left -= 1 if tail_left > 0 else 0
         stop = host and (out_ids[tok] if out_ids is not None else tok) in stop_tokens
-        if i + 1 == depth or stop or (pricer is not None and not pricer.go_on(depth - i - 1)):
+        if i + 1 == depth + tail or stop or tail_left == 0:
             break
+        if pricer is not None and tail_left < 0 and (i + 1 == depth or not pricer.go_on(depth - i - 1)):
+            if tail == 0:
+                break
+            tail_left = tail  # the priced nodes are done: the tail follows
         logits = advance(tok if src is None else int(src[tok]) if host else src[tok])
         passes += 1
     ids = [int(t) for t in (torch.cat(tokens).tolist() if tokens and not host else tokens)]  # one host read
@@ -210,6 +212,22 @@ def draft_chain(first: Callable[[], Tensor], advance: Callable[[Any], Tensor], d
         elif w > q_all.shape[-1]:
             q_all = torch.nn.functional.pad(q_all, (0, w - q_all.shape[-1]))
     return Chain(outs, fed, q_all, confs, passes)
+
+
+def _draw(row: Tensor, q: Tensor | None, cpu: bool, host: bool, generator: torch.Generator | None) -> Any:
+    """One draft from ``row`` ``[V]``: its first maximal index at T = 0 (``q`` None; numpy's on the
+    host, refusing NaN as :func:`~specot.sampling.standardize` does), else a draw from ``q`` ``[1, V]``;
+    an int on the host, else a ``[1]`` tensor on the row's device."""
+    if q is not None:
+        draw = sample_drafts(q, 1, DraftLaw.IID, generator)  # [1, 1]
+        return int(draw[0, 0]) if host else draw.reshape(1)
+    if not cpu:
+        return int(row.argmax()) if host else row.argmax().reshape(1)
+    a = _host(row)
+    tok = int(a.argmax())
+    if not math.isfinite(float(a[tok])):  # NaN, +inf or a row of -inf
+        raise ValueError("the draft's logits contain NaN or +inf, or are all -inf; check the draft model")
+    return tok
 
 
 def _draft_chain(draft: CausalLM, context: Sequence[int], depth: int, sampling: SamplingConfig,

@@ -254,8 +254,8 @@ class PricedChains:
 
     def to_dict(self) -> dict[str, Any]:
         """The pricing's inputs, for reports."""
-        return {"draft_cost": round(self.pricer.draft_cost, 4), "pass_cost": [round(self.pricer.cost(n), 4) for n in
-                                                                               range(0, 9)], "source": self.source}
+        costs = [round(self.pricer.cost(n), 4) for n in range(9)]  # a pass of 0..8 draft nodes
+        return {"draft_cost": round(self.pricer.draft_cost, 4), "pass_cost": costs, "source": self.source}
 
 
 def priced_chains(target: Any, draft: Any) -> PricedChains | None:

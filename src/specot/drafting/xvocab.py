@@ -298,6 +298,10 @@ class XVocabDrafter(Drafter):
         self.model, self.draft_view, self.target_view, self.mode = model, draft_view, target_view, mode
         self.lookbehind, self.drop_last = lookbehind, drop_last
         self.vmap = intersect_vocabularies(draft_view, target_view) if mode == "tli" else None
+        # TLI chains draw from the shared tokens in target-id order: the inverse CDF (and the argmax's
+        # first maximum) of the target-wide q row, without building that row
+        order = torch.argsort(self.vmap.target_ids) if self.vmap is not None else None
+        self._shared = (self.vmap.draft_ids[order], self.vmap.target_ids[order]) if self.vmap is not None else None
         self.name = f"xvocab-{mode}:{getattr(model, 'name', 'draft')}"
         self.pricing = pricing
         self._last_tree: DraftTree | None = None
@@ -413,8 +417,8 @@ class XVocabDrafter(Drafter):
         dctx = self.draft_context(context)
         with trusted_inputs():
             if spec.is_chain():  # drawn from the shared tokens' logits: no [V_target] row per draft pass
-                chain = self._chain(dctx, depth, sampling, generator, self.stop_tokens,
-                                    shared=(self.vmap.draft_ids, self.vmap.target_ids), width=self.vmap.target_vocab)
+                chain = self._chain(dctx, depth, sampling, generator, self.stop_tokens, shared=self._shared,
+                                    width=self.vmap.target_vocab)
                 tree = DraftTree.chain(int(context[-1]), chain.tokens, chain.q)  # q: [γ, V_target] or none (T = 0)
                 tree.draft_calls, tree.q_standardized = chain.passes, True
                 return tree
@@ -427,7 +431,8 @@ class XVocabDrafter(Drafter):
                       generator: torch.Generator | None) -> DraftTree:
         dctx = self.draft_context(context)
         with trusted_inputs():
-            drafted = self._chain(dctx, depth + self.drop_last, sampling, generator, self.draft_view.special, keep_q=False)
+            drafted = self._chain(dctx, depth, sampling, generator, self.draft_view.special, keep_q=False,
+                                  tail=self.drop_last)
         ids = drafted.tokens
         self.last_draft_ids = ids
         ends = list(itertools.accumulate(len(self.draft_view.pieces[t]) for t in ids))
