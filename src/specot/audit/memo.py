@@ -209,10 +209,10 @@ class _MemoModelDrafter(ModelDrafter):
     """specot's :class:`ModelDrafter` (its chain and tree drafting, unchanged) over a
     :class:`MemoModel` of its draft model."""
 
-    def __init__(self, memo: MemoModel, name: str) -> None:  # noqa: D107 (ModelDrafter's checks skipped)
+    def __init__(self, memo: MemoModel, like: ModelDrafter) -> None:  # noqa: D107 (ModelDrafter's checks skipped)
         Drafter.__init__(self)
-        self.model = memo  # type: ignore[assignment]
-        self.name = name
+        self._init_chains(memo, like.pricing, like.width)  # the same chains as ``like``'s
+        self.name = like.name
         self._draft_pos = {}
 
 
@@ -224,4 +224,4 @@ def memo_drafter(drafter: ModelDrafter, max_rows: int = 4096) -> ModelDrafter:
     """
     if not isinstance(drafter, ModelDrafter):
         raise TypeError(f"only a model drafter can be memoized, got {type(drafter).__name__}")
-    return _MemoModelDrafter(MemoModel(drafter.model, max_rows), drafter.name)
+    return _MemoModelDrafter(MemoModel(drafter.model, max_rows), drafter)
