@@ -13,18 +13,19 @@ ids and ``context[:-1]`` (``llama_memory_seq_rm``), and the rest of the context 
 chain run in one ``llama_decode`` batch, with logits requested only for the last context token and
 the draft tokens (``1 + γ`` rows, not the re-fed context).
 
-**A draft tree** (``tree_logits_after``) runs in one batch too, the scheme of llama.cpp's own
-speculative example with several drafts: every root-to-leaf path gets a sequence id (the first leaf
-keeps :attr:`main_seq`, the others take free ids, at most ``max_leaves``), the cached context is
-added to every path's id (``llama_memory_seq_cp``: no data is copied in a unified cache, only the
-cells' id sets grow), and a node enters the batch with the ids of all leaves below it at position
-``len(context) + depth - 1``. A node's query (first id = one leaf below it) then sees the context,
-its ancestors and itself, nothing else. Logits are asked for the last context token and every node.
+**A draft tree** (``tree_logits``, handed the tree and its geometry) runs in one batch too, the
+scheme of llama.cpp's own speculative example with several drafts: every root-to-leaf path gets a
+sequence id (the first leaf keeps :attr:`main_seq`, the others take free ids, at most
+``max_leaves``), the cached context is added to every path's id (``llama_memory_seq_cp``: no data is
+copied in a unified cache, only the cells' id sets grow), and a node enters the batch with the ids
+of all leaves below it at position ``len(context) + depth - 1``. A node's query (first id = one leaf
+below it) then sees the context, its ancestors and itself, nothing else. Logits are asked for the
+last context token and every node.
 
-**Rollback without re-evaluation** (``keep_tree_path``): the accepted path is a prefix of the path
-to some leaf ``s``; ``llama_memory_seq_keep(s)`` drops every cell not on that path (the other
-leaves' nodes) and ``llama_memory_seq_rm(s, C + k, -1)`` the path's unaccepted tail; ``s`` becomes
-:attr:`main_seq`. Nothing of the prefix is run again.
+**Rollback without re-evaluation** (``keep_tree_path``, handed the accepted path's node indices):
+the accepted path is a prefix of the path to some leaf ``s``; ``llama_memory_seq_keep(s)`` drops
+every cell not on that path (the other leaves' nodes) and ``llama_memory_seq_rm(s, C + k, -1)`` the
+path's unaccepted tail; ``s`` becomes :attr:`main_seq`. Nothing of the prefix is run again.
 
 **Exactness.** The rows are llama.cpp's own logits for those prefixes. A pass over several tokens
 uses other kernels (and another activation quantization block layout) than a one-token pass, so its
@@ -51,7 +52,7 @@ from torch import Tensor
 
 from specot.calibration import PassCostCurve, calibrate, calibration_enabled
 from specot.models.chat import decode_tokens, encode_prompt
-from specot.geometry import TreeGeometry, common_prefix_length
+from specot.geometry import TokenTree, TreeGeometry, common_prefix_length
 from specot.models.protocol import Capabilities, check_scoring_fits
 from specot.models.timing import median_pass_times
 from .auto import CAPABILITIES, PASS_COST
@@ -414,37 +415,33 @@ class LlamaCppTarget:
         new = [int(t) for t in context[common:]] + [int(t) for t in extra]
         return self._run_chain(new, common, 1 + len(extra))
 
-    def tree_logits_after(self, context: Sequence[int], tokens: Sequence[int], parents: Sequence[int], *,
-                          hidden_layers: Sequence[int] | None = None) -> Tensor:
-        """Logits after ``context`` and after every node of a token tree, in one ``llama_decode`` batch
+    def tree_logits(self, context: Sequence[int], tree: TokenTree, *,
+                    hidden_layers: Sequence[int] | None = None) -> Tensor:
+        """Logits after ``context`` and after every node of ``tree``, in one ``llama_decode`` batch
         (a context suffix longer than one token, i.e. a prompt, is fed first in its own call).
 
         Args:
             context: committed token ids (>= 1).
-            tokens: tree node tokens ``[N]``, every parent before its children.
-            parents: ``[N]``: ``-1`` for a child of the root (the last context token), else the index
-                ``j < i`` of the parent node.
+            tree: a :class:`~specot.geometry.TokenTree` (a :class:`~specot.drafting.DraftTree`):
+                ``tokens [1 + N]`` root first (the root is ``context[-1]``) and its geometry, whose
+                depths and leaves place the nodes (module docstring).
 
         Returns:
-            float32 logits ``[1 + N, V]``: row 0 after ``context``, row ``1 + i`` after
-            ``context`` + the root-to-node-i path. Node i sits at cache index ``len(context) + i``
-            (:meth:`keep_tree_path` speaks of it so).
+            float32 logits ``[1 + N, V]``: row 0 after ``context``, row ``j`` after ``context`` +
+            the root-to-node-j path. The nodes stay cached until :meth:`keep_tree_path`.
 
         Raises:
-            ValueError: empty context, mismatched lengths, a parent that is not an earlier node, more
-                leaves than :attr:`max_leaves`, more nodes than one batch holds, or positions past
-                the context.
+            ValueError: empty context, more leaves than :attr:`max_leaves`, more nodes than one
+                batch holds, or positions past the context.
         """
         if hidden_layers is not None:
             CAPABILITIES.check_hidden_states(f"{self.name}: a pass with hidden_layers", "llamacpp")
         if len(context) == 0:
             raise ValueError("context must hold at least one token")
-        N = len(tokens)
-        if N != len(parents):
-            raise ValueError(f"tokens and parents must have the same length, got {N} and {len(parents)}")
+        shape = tree.geometry
+        N = shape.size
         if N == 0:
             return self.logits_after(context)
-        shape = TreeGeometry.of(parents)
         if shape.n_leaves > self.max_leaves:
             raise ValueError(f"a draft tree with {shape.n_leaves} leaves exceeds max_leaves = {self.max_leaves} of "
                              "this llama.cpp target (one sequence id per root-to-leaf path)")
@@ -461,11 +458,11 @@ class LlamaCppTarget:
         for s in seq_ids[1:]:
             lc.llama_memory_seq_cp(self._mem, self.main_seq, s, -1, -1)
         node_seqs = [[seq_ids[j] for j in leaves] for leaves in shape.leaves_below]
-        toks = [int(context[-1])] + [int(t) for t in tokens]
+        toks = [int(context[-1])] + [int(t) for t in tree.tokens[1:]]
         pos = [C - 1] + shape.positions(C)
         rows = self._decode(toks, pos, [seq_ids] + node_seqs, [True] * (N + 1))
         self._ids.append(int(context[-1]))
-        self._tree = _OpenTree(base=C, leaf_seqs=seq_ids, shape=shape, tokens=[int(t) for t in tokens])
+        self._tree = _OpenTree(base=C, leaf_seqs=seq_ids, shape=shape, tokens=toks)
         self._time_s += time.perf_counter() - t0
         return torch.from_numpy(rows)
 
@@ -474,37 +471,29 @@ class LlamaCppTarget:
         others = [s for s in range(self.max_leaves + 1) if s != self.main_seq]
         return [self.main_seq] + others[:n - 1]
 
-    def keep_tree_path(self, prefix_len: int, positions: Sequence[int]) -> None:
-        """Keep the first ``prefix_len`` committed positions followed by the tree nodes at cache
-        indices ``positions`` (node i at ``len(context) + i``), which must be a root path of the
-        last tree; every other node leaves the cache (module docstring: ``seq_keep`` + ``seq_rm``).
+    def keep_tree_path(self, path: Sequence[int]) -> None:
+        """Keep the context of the last :meth:`tree_logits` followed by the nodes ``path`` of its
+        tree (node indices, a child of the root first); every other node leaves the cache (module
+        docstring: ``seq_keep`` + ``seq_rm``).
 
         Raises:
-            ValueError: no tree open, ``prefix_len`` outside ``[0, len(context)]``, or ``positions``
-                not a root path of the tree (or not empty when ``prefix_len < len(context)``).
+            ValueError: ``path`` not a root path of that tree
+                (:meth:`specot.geometry.TreeGeometry.check_rooted_path`), or a non-empty ``path``
+                when no tree is open.
         """
         tree = self._tree
-        keep = [int(i) for i in positions]
         if tree is None:
-            if keep:
-                raise ValueError("keep_tree_path: no draft tree is in the cache (call tree_logits_after first)")
-            self.rollback(prefix_len)
+            if len(path):
+                raise ValueError(f"keep_tree_path({list(path)}): no draft tree is in the cache (call tree_logits first)")
             return
+        nodes = tree.shape.check_rooted_path(path)
         C = tree.base
-        if not 0 <= prefix_len <= C:
-            raise ValueError(f"prefix_len {prefix_len} outside [0, {C}]")
-        nodes = [i - C for i in keep]
-        if keep and (prefix_len != C or not tree.shape.is_root_path(nodes)):
-            raise ValueError(f"positions {keep} must be a root path of the tree's nodes (cache indices "
-                             f"{C}..{C + len(tree.tokens) - 1}) kept after the whole context ({C})")
         s = tree.leaf_seqs[tree.shape.leaves_below[nodes[-1]][0]] if nodes else self.main_seq
         lc.llama_memory_seq_keep(self._mem, s)  # cells off the path to leaf s leave; the others hold s only
         lc.llama_memory_seq_rm(self._mem, s, C + len(nodes), -1)
         self.main_seq = s
-        self._ids.extend(tree.tokens[i] for i in nodes)
+        self._ids.extend(tree.tokens[int(j)] for j in path)
         self._tree = None
-        if prefix_len < C:
-            self.rollback(prefix_len)
 
 
     # ----------------------------------------------------------------- pass cost
@@ -615,7 +604,7 @@ def _two_branch_offsets(n: int) -> list[int]:
 
 
 class _OpenTree:
-    """The draft tree last scored: its base (``len(context)``), path ids, shape and node tokens."""
+    """The draft tree last scored: its base (``len(context)``), path ids, shape and tokens (root first)."""
 
     def __init__(self, base: int, leaf_seqs: list[int], shape: TreeGeometry, tokens: list[int]) -> None:
         self.base = base

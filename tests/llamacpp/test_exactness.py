@@ -21,6 +21,7 @@ from specot.api import load_drafter
 from specot.drafting import TreeSpec
 from specot.engine import autoregressive_generate, speculative_generate, tree_generate
 from specot.engine.types import GenerationConfig
+from specot.geometry import token_tree
 from specot.sampling import SamplingConfig
 from specot_llamacpp import LlamaCppTarget
 
@@ -182,7 +183,7 @@ def test_t1_law_of_the_first_tokens_matches_autoregressive(target, kind):
     # how far a batched pass's law of x1 sits from the one-token law: the non-centrality it adds to
     # the statistic (first tokens only; the second token's rows move alike)
     sampler.reset()
-    pb = torch.softmax(sampler.tree_logits_after(ids, [cats[0][0], cats[4][0]], [-1, -1])[0].double(), -1)
+    pb = torch.softmax(sampler.tree_logits(ids, token_tree([ids[-1], cats[0][0], cats[4][0]], [-1, 0, 0]))[0].double(), -1)
     firsts = list(dict.fromkeys(c[0] for c in cats))
     rest_a, rest_b = 1 - float(p1[firsts].sum()), 1 - float(pb[firsts].sum())
     shift = N_SAMPLES * (float((((pb[firsts] - p1[firsts]) ** 2) / p1[firsts]).sum()) + (rest_b - rest_a) ** 2 / rest_a)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from specot.audit.memo import MemoModel
+from specot.geometry import token_tree
 
 
 def test_a_recomputed_row_is_the_first_one_bit_for_bit(target, prompt_ids):
@@ -19,5 +20,5 @@ def test_a_recomputed_row_is_the_first_one_bit_for_bit(target, prompt_ids):
     assert prompt + (30,) not in memo._rows
     again = memo.rows([prompt + (30,), prompt + (30, 504)])[0]  # now a chain pass of several tokens
     assert torch.equal(first, again)
-    tree = memo.tree_logits_after(list(prompt + (30,)), [504, 57], [-1, -1])
+    tree = memo.tree_logits(list(prompt + (30,)), token_tree([30, 504, 57], [-1, 0, 0]))
     assert torch.equal(tree[0], first)

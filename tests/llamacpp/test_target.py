@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from llamacpp_helpers import NEAR_TIE, cache_census, fresh_census, gap_to_max
+from specot.geometry import token_tree
 from specot.models.protocol import TargetModel
 from specot_llamacpp import LlamaCppTarget
 
@@ -21,6 +22,16 @@ WIDE_PATHS = [[0], [1], [2], [3], [4], [0, 5], [3, 6]]
 
 def _path_tokens(nodes):
     return [WIDE_TOKENS[n] for n in nodes]
+
+
+def _tree(context, tokens=WIDE_TOKENS, parents=WIDE_PARENTS):
+    """The tree of ``tokens`` (parents: -1 = the root, else an earlier node) after ``context``, root first."""
+    return token_tree([context[-1]] + list(tokens), [-1] + [p + 1 for p in parents])
+
+
+def _path(nodes):
+    """``nodes`` (indices into WIDE_TOKENS) as the tree's node indices, root first."""
+    return [n + 1 for n in nodes]
 
 
 def _close(a: torch.Tensor, b: torch.Tensor) -> None:
@@ -69,7 +80,7 @@ def test_chain_rows_are_the_one_token_rows_in_order(target, prompt_ids):
 def test_tree_rows_equal_each_paths_chain_rows(target, prompt_ids):
     ids = prompt_ids[1]
     target.reset()
-    tree = target.tree_logits_after(ids, WIDE_TOKENS, WIDE_PARENTS)  # [1 + 7, V]
+    tree = target.tree_logits(ids, _tree(ids))  # [1 + 7, V]
     assert tree.shape == (8, 49152)
     target.reset()
     _close(tree[0], target.logits_after(ids)[0])
@@ -82,19 +93,18 @@ def test_tree_rows_equal_each_paths_chain_rows(target, prompt_ids):
 def test_empty_tree_is_a_plain_step(target, prompt_ids):
     ids = prompt_ids[0]
     target.reset()
-    rows = target.tree_logits_after(ids, [], [])
+    rows = target.tree_logits(ids, _tree(ids, [], []))
     assert rows.shape == (1, 49152)
-    target.keep_tree_path(len(ids), [])
+    target.keep_tree_path([])
     assert cache_census(target) == fresh_census(target, ids)
 
 
 def test_chain_of_one(target, prompt_ids):
     ids = prompt_ids[0]
     target.reset()
-    rows = target.tree_logits_after(ids, [330], [-1])
+    rows = target.tree_logits(ids, _tree(ids, [330], [-1]))
     assert rows.shape == (2, 49152)
-    C = len(ids)
-    target.keep_tree_path(C, [C])
+    target.keep_tree_path([1])
     assert target.cached_ids == list(ids) + [330]
     assert cache_census(target) == fresh_census(target, list(ids) + [330])
 
@@ -105,13 +115,12 @@ def test_rollback_keeps_exactly_the_accepted_path(target, prompt_ids, nodes):
     cache holding exactly context + path, as a fresh run of them would, and the next pass's logits
     are a fresh run's."""
     ids = list(prompt_ids[2])
-    C = len(ids)
     kept = ids + _path_tokens(nodes)
     want = fresh_census(target, kept)
     fresh_next = target.logits_after(kept + [28])[-1]
     target.reset()
-    target.tree_logits_after(ids, WIDE_TOKENS, WIDE_PARENTS)
-    target.keep_tree_path(C, [C + n for n in nodes])
+    target.tree_logits(ids, _tree(ids))
+    target.keep_tree_path(_path(nodes))
     assert target.cached_ids == kept
     assert cache_census(target) == want
     _close(target.logits_after(kept + [28])[-1], fresh_next)
@@ -124,31 +133,29 @@ def test_rollback_through_many_trees(target, prompt_ids):
     target.reset()
     ctx = list(ids)
     for k in range(6):
-        target.tree_logits_after(ctx, WIDE_TOKENS, WIDE_PARENTS)
+        target.tree_logits(ctx, _tree(ctx))
         nodes = WIDE_PATHS[k % len(WIDE_PATHS)]
-        target.keep_tree_path(len(ctx), [len(ctx) + n for n in nodes])
+        target.keep_tree_path(_path(nodes))
         ctx = ctx + _path_tokens(nodes) + [13]
         target.logits_after(ctx, [11, 12])  # a chain; its drafts are cut by the next pass
     target.logits_after(ctx)
     assert cache_census(target) == fresh_census(target, ctx)
 
 
-def _skip_seq_keep(self, prefix_len, positions):  # deliberately broken: other paths' cells stay
-    tree, keep = self._tree, [int(i) for i in positions]
-    nodes = [i - tree.base for i in keep]
+def _skip_seq_keep(self, path):  # deliberately broken: other paths' cells stay
+    tree, nodes = self._tree, [j - 1 for j in path]
     s = tree.leaf_seqs[tree.shape.leaves_below[nodes[-1]][0]] if nodes else self.main_seq
     lc.llama_memory_seq_rm(self._mem, s, tree.base + len(nodes), -1)
     self.main_seq, self._tree = s, None
-    self._ids.extend(tree.tokens[i] for i in nodes)
+    self._ids.extend(tree.tokens[j] for j in path)
 
 
-def _skip_tail_rm(self, prefix_len, positions):  # deliberately broken: the path's rejected tail stays
-    tree, keep = self._tree, [int(i) for i in positions]
-    nodes = [i - tree.base for i in keep]
+def _skip_tail_rm(self, path):  # deliberately broken: the path's rejected tail stays
+    tree, nodes = self._tree, [j - 1 for j in path]
     s = tree.leaf_seqs[tree.shape.leaves_below[nodes[-1]][0]] if nodes else self.main_seq
     lc.llama_memory_seq_keep(self._mem, s)
     self.main_seq, self._tree = s, None
-    self._ids.extend(tree.tokens[i] for i in nodes)
+    self._ids.extend(tree.tokens[j] for j in path)
 
 
 @pytest.mark.parametrize("broken", [_skip_seq_keep, _skip_tail_rm])
@@ -156,13 +163,12 @@ def test_a_broken_rollback_is_caught(target, prompt_ids, monkeypatch, broken):
     """The checks above can fail: a rollback that leaves rejected tokens in the cache is caught by
     the census (and llama.cpp refuses the next batch when the tail stays)."""
     ids = list(prompt_ids[2])
-    C = len(ids)
     kept = ids + _path_tokens([0])
     want = fresh_census(target, kept)
     monkeypatch.setattr(LlamaCppTarget, "keep_tree_path", broken)
     target.reset()
-    target.tree_logits_after(ids, WIDE_TOKENS, WIDE_PARENTS)
-    target.keep_tree_path(C, [C])
+    target.tree_logits(ids, _tree(ids))
+    target.keep_tree_path([1])
     with pytest.raises((AssertionError, RuntimeError)):
         assert cache_census(target) == want
         target.logits_after(kept + [28])
@@ -178,35 +184,40 @@ def test_long_prompt_is_fed_in_chunks(target, prompt_ids):
         target.reset()
         _close(small.logits_after(ids)[0], target.logits_after(ids)[0])
         small.reset()
-        rows = small.tree_logits_after(ids, WIDE_TOKENS, WIDE_PARENTS)
-        small.keep_tree_path(len(ids), [len(ids) + 3, len(ids) + 6])
+        rows = small.tree_logits(ids, _tree(ids))
+        small.keep_tree_path(_path([3, 6]))
         assert rows.shape == (8, 49152) and small.cached_ids == ids + _path_tokens([3, 6])
         with pytest.raises(ValueError, match="n_batch"):
-            small.tree_logits_after(ids, list(range(100, 110)), [-1] + list(range(9)))
+            small.tree_logits(ids, _tree(ids, list(range(100, 110)), [-1] + list(range(9))))
     finally:
         small.close()
 
 
 @pytest.mark.parametrize("tokens,parents,match", [
-    ([5, 6], [-1], "same length"),
+    ([5, 6], [-1], "one length"),
     ([5, 6], [-1, 1], "earlier node"),
     ([5, 6], [0, -1], "earlier node"),
 ])
 def test_bad_trees_are_refused(target, tokens, parents, match):
-    with pytest.raises(ValueError, match=match):
-        target.tree_logits_after([1, 2, 3], tokens, parents)
+    with pytest.raises(ValueError, match=match):  # the tree's geometry refuses it, before any pass
+        target.tree_logits([1, 2, 3], _tree([1, 2, 3], tokens, parents))
 
 
 def test_too_many_leaves_and_non_paths_are_refused(target):
     with pytest.raises(ValueError, match="max_leaves"):
-        target.tree_logits_after([1, 2, 3], list(range(100, 100 + target.max_leaves + 1)),
-                                 [-1] * (target.max_leaves + 1))
+        target.tree_logits([1, 2, 3], _tree([1, 2, 3], list(range(100, 100 + target.max_leaves + 1)),
+                                            [-1] * (target.max_leaves + 1)))
     target.reset()
-    target.tree_logits_after([1, 2, 3], WIDE_TOKENS, WIDE_PARENTS)
-    with pytest.raises(ValueError, match="root path"):
-        target.keep_tree_path(3, [3 + 5])  # node 5 without its parent 0
-    with pytest.raises(ValueError, match="root path"):
-        target.keep_tree_path(3, [3 + 0, 3 + 6])  # 6 hangs below 3, not 0
+    target.tree_logits([1, 2, 3], _tree([1, 2, 3]))
+    with pytest.raises(ValueError, match="accepted path"):
+        target.keep_tree_path(_path([5]))  # node 5 without its parent 0
+    with pytest.raises(ValueError, match="accepted path"):
+        target.keep_tree_path(_path([0, 6]))  # 6 hangs below 3, not 0
+    assert target.cached_ids == [1, 2, 3]  # a refused path changes nothing
+    target.keep_tree_path(_path([3, 6]))
+    assert target.cached_ids == [1, 2, 3] + _path_tokens([3, 6])
+    with pytest.raises(ValueError, match="no draft tree"):
+        target.keep_tree_path([1])  # the tree was closed
     target.reset()
 
 
@@ -220,8 +231,8 @@ def test_reset_leaves_no_trace_of_the_last_sequence(target, prompt_ids):
     ctx = list(prompt_ids[2])
     target.reset()
     for _ in range(3):
-        target.tree_logits_after(ctx, WIDE_TOKENS, WIDE_PARENTS)
-        target.keep_tree_path(len(ctx), [len(ctx)])
+        target.tree_logits(ctx, _tree(ctx))
+        target.keep_tree_path([1])
         ctx = ctx + [WIDE_TOKENS[0], 13]
         target.logits_after(ctx, [11, 12])
     target.reset()
