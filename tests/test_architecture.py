@@ -379,3 +379,86 @@ def test_no_function_or_module_is_over_its_size_limit():
                     if n > MAX_FUNCTION_LINES:
                         too_long.append(f"{where}:{node.lineno} {node.name}: {n} lines (limit {MAX_FUNCTION_LINES})")
     assert not too_long, too_long
+
+
+def _vllm_reads(source: str, where: str, owners: tuple[str, ...] = ("vllm",)) -> list[str]:
+    """Reads of vLLM objects' attributes in ``source``:
+
+    * ``name.attr`` where ``name`` was imported from a module under ``owners`` — but not an
+      ALL_CAPS constant (an enum member of an interface, e.g. ``AttentionType.DECODER``) nor a
+      dunder (``vllm.__version__``): those are vLLM's API, not its internals;
+    * ``arg.attr`` and ``getattr(arg, ...)`` in a method of a class derived from such a name, where
+      ``arg`` is one of the method's arguments (not ``self`` / ``cls``) without a type or typed
+      ``Any``: vLLM calls the method with its own records (``CommonAttentionMetadata``, a KV-cache
+      spec); an argument typed otherwise (``Tensor``, specot's own classes) is not one."""
+    tree = ast.parse(source)
+    foreign: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            foreign.update((a.asname or a.name.split(".")[0]) for a in node.names if a.name.split(".")[0] in owners)
+        elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] in owners:
+            foreign.update(a.asname or a.name for a in node.names)
+
+    def api(attr: str) -> bool:
+        return attr.isupper() or (attr.startswith("__") and attr.endswith("__"))
+
+    found = [f"{where}:{n.lineno} {n.value.id}.{n.attr}" for n in ast.walk(tree)
+             if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load) and isinstance(n.value, ast.Name)
+             and n.value.id in foreign and not api(n.attr)]
+    for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+        bases = [b.value if isinstance(b, ast.Subscript) else b for b in cls.bases]
+        if not any(isinstance(b, ast.Name) and b.id in foreign for b in bases):
+            continue
+        for fn in (n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+            args = fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
+            theirs = {a.arg for a in args if a.arg not in ("self", "cls")
+                      and (a.annotation is None or ast.unparse(a.annotation) in ("Any", "typing.Any"))}
+            for n in ast.walk(fn):
+                if (isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load) and isinstance(n.value, ast.Name)
+                        and n.value.id in theirs):
+                    found.append(f"{where}:{n.lineno} {cls.name}.{fn.name}: {n.value.id}.{n.attr}")
+                elif (isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "getattr"
+                      and n.args and isinstance(n.args[0], ast.Name) and n.args[0].id in theirs):
+                    found.append(f"{where}:{n.lineno} {cls.name}.{fn.name}: getattr({n.args[0].id}, ...)")
+    return found
+
+
+def _vllm_reads_outside_the_adapter(root: Path) -> list[str]:
+    """:func:`_vllm_reads` of every module of the package at ``root`` but its ``adapter.py``."""
+    return [hit for p in sorted(root.rglob("*.py")) if p.name != "adapter.py"
+            for hit in _vllm_reads(p.read_text(encoding="utf-8"), str(p.relative_to(root.parent)))]
+
+
+def test_the_vllm_read_finder_finds_planted_reads(tmp_path):
+    pkg = tmp_path / "plugin"
+    pkg.mkdir()
+    (pkg / "adapter.py").write_text("from vllm.x import Runner\nRunner.requests\n")  # the adapter may
+    (pkg / "clean.py").write_text(
+        "from typing import Any\nfrom torch import Tensor\n"
+        "from vllm.v1.attention.backend import AttentionType, Builder\n"
+        "import vllm\nKIND, VERSION = AttentionType.DECODER, vllm.__version__\n"
+        "class B(Builder[int]):\n"
+        "    def build(self, n: int, cm: Any, x: Tensor, own: 'Plan'):\n"
+        "        return self.reader.batch(cm), x.shape, own.rows\n")
+    assert _vllm_reads_outside_the_adapter(pkg) == []
+    (pkg / "planted.py").write_text(
+        "from typing import Any\nfrom vllm.v1.sample.metadata import SamplingMetadata as SM\n"
+        "from vllm.v1.attention.backend import AttentionMetadataBuilder\n"
+        "def f():\n    return SM.temperature\n"  # a read of an imported vLLM name
+        "class B(AttentionMetadataBuilder[int]):\n"
+        "    def build(self, common_prefix_len: int, cm: Any, spec=None):\n"
+        "        return cm.seq_lens, getattr(spec, 'block_size')\n")  # reads of vLLM's records
+    hits = _vllm_reads_outside_the_adapter(pkg)
+    assert [h.split(" ", 1)[1] for h in hits] == ["SM.temperature", "B.build: cm.seq_lens",
+                                                  "B.build: getattr(spec, ...)"], hits
+
+
+def test_only_the_vllm_adapter_reads_vllm_internals():
+    """Outside ``specot_vllm/adapter.py`` no module reads an attribute of a vLLM object: the adapter
+    hands the rest of the integration specot's own records (``RunnerView``, ``BatchSampling``,
+    ``AttentionReader``), so a vLLM release that renames a field breaks one module."""
+    pkg = SRC / "specot_vllm"
+    if not pkg.is_dir():
+        return
+    bad = _vllm_reads_outside_the_adapter(pkg)
+    assert not bad, bad

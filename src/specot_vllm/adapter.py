@@ -25,13 +25,18 @@ table); the other modules hold specot's logic and never name a vLLM internal:
 ====  ==========================================================  ==============================
 
 The tree attention backend takes vLLM's own extension point (``register_backend``), not a
-replacement. :class:`RunnerView` holds every read of the model runner's internals.
+replacement. Every read of vLLM's internals is here too: :class:`RunnerView` (the model runner,
+its requests' ``SamplingParams`` through :func:`tree_eligible`, its ``SamplingMetadata`` as a
+:class:`BatchSampling`) and :class:`AttentionReader` (the attention backend's
+``CommonAttentionMetadata`` and KV-cache spec); ``tests/test_architecture.py`` fails on a read of a
+vLLM object anywhere else.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import functools
 import importlib.metadata as metadata
 import itertools
@@ -40,7 +45,8 @@ from typing import Any, Callable, Iterator
 import torch
 
 __all__ = ["VLLM_VERSION", "VllmVersionError", "check_version", "install", "installed", "expand_batch_to_tokens",
-           "attach_chain_verifier", "RunnerView", "stock", "vllm_cli_version"]
+           "attach_chain_verifier", "RunnerView", "BatchSampling", "AttentionReader", "tree_eligible",
+           "register_worker_kernels", "stock", "vllm_cli_version"]
 
 #: The one vLLM release every replacement here is written against.
 VLLM_VERSION = "0.32.0"
@@ -301,6 +307,72 @@ def _install_engine_args() -> None:
 
 
 # -- 7-10. draft trees in the CPU model runner ------------------------------------------------------
+def tree_eligible(params: Any, num_output: int) -> bool:
+    """Whether a request's sampling (vLLM's ``SamplingParams``) is only temperature / top-k / top-p
+    (and seed, stops, lengths), so that a tree's node rows can be verified as the target's law: no
+    penalties, bad words, allowed tokens, logit bias, min-p, pending min-tokens (``num_output``
+    tokens generated so far), logprobs or structured output."""
+    if params is None:
+        return False
+    g = lambda k, d=None: getattr(params, k, d)  # noqa: E731
+    return (g("presence_penalty", 0.0) == 0.0 and g("frequency_penalty", 0.0) == 0.0
+            and g("repetition_penalty", 1.0) == 1.0 and not g("min_p", 0.0) and g("logprobs") is None
+            and not g("logit_bias") and not g("allowed_token_ids") and not g("bad_words")
+            and not g("_bad_words_token_ids") and g("structured_outputs") is None
+            and g("logprob_token_ids") is None and g("thinking_token_budget") is None
+            and (g("min_tokens", 0) or 0) <= num_output)
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchSampling:
+    """What specot's tree verification reads of vLLM's ``SamplingMetadata`` (:meth:`RunnerView.sampling`).
+
+    Attributes:
+        all_greedy: every request of the batch is greedy.
+        temperature: ``[B]`` float temperatures, or ``None``.
+        top_k: ``[B]`` int top-k, or ``None``.
+        top_p: ``[B]`` float top-p, or ``None``.
+        generators: input-batch row → the request's seeded ``torch.Generator``.
+        metadata: vLLM's ``SamplingMetadata`` itself, handed back to vLLM's own sampler only.
+    """
+
+    all_greedy: bool
+    temperature: torch.Tensor | None
+    top_k: torch.Tensor | None
+    top_p: torch.Tensor | None
+    generators: dict[int, torch.Generator]
+    metadata: Any
+
+
+def register_worker_kernels() -> None:
+    """Register the CPU kernels a vLLM worker registers at start-up (``current_platform``'s Triton
+    kernel overrides), for a sampler run outside a worker (:mod:`specot_vllm.harness`)."""
+    from vllm.platforms import current_platform
+
+    current_platform.register_triton_kernel_overrides()
+
+
+class AttentionReader:
+    """Every read of vLLM's attention records by specot's tree attention backend
+    (:class:`specot_vllm.tree_attn.TreeAttentionMetadataBuilder`, which the adapter hands this
+    reader when it registers the backend)."""
+
+    @staticmethod
+    def block_size(kv_cache_spec: Any) -> int:
+        """The KV cache's block size (vLLM's ``AttentionSpec.block_size``)."""
+        return int(kv_cache_spec.block_size)
+
+    @staticmethod
+    def batch(cm: Any) -> Any:
+        """vLLM's ``CommonAttentionMetadata`` of a step as a :class:`specot_vllm.tree_attn.AttentionBatch`."""
+        from .tree_attn import AttentionBatch
+
+        nreq = int(cm.num_reqs)
+        return AttentionBatch(num_reqs=nreq, query_start=cm.query_start_loc_cpu[: nreq + 1].tolist(),
+                              seq_lens=cm.seq_lens[:nreq].to("cpu").tolist(), block_table=cm.block_table_tensor,
+                              slot_mapping=cm.slot_mapping, num_tokens=int(cm.num_actual_tokens))
+
+
 class RunnerView:
     """Every read (and the one write) of vLLM 0.32.0's model-runner internals that specot's tree
     runner (:class:`specot_vllm.tree_runner.TreeRunner`) needs, by vLLM's attribute names.
@@ -321,10 +393,11 @@ class RunnerView:
         """Request id of every input-batch row."""
         return self._runner.input_batch.req_ids
 
-    def request(self, req_id: str) -> tuple[Any, int] | None:
-        """(sampling parameters, tokens generated so far) of a request, or ``None``."""
+    def tree_eligible(self, req_id: str) -> bool | None:
+        """Whether a request may be verified as a tree (:func:`tree_eligible` of its sampling
+        parameters and its tokens generated so far); ``None`` for a request the runner lacks."""
         state = self._runner.requests.get(req_id)
-        return None if state is None else (state.sampling_params, len(state.output_token_ids))
+        return None if state is None else tree_eligible(state.sampling_params, len(state.output_token_ids))
 
     def query_start_loc(self) -> torch.Tensor:
         """``[B + 1]`` start of each row's query tokens in the step (host copy)."""
@@ -342,13 +415,16 @@ class RunnerView:
         """Every attention layer's KV cache."""
         return self._runner.kv_caches
 
-    def sampling_metadata(self) -> Any:
-        """vLLM's ``SamplingMetadata`` of the input batch."""
-        return self._runner.input_batch.sampling_metadata
+    def sampling(self) -> "BatchSampling":
+        """What the tree verification reads of the input batch's ``SamplingMetadata``."""
+        sm = self._runner.input_batch.sampling_metadata
+        return BatchSampling(all_greedy=bool(sm.all_greedy), temperature=sm.temperature, top_k=sm.top_k,
+                             top_p=sm.top_p, generators=dict(sm.generators), metadata=sm)
 
-    def vllm_sample(self, logits: torch.Tensor, sampling_metadata: Any) -> tuple[torch.Tensor, Any]:
-        """vLLM's own ``Sampler`` on ``logits [B, V]``: (tokens ``[B]``, its logprobs tensors)."""
-        res = self._runner.rejection_sampler.sampler(logits=logits, sampling_metadata=sampling_metadata)
+    def vllm_sample(self, logits: torch.Tensor, sampling: "BatchSampling") -> tuple[torch.Tensor, Any]:
+        """vLLM's own ``Sampler`` on ``logits [B, V]`` under the batch's sampling: (tokens ``[B]``,
+        its logprobs tensors)."""
+        res = self._runner.rejection_sampler.sampler(logits=logits, sampling_metadata=sampling.metadata)
         return res.sampled_token_ids.reshape(-1), res.logprobs_tensors
 
     @staticmethod
@@ -401,6 +477,9 @@ def _runner_init(original: Callable) -> Callable:
             if getattr(vllm_config.model_config, "logits_processors", None):
                 raise ValueError("specot trees cannot run with custom logits processors "
                                  f"({vllm_config.model_config.logits_processors}); remove them or use a chain proposer")
+            from .tree_attn import TreeAttentionMetadataBuilder
+
+            TreeAttentionMetadataBuilder.reader = AttentionReader  # the backend reads vLLM's records through it
             if "SPECOT_TREE_ATTN" not in AttentionBackendEnum.__members__:
                 register_backend("SPECOT_TREE_ATTN", BACKEND_PATH)  # its name, as vLLM looks it up
             register_backend(AttentionBackendEnum.CPU_ATTN, BACKEND_PATH)  # what the CPU platform selects

@@ -92,14 +92,15 @@ def run_step(case: Case, n: int, temperature: float, draft: str = "sampled", see
     Raises:
         ValueError: ``draft`` not ``"sampled"`` / ``"fixed"``.
     """
-    from vllm.platforms import current_platform
     from vllm.v1.sample.rejection_sampler import RejectionSampler
     from vllm.v1.sample.sampler import Sampler
     from vllm.v1.spec_decode.metadata import SpecDecodeMetadata
 
+    from .adapter import attach_chain_verifier, register_worker_kernels
+
     if draft not in ("sampled", "fixed"):
         raise ValueError(f"draft must be 'sampled' or 'fixed', got {draft!r}")
-    current_platform.register_triton_kernel_overrides()  # the CPU kernels a worker registers
+    register_worker_kernels()
     g = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed + 7919)  # the verifier's uniforms: a stream apart from the drafts'
     if draft == "sampled":
@@ -117,8 +118,6 @@ def run_step(case: Case, n: int, temperature: float, draft: str = "sampled", see
         cu_num_draft_tokens=torch.arange(1, n + 1, **i32) * 2, cu_num_sampled_tokens=torch.arange(1, n + 1, **i32) * 3,
         target_logits_indices=torch.stack([base, base + 1], 1).reshape(-1), bonus_logits_indices=base + 2,
         logits_indices=torch.arange(3 * n, **i32))
-    from .adapter import attach_chain_verifier
-
     sampler = RejectionSampler(Sampler())
     attach_chain_verifier(sampler, config)
     out = sampler(meta, probs, logits.contiguous().clone(), _metadata(n, temperature, {}))

@@ -12,14 +12,16 @@ read of the runner's internals goes through the adapter's view of it):
    (:class:`specot_vllm.proposers.SuffixTreeProposer`) returns each row's node tokens and keeps its
    tree; the runner files the trees by request id. Requests whose sampling needs vLLM's own
    per-token processing (penalties, bad words, allowed tokens, logit bias, min-p, pending
-   min-tokens, logprobs, structured output) get no draft: they decode one token per step through
-   vLLM's own sampler, exactly as without speculation.
+   min-tokens, logprobs, structured output; :func:`specot_vllm.adapter.tree_eligible` reads their
+   sampling parameters) get no draft: they decode one token per step through vLLM's own sampler,
+   exactly as without speculation.
 2. **Inputs** (``_prepare_inputs``): node k of a request whose root sits at position ``p`` gets
    position ``p + depth(k)`` (vLLM computed ``p + k``); its KV slot stays the flat one,
-   ``slot(p + k)``. The trees' parents go to the attention backend
-   (the runner's :class:`specot_vllm.tree_attn.TreeStep`), whose mask lets node k see the context, the
-   root and its ancestors only. The logits rows of a request are then exactly specot's
-   ``[1 + N, V]``: row k is the target's distribution after the root-to-k path.
+   ``slot(p + k)``. The trees' geometries (:attr:`specot.drafting.DraftTree.geometry`, computed
+   once per tree) go to the attention backend (the runner's
+   :class:`specot_vllm.tree_attn.TreeStep`), whose mask lets node k see the context, the root and
+   its ancestors only. The logits rows of a request are then exactly specot's ``[1 + N, V]``: row
+   k is the target's distribution after the root-to-k path.
 3. **Verification** (``_sample``, in place of vLLM's rejection sampler): vLLM's temperature / top-k
    / top-p transform, then :func:`specot.engine.loop.verify_draft_tree` per request with the
    deployment's verifier and the request's own generator (vLLM's per-request seed). Emitted tokens
@@ -45,7 +47,7 @@ from typing import Any
 
 from specot.drafting import DraftTree
 
-__all__ = ["tree_mode", "cut_tree", "tree_eligible"]
+__all__ = ["tree_mode", "cut_tree"]
 
 
 def tree_mode(vllm_config: Any) -> bool:
@@ -62,21 +64,6 @@ def tree_mode(vllm_config: Any) -> bool:
     except ImportError:
         return False
     return bool(getattr(cls, "specot_tree", False))
-
-
-def tree_eligible(params: Any, num_output: int) -> bool:
-    """Whether a request's sampling is only temperature / top-k / top-p (and seed, stops, lengths),
-    so that a tree's node rows can be verified as the target's law: no penalties, bad words,
-    allowed tokens, logit bias, min-p, pending min-tokens, logprobs or structured output."""
-    if params is None:
-        return False
-    g = lambda k, d=None: getattr(params, k, d)  # noqa: E731
-    return (g("presence_penalty", 0.0) == 0.0 and g("frequency_penalty", 0.0) == 0.0
-            and g("repetition_penalty", 1.0) == 1.0 and not g("min_p", 0.0) and g("logprobs") is None
-            and not g("logit_bias") and not g("allowed_token_ids") and not g("bad_words")
-            and not g("_bad_words_token_ids") and g("structured_outputs") is None
-            and g("logprob_token_ids") is None and g("thinking_token_budget") is None
-            and (g("min_tokens", 0) or 0) <= num_output)
 
 
 def cut_tree(tree: Any, n: int):

@@ -20,10 +20,12 @@ deployment, for every attention layer of the target model:
   SpecInfer, Miao et al. 2024, and Medusa, Cai et al. 2024). Requests with short queries (decode,
   tree verification) share one batched SDPA call per layer; prefills run one call each.
 
-The runner (:mod:`specot_vllm.tree`) hands the trees of the step over in its :class:`TreeStep`
-(one per model runner, shared with that runner's metadata builders) before vLLM builds the step's
-attention metadata; node k's position is ``root + depth(k)`` (set by the runner), its KV slot the
-flat one ``root + k``; after verification the runner moves the accepted path's K/V into
+The runner (:mod:`specot_vllm.tree`) hands the trees of the step over in its :class:`TreeStep` (one
+per model runner, shared with that runner's metadata builders; each tree as its
+:class:`~specot.geometry.TreeGeometry`) before vLLM builds the step's attention metadata, which the
+builder reads through the adapter (:class:`specot_vllm.adapter.AttentionReader`, as an
+:class:`AttentionBatch`); node k's position is ``root + depth(k)`` (set by the runner), its KV slot
+the flat one ``root + k``; after verification the runner moves the accepted path's K/V into
 consecutive slots with :func:`move_slots`.
 """
 
@@ -42,7 +44,7 @@ from vllm.v1.kv_cache_interface import KVCacheLayout
 from specot.geometry import TreeGeometry
 
 __all__ = ["TreeAttentionBackend", "TreeAttentionImpl", "TreeAttentionMetadata", "TreeAttentionMetadataBuilder",
-           "TreeStep", "tree_mask", "move_slots", "BACKEND_PATH", "SMALL_QUERY"]
+           "AttentionBatch", "TreeStep", "tree_mask", "move_slots", "BACKEND_PATH", "SMALL_QUERY"]
 
 #: The class path vLLM resolves (``register_backend(AttentionBackendEnum.CPU_ATTN, BACKEND_PATH)``).
 BACKEND_PATH = "specot_vllm.tree_attn.TreeAttentionBackend"
@@ -55,30 +57,26 @@ class TreeStep:
     build recorded for the runner.
 
     Attributes:
-        trees: input-batch row → parents ``[1 + N]`` of the row's last ``1 + N`` query tokens (its
-            root and N nodes, parents first; ``parents[0] = -1``); rows absent: causal.
+        trees: input-batch row → the :class:`~specot.geometry.TreeGeometry` of the N nodes among the
+            row's last ``1 + N`` query tokens (its root, then the nodes, parents first); rows
+            absent: causal.
         slots: the slot mapping ``[num_tokens]`` of the last metadata build (the KV slot of every
             query token of the step), for the runner's KV move after verification.
     """
 
-    trees: dict[int, Sequence[int]] = field(default_factory=dict)
+    trees: dict[int, TreeGeometry] = field(default_factory=dict)
     slots: Tensor | None = None
 
-    def set_trees(self, trees: dict[int, Sequence[int]] | None) -> None:
+    def set_trees(self, trees: dict[int, TreeGeometry] | None) -> None:
         """Set (or clear, with ``None``) the trees of the coming pass; forget the last slots."""
         self.trees = dict(trees or {})
         self.slots = None
 
 
-def tree_mask(parents: Sequence[int]) -> Tensor:
-    """Ancestor-or-self mask ``[1 + N, 1 + N]`` (bool) of a tree given its parents (node 0 the
-    root, ``parents[k] < k``): ``m[k, j]`` iff node j is on the root-to-k path.
-
-    Raises:
-        ValueError: ``parents[0] != -1`` or a parent that does not precede its child
-            (:meth:`specot.geometry.TreeGeometry.of_rooted`).
-    """
-    geometry = TreeGeometry.of_rooted(parents)
+def tree_mask(geometry: TreeGeometry) -> Tensor:
+    """Ancestor-or-self mask ``[1 + N, 1 + N]`` (bool) of a tree of ``N`` nodes below its root
+    (node 0 the root, node ``k`` the geometry's node ``k - 1``): ``m[k, j]`` iff node j is on the
+    root-to-k path (:meth:`specot.geometry.TreeGeometry.ancestor_mask`, the root column added)."""
     n = 1 + geometry.size
     m = torch.zeros(n, n, dtype=torch.bool)
     m[:, 0] = True
@@ -86,19 +84,41 @@ def tree_mask(parents: Sequence[int]) -> Tensor:
     return m
 
 
-def _request_mask(qlen: int, ctx: int, width: int, parents: Sequence[int] | None) -> Tensor:
+def _request_mask(qlen: int, ctx: int, width: int, tree: TreeGeometry | None) -> Tensor:
     """Visibility ``[qlen, width]`` of one request's queries over its keys (flat indices; keys
-    ``≥ ctx + qlen`` are padding): causal, with the last ``len(parents)`` queries a tree."""
+    ``≥ ctx + qlen`` are padding): causal, with the last ``1 + tree.size`` queries a tree."""
     q = torch.arange(qlen).unsqueeze(1)
     k = torch.arange(width).unsqueeze(0)
     m = k <= ctx + q
-    if parents is not None and len(parents) > 1:
-        n = len(parents)
+    if tree is not None and tree.size > 0:
+        n = 1 + tree.size
         r = qlen - n  # query index of the root
         if r < 0:
             raise ValueError(f"a tree of {n} nodes (root included) in a query of {qlen} tokens")
-        m[r:, ctx + r:ctx + qlen] = tree_mask(parents)
+        m[r:, ctx + r:ctx + qlen] = tree_mask(tree)
     return m
+
+
+@dataclass(frozen=True)
+class AttentionBatch:
+    """What a metadata build reads of vLLM's ``CommonAttentionMetadata`` (read by the adapter:
+    :meth:`specot_vllm.adapter.AttentionReader.batch`).
+
+    Attributes:
+        num_reqs: requests B of the step.
+        query_start: ``[B + 1]`` first query token of each request (host).
+        seq_lens: ``[B]`` each request's length after the step (host).
+        block_table: ``[B, max blocks]`` each request's KV blocks.
+        slot_mapping: ``[≥ num_tokens]`` the KV slot of every query token.
+        num_tokens: query tokens of the step.
+    """
+
+    num_reqs: int
+    query_start: list[int]
+    seq_lens: list[int]
+    block_table: Tensor
+    slot_mapping: Tensor
+    num_tokens: int
 
 
 @dataclass
@@ -140,24 +160,34 @@ class TreeAttentionMetadataBuilder(AttentionMetadataBuilder[TreeAttentionMetadat
     supports_update_block_table = False
     requires_block_table_width: ClassVar[bool] = False
     supports_draft_decode_metadata_update = False
+    #: How vLLM's records are read (:class:`specot_vllm.adapter.AttentionReader`: ``block_size(spec)``,
+    #: ``batch(cm) -> AttentionBatch``), set by the adapter when it registers this backend.
+    reader: ClassVar[Any] = None
 
     def __init__(self, kv_cache_spec: Any, layer_names: list[str], vllm_config: Any, device: torch.device) -> None:
+        if self.reader is None:
+            raise RuntimeError("specot's tree attention backend reads vLLM through specot_vllm.adapter, which has not "
+                               "registered it: run a tree deployment through specot's vLLM plugin")
         self.kv_cache_spec, self.layer_names, self.vllm_config, self.device = (kv_cache_spec, layer_names,
                                                                                 vllm_config, device)
-        self.block_size = int(kv_cache_spec.block_size)
+        self.block_size = self.reader.block_size(kv_cache_spec)
         self.step = TreeStep()
 
     def build(self, common_prefix_len: int, cm: Any, fast_build: bool = False) -> TreeAttentionMetadata:
-        """The step's plan (class docstring); raises ``ValueError`` on a tree that does not fit its
-        request's query."""
+        """The step's plan (class docstring) for vLLM's ``CommonAttentionMetadata`` ``cm``, read
+        through :attr:`reader`; raises ``ValueError`` on a tree that does not fit its request's query."""
+        return self.plan(self.reader.batch(cm))
+
+    def plan(self, batch: AttentionBatch) -> TreeAttentionMetadata:
+        """The step's plan for ``batch`` (class docstring)."""
         bs = self.block_size
-        nreq = int(cm.num_reqs)
-        qsl = cm.query_start_loc_cpu[: nreq + 1].tolist()
-        seq = cm.seq_lens[:nreq].to("cpu").tolist()
-        table = cm.block_table_tensor
+        nreq = batch.num_reqs
+        qsl = batch.query_start
+        seq = batch.seq_lens
+        table = batch.block_table
         trees = self.step.trees
-        self.step.slots = cm.slot_mapping[: int(cm.num_actual_tokens)].clone()
-        meta = TreeAttentionMetadata(num_actual_tokens=int(cm.num_actual_tokens))
+        self.step.slots = batch.slot_mapping[: batch.num_tokens].clone()
+        meta = TreeAttentionMetadata(num_actual_tokens=batch.num_tokens)
         small = [b for b in range(nreq) if 0 < qsl[b + 1] - qsl[b] <= SMALL_QUERY]
         for b in range(nreq):
             q0, q1 = qsl[b], qsl[b + 1]

@@ -15,9 +15,11 @@ from specot.drafting import DraftTree
 from specot.engine.loop import verify_draft_tree
 from specot.sampling import SamplingConfig
 
+from specot.geometry import TreeGeometry
+
 from .observe import trace
 from .sampler import GREEDY_EPS
-from .tree import cut_tree, tree_eligible
+from .tree import cut_tree
 from .tree_attn import TreeStep, move_slots
 
 __all__ = ["TreeRunner"]
@@ -51,15 +53,14 @@ class TreeRunner:
     # -- 1. proposal -------------------------------------------------------------------------
     def filed(self, draft_token_ids: list[list[int]]) -> list[list[int]]:
         """File the proposer's trees by request id; drop the drafts of requests that need vLLM's
-        own sampling (:func:`tree_eligible`)."""
+        own sampling (:func:`specot_vllm.adapter.tree_eligible`)."""
         v = self.view
         made = getattr(v.drafter, "last_trees", {})
         ids = v.req_ids()
         self.trees = {}
         out = []
         for row, drafts in enumerate(draft_token_ids):
-            req = v.request(ids[row]) if row < len(ids) else None
-            if not drafts or req is None or not tree_eligible(*req):
+            if not drafts or row >= len(ids) or not v.tree_eligible(ids[row]):
                 out.append([])
                 continue
             tree = made.get(row)
@@ -78,7 +79,7 @@ class TreeRunner:
         """
         v = self.view
         self.step, self.roots = {}, {}
-        rows: dict[int, list[int]] = {}
+        rows: dict[int, TreeGeometry] = {}
         if num_draft_tokens is not None:
             qsl = v.query_start_loc()
             positions = v.positions()
@@ -92,9 +93,10 @@ class TreeRunner:
                 tree = self.trees.get(ids[b])
                 if tree is None or tree.tokens[1:n + 1] != drafts[:n]:
                     tree = DraftTree.chain(v.input_id(root_q), [int(t) for t in drafts[:n]])  # exact for any tokens
-                depths = torch.tensor(tree.depths[1:n + 1], dtype=positions.dtype)
-                positions[root_q + 1:q_end] = positions[root_q] + depths
-                rows[b] = tree.parents[: n + 1]
+                # the scheduled nodes: the whole tree, or its first n (parents first: a tree too)
+                shape = tree.geometry if n == tree.size else TreeGeometry.of(tree.geometry.parents[:n])
+                positions[root_q + 1:q_end] = positions[root_q] + torch.tensor(shape.depths, dtype=positions.dtype)
+                rows[b] = shape
                 self.step[b] = cut_tree(tree, n)
                 self.roots[b] = root_q
         v.bind_attention(self.attention)
@@ -112,7 +114,7 @@ class TreeRunner:
             (int32 ``[B, max n_b + 1]`` emitted tokens, ``-1`` after them; vLLM's logprobs tensors
             of the requests vLLM's own sampler served, or ``None``).
         """
-        sm = self.view.sampling_metadata()
+        sm = self.view.sampling()
         counts = [int(n) for n in num_draft_tokens]
         B = len(counts)
         starts = [0] * B
@@ -177,8 +179,7 @@ class TreeRunner:
         ids = v.req_ids()
         special = []
         for b in range(len(counts)):
-            req = v.request(ids[b]) if counts[b] == 0 and b < len(ids) else None
-            if req is not None and not tree_eligible(*req):
+            if counts[b] == 0 and b < len(ids) and v.tree_eligible(ids[b]) is False:
                 special.append(b)
         if not special:
             return {}, None

@@ -11,13 +11,16 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("vllm.config")  # (a namespace "vllm" where vLLM is absent)
 
+from specot.geometry import TreeGeometry  # noqa: E402
 from specot_vllm import tree_attn  # noqa: E402
+from specot_vllm.adapter import AttentionReader  # noqa: E402
 from specot_vllm.tree_attn import (TreeAttentionImpl, TreeAttentionMetadataBuilder, TreeStep,  # noqa: E402
                                    move_slots, tree_mask)
 
 H, KVH, D, BS = 4, 2, 16, 16
 #: A tree of 9 nodes after its root: node k's parent is PARENTS[k].
 PARENTS = [-1, 0, 0, 0, 1, 1, 2, 4, 4, 6]
+TREE = TreeGeometry.of_rooted(PARENTS)
 
 
 def _batch():
@@ -62,9 +65,10 @@ def _reference(q, kfull, vfull, ctx, qlens, parents_of):
     return out
 
 
-def _sibling_mask(parents):
+def _sibling_mask(geometry):
     """A deliberately wrong tree mask: every node also sees its earlier siblings."""
-    m = tree_mask(parents)
+    parents = [-1] + [p + 1 for p in geometry.parents]
+    m = tree_mask(geometry)
     for k in range(1, len(parents)):
         for j in range(1, k):
             if parents[j] == parents[k]:
@@ -88,8 +92,9 @@ def test_tree_attention_equals_attention_path_by_path(broken, monkeypatch):
     key = torch.cat([kfull[b][ctx[b]:] for b in range(4)])
     value = torch.cat([vfull[b][ctx[b]:] for b in range(4)])
     impl.do_kv_cache_update(None, key, value, kv, cm.slot_mapping)
+    monkeypatch.setattr(TreeAttentionMetadataBuilder, "reader", AttentionReader)  # as the adapter sets it
     builder = TreeAttentionMetadataBuilder(SimpleNamespace(block_size=BS), [], None, torch.device("cpu"))
-    builder.step = TreeStep(trees={3: PARENTS})
+    builder.step = TreeStep(trees={3: TREE})
     meta = builder.build(0, cm)
     q = torch.randn(int(cm.num_actual_tokens), H, D)
     out = impl.forward(None, q, key, value, kv, meta, torch.empty_like(q))
@@ -100,11 +105,15 @@ def test_tree_attention_equals_attention_path_by_path(broken, monkeypatch):
 
 
 def test_tree_mask_is_ancestors_and_self():
-    m = tree_mask(PARENTS)
+    m = tree_mask(TREE)
     assert m[7].nonzero().flatten().tolist() == [0, 1, 4, 7]
     assert m[3].nonzero().flatten().tolist() == [0, 3]
-    with pytest.raises(ValueError, match="parents"):
-        tree_mask([-1, 0, 2])
+
+
+def test_the_builder_reads_vllm_only_through_the_adapter(monkeypatch):
+    monkeypatch.setattr(TreeAttentionMetadataBuilder, "reader", None)
+    with pytest.raises(RuntimeError, match="specot_vllm.adapter"):
+        TreeAttentionMetadataBuilder(SimpleNamespace(block_size=BS), [], None, torch.device("cpu"))
 
 
 def test_move_slots_moves_every_layer_and_reads_before_writing():

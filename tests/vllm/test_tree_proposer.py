@@ -16,7 +16,8 @@ from specot.laws import DraftLaw  # noqa: E402
 
 from specot_vllm import SuffixTreeProposer, parse_config  # noqa: E402
 from specot_vllm.proposers import redraw_tree  # noqa: E402
-from specot_vllm.tree import cut_tree, tree_eligible  # noqa: E402
+from specot_vllm.adapter import tree_eligible  # noqa: E402
+from specot_vllm.tree import cut_tree  # noqa: E402
 
 V = 64
 
