@@ -37,7 +37,7 @@ import sys
 import time
 from pathlib import Path
 
-from specot.cli.command import count, seed_type
+from specot.cli.command import MAX_THREADS, count, number, seed_type
 from specot.cli.main import CommandParser
 from specot.outputs import check_output
 
@@ -100,16 +100,16 @@ def _add_data(dsub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                     help="train prompts (default), held-out prompts, or raw train text by teacher forcing")
     pd.add_argument("--prompts", default=None, help="a JSONL file of {\"prompt\": ...} lines to sample instead of "
                     "the split's prompts (e.g. from benchmarks/training/build_eagle_prompts.py)")
-    pd.add_argument("--n-prompts", type=int, default=None, help="limit the prompt set (held-out default 40)")
-    pd.add_argument("--batch-size", type=int, default=48)
-    pd.add_argument("--max-new-tokens", type=int, default=160)
-    pd.add_argument("--temperature", type=float, default=1.0)
-    pd.add_argument("--top-k", type=int, default=32, help="probabilities stored per position (default 32; 0 keeps "
+    pd.add_argument("--n-prompts", type=count(1), default=None, help="limit the prompt set (held-out default 40)")
+    pd.add_argument("--batch-size", type=count(1), default=48)
+    pd.add_argument("--max-new-tokens", type=count(1), default=160)
+    pd.add_argument("--temperature", type=number(minimum=0), default=1.0)
+    pd.add_argument("--top-k", type=count(0), default=32, help="probabilities stored per position (default 32; 0 keeps "
                     "token ids only, all that `distill eagle` reads)")
-    pd.add_argument("--seed", type=int, default=0)
-    pd.add_argument("--max-tokens", type=int, default=None, help="stop after this many stored tokens")
+    pd.add_argument("--seed", type=seed_type(), default=0)
+    pd.add_argument("--max-tokens", type=count(1), default=None, help="stop after this many stored tokens")
     pd.add_argument("--dtype", default="float32", help="target dtype (default float32; bf16 is ~3x slower batched on AVX2-only CPUs)")
-    pd.add_argument("--threads", type=int, default=0, help="torch threads (0 = default; 1 is faster on a busy CPU)")
+    pd.add_argument("--threads", type=count(0, MAX_THREADS), default=0, help="torch threads (0 = default; 1 is faster on a busy CPU)")
     pd.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N: where the target samples")
     pd.add_argument("--extra-text", action="store_true",
                     help="text split: add the docstrings of specot_lab.corpus.TEXT_MODULES (~3.4 M characters)")
@@ -122,23 +122,23 @@ def _add_train(dsub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     pt.add_argument("--val", type=Path, nargs="*", default=[], help="held-out shard directories (validation α)")
     pt.add_argument("--out", type=Path, required=True, help="run directory (ckpt.pt, log.jsonl)")
     pt.add_argument("--export", type=Path, default=None, help="write the final model here (HF directory)")
-    pt.add_argument("--hidden", type=int, default=192)
-    pt.add_argument("--layers", type=int, default=4)
-    pt.add_argument("--heads", type=int, default=6)
-    pt.add_argument("--kv-heads", type=int, default=3)
-    pt.add_argument("--intermediate", type=int, default=768)
-    pt.add_argument("--epochs", type=float, default=2.0)
-    pt.add_argument("--batch-tokens", type=int, default=4096)
-    pt.add_argument("--max-len", type=int, default=640)
-    pt.add_argument("--lr", type=float, default=2e-3)
-    pt.add_argument("--warmup", type=int, default=50)
-    pt.add_argument("--ce-weight", type=float, default=0.1, help="weight of the hard-label CE term (default 0.1)")
-    pt.add_argument("--prompt-weight", type=float, default=0.5, help="loss weight of prompt positions (default 0.5)")
+    pt.add_argument("--hidden", type=count(1), default=192)
+    pt.add_argument("--layers", type=count(1), default=4)
+    pt.add_argument("--heads", type=count(1), default=6)
+    pt.add_argument("--kv-heads", type=count(1), default=3)
+    pt.add_argument("--intermediate", type=count(1), default=768)
+    pt.add_argument("--epochs", type=number(above=0), default=2.0)
+    pt.add_argument("--batch-tokens", type=count(1), default=4096)
+    pt.add_argument("--max-len", type=count(2), default=640)
+    pt.add_argument("--lr", type=number(above=0, maximum=10), default=2e-3)
+    pt.add_argument("--warmup", type=count(0), default=50)
+    pt.add_argument("--ce-weight", type=number(minimum=0), default=0.1, help="weight of the hard-label CE term (default 0.1)")
+    pt.add_argument("--prompt-weight", type=number(minimum=0), default=0.5, help="loss weight of prompt positions (default 0.5)")
     pt.add_argument("--no-pca-init", action="store_true", help="random embedding instead of the target's PCA")
-    pt.add_argument("--seed", type=int, default=0)
-    pt.add_argument("--max-steps", type=int, default=None, help="stop (resumably) after this many steps")
-    pt.add_argument("--eval-every", type=int, default=200)
-    pt.add_argument("--threads", type=int, default=0)
+    pt.add_argument("--seed", type=seed_type(), default=0)
+    pt.add_argument("--max-steps", type=count(1), default=None, help="stop (resumably) after this many steps")
+    pt.add_argument("--eval-every", type=count(1), default=200)
+    pt.add_argument("--threads", type=count(0, MAX_THREADS), default=0)
     pt.set_defaults(func=_run_train)
 
 
@@ -168,49 +168,49 @@ def _eagle_arguments(pg: argparse.ArgumentParser) -> None:
                     "(`specot distill data`): their token ids, prompt and answer, are trained on")
     pg.add_argument("--text", type=Path, nargs="*", default=[], help="training text files, teacher-forced (default, "
                     "when neither --data nor --text is given: the distill train texts)")
-    pg.add_argument("--draft-vocab", type=int, default=None, help="reduced draft vocabulary size (default: full; with "
+    pg.add_argument("--draft-vocab", type=count(1), default=None, help="reduced draft vocabulary size (default: full; with "
                     "--init-head, a size above the head's grows its vocabulary, else the head's is kept)")
     pg.add_argument("--layers", default=None, help="feature layers i,j,k (default: 2, L//2, L-3)")
-    pg.add_argument("--ttt-steps", type=int, default=3, help="training-time-test unroll steps (default 3)")
-    pg.add_argument("--feat-weight", type=float, default=0.1, help="weight of the feature regression (default 0.1)")
+    pg.add_argument("--ttt-steps", type=count(1), default=3, help="training-time-test unroll steps (default 3)")
+    pg.add_argument("--feat-weight", type=number(minimum=0), default=0.1, help="weight of the feature regression (default 0.1)")
     pg.add_argument("--token-loss", choices=EAGLE_TOKEN_LOSSES, default="fkl",
                     help="token loss: fkl = KL(p||q) (EAGLE, default), tvd = TV(p, q), one minus the acceptance "
                     "rate at T = 1 (DistillSpec)")
-    pg.add_argument("--steps", type=int, default=1000)
-    pg.add_argument("--max-steps", type=int, default=None, help="stop (resumably) after this many steps")
-    pg.add_argument("--batch-size", type=int, default=1, help="sequences per optimizer step (the shipped head: 16, "
+    pg.add_argument("--steps", type=count(1), default=1000)
+    pg.add_argument("--max-steps", type=count(1), default=None, help="stop (resumably) after this many steps")
+    pg.add_argument("--batch-size", type=count(1), default=1, help="sequences per optimizer step (the shipped head: 16, "
                     "with --lr 1.5e-4)")
-    pg.add_argument("--time-budget-min", type=float, default=None, help="end within this many minutes: --steps is "
+    pg.add_argument("--time-budget-min", type=number(above=0), default=None, help="end within this many minutes: --steps is "
                     "shortened from the measured step rate")
-    pg.add_argument("--save-every", type=int, default=200, help="checkpoint every this many steps (resumable)")
-    pg.add_argument("--lr", type=float, default=1e-4)
-    pg.add_argument("--max-len", type=int, default=512)
+    pg.add_argument("--save-every", type=count(1), default=200, help="checkpoint every this many steps (resumable)")
+    pg.add_argument("--lr", type=number(above=0, maximum=10), default=1e-4)
+    pg.add_argument("--max-len", type=count(2), default=512)
     pg.add_argument("--dtype", default="float32", help="the target's dtype (its features); bfloat16 is 3x faster "
                     "where the CPU has native bf16")
     pg.add_argument("--autocast", action="store_true", help="bf16 autocast of the head's forward/backward "
                     "(float32 weights; 2.2x faster steps where the CPU has native bf16)")
     pg.add_argument("--init-head", type=Path, default=None, help="continue training a head (a directory in the "
                     "published layout, e.g. the shipped one) on new text: its weights, draft vocabulary and layers")
-    pg.add_argument("--num-layers", type=int, default=None, help="decoder layers of the head (default: the "
+    pg.add_argument("--num-layers", type=count(1), default=None, help="decoder layers of the head (default: the "
                     "initial head's, else 1, as EAGLE-3); above the initial head's adds layers that start as the identity")
     pg.add_argument("--device", default="cpu")
-    pg.add_argument("--seed", type=int, default=0)
-    pg.add_argument("--threads", type=int, default=0)
+    pg.add_argument("--seed", type=seed_type(), default=0)
+    pg.add_argument("--threads", type=count(0, MAX_THREADS), default=0)
     pg.set_defaults(func=_run_eagle)
 
 
 def _add_eval(dsub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     pv = dsub.add_parser("eval", help="held-out α, c, predicted and measured speedup")
     pv.add_argument("--draft", default="distilled", help="draft directory, or 'distilled' (the shipped one)")
-    pv.add_argument("--n-prompts", type=int, default=20)
-    pv.add_argument("--bench-prompts", type=int, default=None, help="prompts of the end-to-end run (default --n-prompts)")
-    pv.add_argument("--max-new-tokens", type=int, default=96)
+    pv.add_argument("--n-prompts", type=count(1), default=20)
+    pv.add_argument("--bench-prompts", type=count(1), default=None, help="prompts of the end-to-end run (default --n-prompts)")
+    pv.add_argument("--max-new-tokens", type=count(1), default=96)
     pv.add_argument("--gammas", default="1,2,3,4,5,6")
     pv.add_argument("--temperatures", default="1,0")
     pv.add_argument("--no-bench", action="store_true", help="skip the end-to-end speed run")
     pv.add_argument("--no-bf16", action="store_true", help="skip the bf16 timing")
-    pv.add_argument("--seed", type=int, default=0)
-    pv.add_argument("--threads", type=int, default=0)
+    pv.add_argument("--seed", type=seed_type(), default=0)
+    pv.add_argument("--threads", type=count(0, MAX_THREADS), default=0)
     pv.add_argument("--out", type=Path, default=None, help="write the JSON result here")
     pv.set_defaults(func=_run_eval)
 

@@ -369,9 +369,9 @@ _MIX_ORDER = ("heldout", "docstrings", "license", "zen")
 
 def mixed_prompts(n: int = 10) -> list[str]:
     """Round-robin over :data:`_MIX_ORDER` sources (see module docstring)."""
-    counts = {k: 0 for k in _MIX_ORDER}
-    for i in range(n):
-        counts[_MIX_ORDER[i % len(_MIX_ORDER)]] += 1
+    check_count(n, "the number of prompts")
+    m = len(_MIX_ORDER)  # the counts in closed form: a huge n is refused by a source, not counted to
+    counts = {k: n // m + (1 if i < n % m else 0) for i, k in enumerate(_MIX_ORDER)}
     pools = {k: (_SOURCES[k](c) if c else []) for k, c in counts.items()}
     out, idx = [], {k: 0 for k in _MIX_ORDER}
     for i in range(n):

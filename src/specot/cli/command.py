@@ -15,7 +15,7 @@ import threading
 from typing import Any, Callable
 
 __all__ = ["CommandParser", "DeferredHandler", "UsageError", "EXIT_INTERRUPTED", "EXIT_TERMINATED",
-           "EXIT_BROKEN_PIPE", "ignore_interrupts", "interrupt_status", "count", "number", "seed_type", "finite_float",
+           "EXIT_BROKEN_PIPE", "ignore_interrupts", "interrupt_status", "count", "number", "seed_type", "MAX_THREADS", "finite_float",
            "discard_stdout", "flush_stdout", "stdout_error"]
 
 #: Exit status after Ctrl-C (128 + SIGINT, the shell's convention).
@@ -172,6 +172,11 @@ def _bounded(kind: Callable[[str], Any], low: float | None, high: float | None, 
 
     convert.__name__ = kind.__name__  # argparse names the type in its own messages
     return convert
+
+
+#: The most threads a ``--threads`` option takes (far more cores than any machine has; a larger
+#: number overflows torch's setting).
+MAX_THREADS = 4096
 
 
 def count(minimum: int = 1, maximum: int | None = None) -> Callable[[str], int]:

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from specot.cli.command import count
+from specot.cli.command import MAX_THREADS, count
 from specot.outputs import check_output, dumps, json_has, write_json
 from .runinfo import run_info
 
@@ -60,7 +60,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--rows", default="1,2,3,5,9,17,33")
     ap.add_argument("--reps", type=count(1), default=30)
     ap.add_argument("--dtypes", default="float32,bfloat16", help="comma list of float32, bfloat16")
-    ap.add_argument("--threads", type=count(1), default=None)
+    ap.add_argument("--threads", type=count(1, MAX_THREADS), default=None)
     ap.add_argument("--out", default=None)
     ap.add_argument("--force", action="store_true", help="replace an existing --out file this benchmark did not write")
 

@@ -60,6 +60,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from specot.calibration import PassCostCurve, break_even_alpha
+from specot.cli.command import number
 from specot.envinfo import environment_info
 from specot.plan import make_plan
 from specot.theory.speedup import block_efficiency, expected_tokens
@@ -448,7 +449,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     r.add_argument("--prompts", nargs="+", required=True, help="JSONL prompt files (one set each)")
     r.add_argument("--n-prompts", type=int, default=6)
     r.add_argument("--max-new-tokens", type=int, default=96)
-    r.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 1.0])
+    r.add_argument("--temperatures", type=number(minimum=0), nargs="+", default=[0.0, 1.0])
     r.add_argument("--repeats", type=int, default=1)
     r.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     r.add_argument("--gamma", type=int, default=2, help="draft length of the chains (n-gram, draft model)")

@@ -39,6 +39,7 @@ import sys
 import time
 from typing import Any, Sequence
 
+from specot.cli.command import seed_type
 from specot.outputs import check_output, json_has, write_json
 
 from ..lazy import LazyNames
@@ -225,7 +226,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--paths", default="1,2,4,8", help="numbers of i.i.d. paths K for gbv")
     ap.add_argument("--positions", type=int, default=8, help="contexts per prompt, evenly spaced in its continuation")
     ap.add_argument("--max-new-tokens", type=int, default=48, help="length of the target's continuation")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=seed_type(), default=0)
     ap.add_argument("--out", default=None, help="JSON path (an existing file is replaced only when this benchmark "
                     "wrote it, or with --force)")
     ap.add_argument("--force", action="store_true", help="replace an existing --out file")

@@ -35,7 +35,7 @@ from specot.engine import GenerationConfig, autoregressive_generate, tree_genera
 from specot.sampling import SamplingConfig
 from transformers import LlamaConfig, LlamaForCausalLM
 from specot.models.embedded import load_embedded_target
-from specot.cli.command import count
+from specot.cli.command import MAX_THREADS, count
 from specot.outputs import check_output, dumps, json_has, write_json
 from .runinfo import run_info
 
@@ -183,7 +183,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--quick", action="store_true", help="fewer repetitions and tokens (a smoke run)")
     ap.add_argument("--out", default=None, help="write the JSON result here (default: stdout)")
     ap.add_argument("--force", action="store_true", help="replace an existing --out file this benchmark did not write")
-    ap.add_argument("--threads", type=count(1), default=None, help="torch threads (default: torch's own)")
+    ap.add_argument("--threads", type=count(1, MAX_THREADS), default=None, help="torch threads (default: torch's own)")
     ap.add_argument("--skip-bf16", action="store_true", help="skip the bfloat16 tree-cost table")
     ap.add_argument("--no-progress", action="store_true")
     ap.add_argument("--sections", default="cost,overhead,grid",

@@ -29,7 +29,7 @@ from tqdm import tqdm
 
 from specot.laws import sample_drafts
 from specot.verifiers import DraftLaw, get_verifier
-from specot.cli.command import count
+from specot.cli.command import MAX_THREADS, count
 from specot.outputs import check_output, json_has, write_json
 from .runinfo import run_info
 
@@ -214,7 +214,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="time only this verifier (default: all)")
     ap.add_argument("--real", default=None, metavar="DRAFT",
                     help="also time ot and kseq on the embedded target's and this draft model's real distributions")
-    ap.add_argument("--threads", type=count(1), default=1,
+    ap.add_argument("--threads", type=count(1, MAX_THREADS), default=1,
                     help="torch intra-op threads (default 1: per-position latency, stable on a shared CPU)")
 
 
