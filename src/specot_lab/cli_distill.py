@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 import sys
 import time
@@ -39,7 +40,7 @@ from pathlib import Path
 
 from specot.cli.command import MAX_THREADS, count, number, seed_type
 from specot.cli.main import CommandParser
-from specot.outputs import check_output
+from specot.outputs import check_output, dumps, write_json
 
 from .lazy import LazyNames
 
@@ -211,7 +212,9 @@ def _add_eval(dsub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     pv.add_argument("--no-bf16", action="store_true", help="skip the bf16 timing")
     pv.add_argument("--seed", type=seed_type(), default=0)
     pv.add_argument("--threads", type=count(0, MAX_THREADS), default=0)
-    pv.add_argument("--out", type=Path, default=None, help="write the JSON result here")
+    pv.add_argument("--out", type=Path, default=None, help="write the JSON result here (an existing file only when "
+                    "distill eval wrote it, or with --force)")
+    pv.add_argument("--force", action="store_true", help="replace an existing --out file")
     pv.set_defaults(func=_run_eval)
 
 
@@ -253,7 +256,7 @@ def _run_data(args: argparse.Namespace) -> int:
         stats = generate_shards(target, prompts, args.out, cfg, max_tokens=args.max_tokens,
                                 log=lambda m: print(m, file=sys.stderr, flush=True))
     stats["wall_s"] = time.perf_counter() - t0
-    print(json.dumps(stats, indent=2))
+    print(dumps(stats, indent=2))
     return 0
 
 
@@ -291,18 +294,43 @@ def _run_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _numbers(text: str, flag: str, kind: type) -> list:
+    """Comma-separated draft lengths γ (``int``, each >= 1) or temperatures (``float``, finite, >= 0).
+
+    Raises:
+        ValueError: one line naming ``flag`` and the value."""
+    try:
+        values = [kind(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        values = []
+    if not values or not all(math.isfinite(v) and (v >= 1 if kind is int else v >= 0) for v in values):
+        what = "integers >= 1 like 1,2,4" if kind is int else "finite numbers >= 0 like 1,0"
+        raise ValueError(f"{flag} takes comma-separated {what}; got {text!r}")
+    return values
+
+
+def _our_eval(path: Path) -> bool:
+    """Whether ``path`` holds a result that ``specot distill eval`` wrote (its ``command``)."""
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(obj, dict) and str(obj.get("command", "")).startswith("specot distill eval")
+
+
 def _run_eval(args: argparse.Namespace) -> int:
+    gammas, temperatures = _numbers(args.gammas, "--gammas", int), _numbers(args.temperatures, "--temperatures", float)
+    check_output(args.out, "--out", force=getattr(args, "force", False), ours=_our_eval)  # before the models load
     _NAMES.bind()
     _threads(args.threads)
     res = evaluate_draft(args.draft, n_prompts=args.n_prompts, max_new_tokens=args.max_new_tokens,
-                         gammas=[int(g) for g in args.gammas.split(",")],
-                         temperatures=[float(t) for t in args.temperatures.split(",")],
+                         gammas=gammas, temperatures=temperatures,
                          bench_prompts=args.bench_prompts, seed=args.seed,
                          cost_dtypes=("float32",) if args.no_bf16 else ("float32", "bfloat16"), run_bench=not args.no_bench)
     res["command"] = "specot distill eval " + " ".join(sys.argv[3:] if len(sys.argv) > 3 else [])
     print(format_report(res))
     if args.out:
-        args.out.write_text(json.dumps(res, indent=2))
+        write_json(args.out, res)
     return 0
 
 

@@ -198,3 +198,17 @@ def test_theory_alpha_json_refuses_a_users_file(tmp_path, capsys):
     assert "--force" in _one_line(captured.err) and captured.out == "" and out.read_text() == "keep"
     assert cli_main(argv + ["--force"]) == 0
     assert "iid" in _strict_loads(out.read_text())
+
+
+def test_distill_eval_refuses_a_users_file_and_bad_lists_before_loading(tmp_path, monkeypatch, capsys):
+    from specot_lab import cli_distill
+
+    monkeypatch.setattr(cli_distill, "evaluate_draft", lambda *a, **k: pytest.fail("the evaluation started"),
+                        raising=False)
+    out = tmp_path / "eval.json"
+    out.write_text("mine")
+    assert cli_main(["distill", "eval", "--out", str(out)]) == 1
+    assert "--force" in _one_line(capsys.readouterr().err) and out.read_text() == "mine"
+    for flag, value in (("--gammas", "0,2"), ("--temperatures", "nan")):
+        assert cli_main(["distill", "eval", flag, value]) == 1
+        assert flag in _one_line(capsys.readouterr().err)

@@ -353,7 +353,7 @@ def update_results(path: str | os.PathLike[str], section: str) -> None:
         text = text.replace("RESULTS_PLACEHOLDER", block, 1)
     else:
         raise ValueError(f"{path} has no {START} ... {END} block and no RESULTS_PLACEHOLDER line")
-    path.write_text(text, encoding="utf-8")
+    write_text(path, text)  # atomically: an interrupted update leaves the page as it was
 
 
 def write_outputs(res: dict[str, Any], out_dir: str | os.PathLike[str], *, plots: bool = True) -> list[Path]:

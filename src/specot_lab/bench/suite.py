@@ -32,7 +32,7 @@ import torch
 
 from specot._validation import check_count
 from specot.api import load_target
-from specot.outputs import write_json
+from specot.outputs import write_json, write_text
 
 from ..corpus import load_prompts
 from .runinfo import machine_label
@@ -363,7 +363,7 @@ def replace_block(path: str | Path, text: str) -> None:
     if a < 0 or b < a:
         raise ValueError(f"{path} has no {BEGIN} ... {END} block to regenerate (give another file with "
                          f"--readme / --results, or add the two marker lines)")
-    path.write_text(doc[:a + len(BEGIN)] + "\n" + text.rstrip() + "\n" + doc[b:], encoding="utf-8")
+    write_text(path, doc[:a + len(BEGIN)] + "\n" + text.rstrip() + "\n" + doc[b:])  # atomically
 
 
 # ----------------------------------------------------------------------------- CLI
