@@ -45,7 +45,8 @@ def test_one_line_errors(tmp_path, capsys):
     bad = tmp_path / "x.json"
     bad.write_text("{}")
     assert main(["audit", "--recheck", str(bad)]) == 1
-    assert capsys.readouterr().err.strip().startswith("specot: error: not a saved specot audit")
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("specot: error: --recheck ") and "x.json" in err and "not a saved specot audit" in err
     assert main(["audit", "--engine", "server"]) == 1
     assert "--server URL" in capsys.readouterr().err
     try:
