@@ -212,3 +212,13 @@ def test_distill_eval_refuses_a_users_file_and_bad_lists_before_loading(tmp_path
     for flag, value in (("--gammas", "0,2"), ("--temperatures", "nan")):
         assert cli_main(["distill", "eval", flag, value]) == 1
         assert flag in _one_line(capsys.readouterr().err)
+
+
+def test_theory_plots_refuse_a_users_file_of_a_figures_name(tmp_path, monkeypatch, capsys):
+    from specot.cli import theory_run
+
+    monkeypatch.setattr(theory_run, "make_plots", lambda out: pytest.fail("the figures were drawn"))
+    (tmp_path / "alpha_by_law.png").write_bytes(b"the user's own picture")
+    assert cli_main(["theory", "plots", "--out", str(tmp_path)]) == 1
+    assert "alpha_by_law.png" in _one_line(capsys.readouterr().err)
+    assert (tmp_path / "alpha_by_law.png").read_bytes() == b"the user's own picture"

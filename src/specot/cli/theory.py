@@ -84,5 +84,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     s.set_defaults(func=DeferredHandler(_HANDLERS, "cmd_speedup"))
 
     pl = tsub.add_parser("plots", help="write the theory figures (PNG)")
-    pl.add_argument("--out", required=True, help="output directory")
+    pl.add_argument("--out", required=True, help="output directory (a file of a figure's name there is replaced only "
+                    "when it is a figure, or with --force)")
+    pl.add_argument("--force", action="store_true", help="replace files of the figures' names in --out")
     pl.set_defaults(func=DeferredHandler(_HANDLERS, "cmd_plots"))

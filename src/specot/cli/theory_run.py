@@ -9,7 +9,7 @@ import numpy as np
 
 from ..outputs import check_output, write_json
 from ..theory import improvement_lower_bound, operations_factor, optimal_acceptance, optimal_gamma, speedup_table
-from ..theory.plots import make_plots
+from ..theory.plots import PLOT_FILES, make_plots
 from ..verifiers import DraftLaw, available_verifiers, get_verifier
 
 __all__ = ["cmd_alpha", "cmd_speedup", "cmd_plots"]
@@ -157,7 +157,21 @@ def cmd_plots(args: argparse.Namespace) -> int:
 
     Raises:
         OSError: the output directory cannot be written.
+        ValueError: a file of the figures' names there that matplotlib did not write (without ``--force``).
     """
+    for name in PLOT_FILES:  # before any figure is drawn
+        check_output(Path(args.out) / name, "--out", force=args.force, ours=_matplotlib_png)
     for path in make_plots(args.out):
         print(path)
     return 0
+
+
+def _matplotlib_png(path: Path) -> bool:
+    """Whether ``path`` is a PNG that matplotlib wrote (its ``Software`` text chunk): a figure of an
+    earlier ``specot theory plots``, under one of its own names, may be drawn again."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4096)
+    except OSError:
+        return False
+    return head.startswith(b"\x89PNG") and b"Software\x00Matplotlib" in head

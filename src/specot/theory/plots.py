@@ -24,7 +24,11 @@ from .bounds import bernoulli_alpha, kseq_lower_bound, rrs_acceptance, uniform_a
 from .speedup import optimal_gamma, walltime_improvement
 from .optimal import optimal_acceptance
 
-__all__ = ["make_plots"]
+__all__ = ["make_plots", "PLOT_FILES"]
+
+#: The files :func:`make_plots` writes, in its order.
+PLOT_FILES = ("spectr_fig4_bernoulli.png", "spectr_fig5_uniform.png", "spectr_fig6_bernoulli_rrs.png",
+              "speedup_vs_gamma.png", "alpha_by_law.png")
 
 
 def _plt():  # noqa: ANN202
@@ -137,13 +141,7 @@ def make_plots(out_dir: str | os.PathLike[str]) -> list[Path]:
     """Write every figure listed in the module docstring into ``out_dir`` (created) → their paths."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    paths = [
-        out / "spectr_fig4_bernoulli.png",
-        out / "spectr_fig5_uniform.png",
-        out / "spectr_fig6_bernoulli_rrs.png",
-        out / "speedup_vs_gamma.png",
-        out / "alpha_by_law.png",
-    ]
+    paths = [out / name for name in PLOT_FILES]
     _fig_bernoulli(paths[0], with_rrs=False)
     _fig_uniform(paths[1])
     _fig_bernoulli(paths[2], with_rrs=True)
