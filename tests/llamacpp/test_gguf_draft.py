@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 
+import llama_cpp as lc
 import numpy as np
 import pytest
 import torch
@@ -61,9 +62,9 @@ def test_accepted_text_is_never_decoded_twice(self_draft, prompt_ids, monkeypatc
     the next chain decodes the bonus token (and the 4th draft when all 4 were accepted: drawn, never
     fed) in one pass, then one pass per new draft."""
     model = self_draft.model
-    decoded: list[int] = []
-    real = model._decode
-    monkeypatch.setattr(model, "_decode", lambda tokens, *a: decoded.append(len(tokens)) or real(tokens, *a))
+    decoded: list[int] = []  # tokens of each llama_decode batch (only the drafter runs here)
+    real = lc.llama_decode
+    monkeypatch.setattr(lc, "llama_decode", lambda ctx, batch: decoded.append(int(batch.n_tokens)) or real(ctx, batch))
     ctx = list(prompt_ids[0])
     self_draft.start(ctx, TreeSpec.sequences(1, 4))
     first = self_draft.propose(ctx, 4, GREEDY).path_tokens(4)
