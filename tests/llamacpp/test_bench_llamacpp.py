@@ -27,3 +27,29 @@ def test_run_records_each_loops_time_outside_llama_decode(tmp_path):
         recomputed = 1e3 * (r["time_s"] - r["llama_decode_s"]) / r["tokens"]  # from fields rounded to 1 ms
         assert r["outside_decode_ms_per_token"] >= 0
         assert abs(r["outside_decode_ms_per_token"] - recomputed) <= 1.0 / r["tokens"]
+
+
+def test_a_plan_method_runs_specots_plan_for_a_draft_name_and_greedy_matches_plain(tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"prompt": "Repeat: one two three one two three"}) + "\n", encoding="utf-8")
+    out = tmp_path / "r.json"
+    assert bench.main(["run", "--prompts", str(prompts), "--n-prompts", "1", "--max-new-tokens", "8",
+                       "--temperatures", "0", "--methods", "specot-ar", "specot:none", "specot:suffix",
+                       "--cost-repeats", "1", "--no-progress", "--target", "smollm2", "--out", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert res["benchmark"] == "llamacpp"
+    rows = res["results"]["p"]["0.0"]
+    assert rows["specot:none"]["tokens"] == rows["specot-ar"]["tokens"] == rows["specot:suffix"]["tokens"]
+    # a file the benchmark did not write is never replaced unasked
+    other = tmp_path / "mine.json"
+    other.write_text("{}", encoding="utf-8")
+    assert bench.main(["run", "--prompts", str(prompts), "--methods", "specot:none", "--out", str(other)]) == 2
+    assert other.read_text() == "{}"
+
+
+def test_a_method_that_is_neither_listed_nor_a_plan_is_refused(capsys):
+    import pytest
+
+    with pytest.raises(SystemExit):
+        bench.main(["run", "--prompts", "p.jsonl", "--methods", "specot-fast"])
+    assert "specot:DRAFT" in capsys.readouterr().err

@@ -20,6 +20,12 @@ per acceptance (the speedup model below); JSON on stdout or ``--out``.
   target's calibrated curve (with ``--price-by-run``: by the curve this run measures);
 * ``specot-draft``: chains of the distilled draft converted to GGUF (:mod:`specot_llamacpp.draft`);
 * ``specot-hf-auto`` (only with ``--with-transformers``): specot's ``auto`` on the transformers backend.
+* ``specot:DRAFT`` (any number): specot's plan for the draft name DRAFT as ``specot generate
+  --draft DRAFT`` makes it (:func:`specot.plan.make_plan`, per temperature), e.g. ``specot:auto``,
+  ``specot:none``, ``specot:xvocab-slem:PATH.gguf`` or ``specot:suffix+xvocab-slem:PATH.gguf``.
+
+``--target``: the target (default the embedded SmolLM2; a packaged model's name such as
+``qwen2.5-coder-1.5b``, or a ``.gguf`` path), loaded once on llama.cpp for every method.
 
 Every method decodes every prompt of a set from a cold cache (prompt included in the time), at
 most ``--max-new-tokens`` tokens, stopping at EOS, ``--repeats`` times (T > 0: seeds 0..r−1); the
@@ -62,6 +68,7 @@ import numpy as np
 from specot.calibration import PassCostCurve, break_even_alpha
 from specot.cli.command import number
 from specot.envinfo import environment_info
+from specot.outputs import check_output, dumps, json_has, write_json
 from specot.plan import make_plan
 from specot.theory.speedup import block_efficiency, expected_tokens
 from specot_llamacpp.loading import load_target
@@ -204,7 +211,7 @@ def _meta(target: LlamaCppTarget) -> dict[str, Any]:
 
 
 def cmd_cost(args: argparse.Namespace) -> dict[str, Any]:
-    target = load_target(n_threads=args.threads)
+    target = load_target(args.target, n_threads=args.threads)
     curves = measure_cost_curve(target, target.encode_prompt(COST_CONTEXT), args.widths, args.repeats)
     f, c = fit_linear_cost(curves["all"])
     return {**_meta(target), "kind": "llama.cpp cost curve", "cost_curve": {k: v.to_dict() for k, v in curves.items()},
@@ -295,6 +302,37 @@ def _specot_runner(target: LlamaCppTarget, method: str, args: argparse.Namespace
     return run
 
 
+def _plan_runner(target: LlamaCppTarget, method: str):
+    """``run(ids, T, max_new, seed)`` of ``specot:DRAFT``: the plan ``specot generate --draft DRAFT``
+    makes for each temperature (made, and its drafter loaded, once per temperature)."""
+    from specot.engine.types import GenerationConfig
+    from specot.plan import make_plan, run_plan
+    from specot.sampling import SamplingConfig
+
+    draft = method[len(SPECOT_PLAN):]
+    made: dict[float, tuple[Any, Any, Any]] = {}
+
+    def run(ids: list[int], T: float, max_new: int, seed: int) -> dict:
+        if T not in made:
+            plan = make_plan(draft, target=target, temperature=T)
+            made[T] = (plan, plan.draft.load(target) if plan.draft is not None else None, plan.verifier.build())
+        plan, drafter, ver = made[T]
+        cfg = GenerationConfig(max_new_tokens=max_new, sampling=SamplingConfig(temperature=T), seed=seed)
+        t0, first = time.perf_counter(), []
+
+        def on_tokens(batch: list[int]) -> None:
+            if not first:
+                first.append((time.perf_counter() - t0, len(batch)))
+        res = run_plan(plan, target, drafter, ids, cfg, ver, on_tokens=on_tokens)
+        s = res.stats
+        ttft, firsts = first[0] if first else (0.0, 0)
+        return {"tokens": len(res.tokens), "ttft_s": ttft, "firsts": firsts, "passes": s.target_calls,
+                "drafted": s.drafted, "accepted": s.accepted, "tree_sizes": list(s.tree_sizes),
+                "emitted": [a + 1 for a in s.accepted_lengths], "draft_time_s": s.draft_time_s,
+                "plan": plan.describe() if hasattr(plan, "describe") else draft}
+    return run
+
+
 def _hf_runner(args: argparse.Namespace):
     """specot's ``auto`` on the transformers backend, with torch's default threads while it runs."""
     import torch
@@ -350,7 +388,7 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
     from tqdm import tqdm
 
     sets = _read_sets(args.prompts, args.n_prompts)
-    target = load_target(n_threads=args.threads)
+    target = load_target(args.target, n_threads=args.threads)
     curves = measure_cost_curve(target, target.encode_prompt(COST_CONTEXT), DEFAULT_WIDTHS, args.cost_repeats)
     curve = curves["all"]
     methods = list(args.methods) + (["specot-hf-auto"] if args.with_transformers else [])
@@ -360,6 +398,8 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
             runners[m] = _llama_runner(target, lookup=(m == "prompt-lookup"))
         elif m == "specot-hf-auto":
             runners[m] = _hf_runner(args)
+        elif m.startswith(SPECOT_PLAN):
+            runners[m] = _plan_runner(target, m)
         else:
             runners[m] = _specot_runner(target, m, args, curve)
     encoded = {name: [target.encode_prompt(r["prompt"], system=r.get("system")) for r in rows]
@@ -451,7 +491,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     r.add_argument("--max-new-tokens", type=int, default=96)
     r.add_argument("--temperatures", type=number(minimum=0), nargs="+", default=[0.0, 1.0])
     r.add_argument("--repeats", type=int, default=1)
-    r.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    r.add_argument("--methods", nargs="+", default=list(METHODS), type=_method, metavar="METHOD",
+                   help=f"any of {', '.join(METHODS)}, or specot:DRAFT (specot's plan for --draft DRAFT)")
     r.add_argument("--gamma", type=int, default=2, help="draft length of the chains (n-gram, draft model)")
     r.add_argument("--suffix-depth", type=int, default=4)
     r.add_argument("--cost-repeats", type=int, default=15)
@@ -460,8 +501,23 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     r.add_argument("--with-transformers", action="store_true", help="also specot auto on the transformers backend")
     r.add_argument("--no-progress", action="store_true")
     for q in (c, r):
+        q.add_argument("--target", default=None,
+                       help="the target on llama.cpp: the embedded SmolLM2 (default), a packaged model's name "
+                            "(qwen2.5-coder-1.5b) or a .gguf path")
         q.add_argument("--threads", type=int, default=None, help=f"llama.cpp threads (default {default_threads()})")
         q.add_argument("--out", default=None, help="write the JSON here (default: stdout)")
+        q.add_argument("--force", action="store_true", help="replace an --out file this benchmark did not write")
+
+
+#: The prefix of a method that runs specot's plan for a draft name (``specot:auto``).
+SPECOT_PLAN = "specot:"
+
+
+def _method(text: str) -> str:
+    """A ``--methods`` entry: one of :data:`METHODS` or ``specot:DRAFT`` with a draft name."""
+    if text in METHODS or (text.startswith(SPECOT_PLAN) and len(text) > len(SPECOT_PLAN)):
+        return text
+    raise argparse.ArgumentTypeError(f"{text!r} is not a method: use one of {', '.join(METHODS)} or specot:DRAFT")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -477,12 +533,12 @@ def run(args: argparse.Namespace) -> int:
     widths = getattr(args, "widths", None)
     if widths is not None and (not widths or widths[0] != 1 or any(b <= a for a, b in zip(widths, widths[1:]))):
         raise ValueError(f"--widths must ascend from 1, got {widths}")
-    result = cmd_cost(args) if args.llamacpp_command == "cost" else cmd_run(args)
-    text = json.dumps(result, indent=1, default=str)
+    check_output(args.out, "--out", force=args.force, ours=json_has(benchmark="llamacpp"))
+    result = {"benchmark": "llamacpp", **(cmd_cost(args) if args.llamacpp_command == "cost" else cmd_run(args))}
     if args.out:
-        Path(args.out).write_text(text + "\n", encoding="utf-8")
+        write_json(args.out, result, indent=1)
     else:
-        print(text)
+        print(dumps(result, indent=1))
     return 0
 
 
