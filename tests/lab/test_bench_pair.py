@@ -70,6 +70,9 @@ def test_one_draft_is_speculative_and_gbv_is_block(models, seed):
         for name in ("kseq", "rrs", "ot"):
             assert vals[(name, 1, G)] == pytest.approx(vals[("speculative", 1, G)], abs=1e-9), name
         assert vals[("gbv", 1, G)] == pytest.approx(vals[("block", 1, G)], abs=1e-9)
+        # the wor tree's first branch is the first i.i.d. path: one draft is the same chain
+        assert vals[("rrs_wor", 1, G)] == pytest.approx(vals[("speculative", 1, G)], abs=1e-9)
+        assert vals[("traversal", 1, G)] == pytest.approx(vals[("block", 1, G)], abs=1e-9)
         assert all(0.0 <= x <= G + 1e-12 for (_, _, g), x in vals.items() if g == G)
 
 
@@ -120,6 +123,7 @@ def test_wor_draws_are_distinct_and_root_values_are_probabilities(models):
     draws = _draws(models, 4)
     firsts = draws["wor"][2][:, 0].tolist()
     assert len(set(firsts)) == len(firsts) == 4
+    assert torch.equal(draws["wor"][2][0], draws["iid"][2][0])
     g = draws["greedy"]
     assert g[2][0] == int(g[1][0].argmax())
     root = root_values(draws, [1, 2, 4])

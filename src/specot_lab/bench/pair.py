@@ -14,7 +14,9 @@ Protocol (per temperature T > 0; timing-free, so it may run on a shared machine)
      paths cut to γ tokens — still n i.i.d. paths, and every cell sees the same draws.
    * ``wor``: ``max(--ns)`` distinct first tokens drawn without replacement (successive sampling:
      the first n of them are a without-replacement draw of n), each followed by a sampled chain —
-     :meth:`specot.drafting.TreeSpec.sequences`'s shape under the ``wor`` law.
+     :meth:`specot.drafting.TreeSpec.sequences`'s shape under the ``wor`` law. Its first path is
+     the first i.i.d. path (a first successive draw is an ordinary draw), so at n = 1 both trees
+     are the same chain and every n is paired with the i.i.d. cells.
    * ``greedy``: the chain of q's most probable tokens — what llama.cpp's draft-model speculation
      drafts (``--spec-type draft-simple``; verified by token match).
 3. ``E[τ | drafts]``, the expected number of accepted draft tokens given the draws, is computed
@@ -214,8 +216,11 @@ def draw_context(target: Any, draft: Any, ctx: list[int], K: int, L: int, sc: An
     iid = [_chain(target, draft, ctx, [], L, sc, gen) for _ in range(K)]
     q0 = iid[0][1][0]
     k = min(K, int((q0 > 0).sum()))
-    firsts = torch.multinomial(q0, k, replacement=False, generator=gen).tolist()
-    wor = [_chain(target, draft, ctx, [x], L, sc, gen) for x in firsts]
+    firsts, rest = [iid[0][2][0]], q0.clone()  # successive sampling: the first draw is the first i.i.d. path's
+    for _ in range(k - 1):
+        rest[firsts[-1]] = 0.0
+        firsts.append(int(torch.multinomial(rest / rest.sum(), 1, generator=gen)))
+    wor = [iid[0]] + [_chain(target, draft, ctx, [x], L, sc, gen) for x in firsts[1:]]
     for name, rows in (("iid", iid), ("wor", wor)):
         out[name] = (torch.stack([r[0] for r in rows]), torch.stack([r[1] for r in rows]),
                      torch.tensor([r[2] for r in rows], dtype=torch.int64))
