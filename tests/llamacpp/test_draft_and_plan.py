@@ -108,3 +108,22 @@ def test_the_auto_plan_drafts_where_the_answer_copies_and_stays_exact(target):
     res = tree_generate(target, drafter, ids, spec, cfg)
     assert res.stats.accepted >= 10  # the copied text is drafted and accepted
     check_greedy(target, ids, res.tokens, greedy_reference(target, ids, 32))
+
+
+@pytest.mark.real_model
+def test_suffix_with_a_cross_vocabulary_draft_is_a_hybrid_and_greedy_equals_autoregressive(target, prompt_ids):
+    """``suffix+xvocab-slem:PATH``: suffix chains where the text repeats, the other-vocabulary draft
+    model's SLEM chains elsewhere, one verifier for both."""
+    from specot.drafting import HybridDrafter
+    from specot.models.embedded import embedded_gguf
+    from specot.plan import make_plan, run_plan
+
+    folder, name = embedded_gguf()
+    plan = make_plan(f"suffix+xvocab-slem:{folder / name}", target=target, temperature=0.0, gamma=4)
+    drafter = plan.draft.load(target)
+    assert isinstance(drafter, HybridDrafter) and drafter.model.mode == "slem"
+    ids = prompt_ids[1]
+    cfg = GenerationConfig(max_new_tokens=24, sampling=SamplingConfig(temperature=0.0), seed=0)
+    res = run_plan(plan, target, drafter, ids, cfg, plan.verifier.build())
+    check_greedy(target, ids, res.tokens, greedy_reference(target, ids, 24))
+    assert res.stats.drafted > 0

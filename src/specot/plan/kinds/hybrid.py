@@ -12,8 +12,9 @@ from ..draft import DraftKind, DraftSpec, TreeSupport, draft_kinds, register_kin
 from .ngram import NGRAM_OPTIONS
 
 HYBRID_PREFIX = "suffix+"
-#: The kinds that may follow ``suffix+``: draft models (a model-free drafter would be pointless).
-MODEL_KINDS = ("model", "eagle")
+#: The kinds that may follow ``suffix+``: draft models (a model-free drafter would be pointless),
+#: of the target's vocabulary or of another (``xvocab:`` / ``xvocab-slem:``, chains).
+MODEL_KINDS = ("model", "eagle", "xvocab")
 
 
 def _model_kinds() -> list[DraftKind]:
@@ -35,8 +36,8 @@ class HybridKind(DraftKind):
         inner = next((s for k in _model_kinds() if (s := k.parse(model, options)) is not None), None)
         if inner is None or model in ("", "auto", "ngram", "suffix"):
             what = f", not the model-free drafter {model!r}" if model in ("ngram", "suffix") else ""
-            raise ValueError(f"draft {text!r}: after 'suffix+' name a draft MODEL ('eagle', 'eagle:PATH', 'distilled' "
-                             f"or a directory){what}")
+            raise ValueError(f"draft {text!r}: after 'suffix+' name a draft MODEL ('eagle', 'eagle:PATH', 'distilled', "
+                             f"a directory, PATH.gguf or xvocab[-slem]:PATH){what}")
         return DraftSpec(self.name, text, options=self.fill(options), inner=inner)
 
     def from_object(self, obj: Any, options: Mapping[str, Any]) -> DraftSpec:
@@ -55,7 +56,12 @@ class HybridKind(DraftKind):
     def load(self, spec: DraftSpec, target: Any, *, dtype: Any, device: str) -> HybridDrafter:
         assert spec.inner is not None
         suffix = DraftSpec("suffix", "suffix", options=spec.options)
-        return HybridDrafter(suffix.load(target), spec.inner.load(target, dtype=dtype, device=device))
+        model = spec.inner.load(target, dtype=dtype, device=device)
+        # a priced draft model's measured pass (in one-token target passes) is the choice's c_d too
+        pricing = getattr(model, "pricing", None)
+        if pricing is not None:
+            return HybridDrafter(suffix.load(target), model, draft_cost=pricing.pricer.draft_cost)
+        return HybridDrafter(suffix.load(target), model)
 
 
 KIND = register_kind(HybridKind())
