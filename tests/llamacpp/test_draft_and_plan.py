@@ -127,3 +127,16 @@ def test_suffix_with_a_cross_vocabulary_draft_is_a_hybrid_and_greedy_equals_auto
     res = run_plan(plan, target, drafter, ids, cfg, plan.verifier.build())
     check_greedy(target, ids, res.tokens, greedy_reference(target, ids, 24))
     assert res.stats.drafted > 0
+
+
+def test_auto_on_llamacpp_keeps_its_table_options_over_the_front_doors_defaults():
+    """``generate(draft="auto")`` passes every drafter option, defaults included; the backend table's
+    choices (no n-gram corpus) hold unless the caller gave another value."""
+    from specot.plan import make_plan
+
+    def corpus(**kw):
+        return dict(make_plan("auto", target=None, backend="llamacpp", temperature=0.0, **kw).draft.options)["ngram_corpus"]
+
+    assert corpus() == "none"
+    assert corpus(ngram_corpus="pydoc") == "none"  # the kind's default: what every front door passes
+    assert corpus(ngram_corpus=__file__) == __file__  # the caller's own corpus

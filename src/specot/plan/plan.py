@@ -27,7 +27,7 @@ from ..sampling import SamplingConfig
 from .auto import auto_choice
 from ..models.protocol import TargetModel
 from .backends import capabilities_for, check_target_source, choose_backend, peek_vocab_and_context
-from .draft import DraftSpec, parse_draft
+from .draft import DraftSpec, draft_kinds, parse_draft
 from .verify import VerifierSpec, build_verifier, check_otm_size
 
 __all__ = ["DecodingPlan", "make_plan", "resolve_tree_spec", "MAX_TREE_NODES", "DEFAULT_GAMMA"]
@@ -241,6 +241,11 @@ def _check_loaded_target(target: Any, dtype: str | torch.dtype, device: str) -> 
                          f"there (specot.load_target(..., device={device!r})) or leave device 'cpu'")
 
 
+def _option_defaults() -> dict[str, Any]:
+    """``{option: default}`` of every registered drafter kind's options."""
+    return {name: opt.default for kind in draft_kinds().values() for name, opt in kind.options.items()}
+
+
 def make_plan(draft: Any = "auto", *, target: Any = None, backend: str = "auto", device: str = "cpu",
               dtype: str | torch.dtype = "auto", temperature: float = 1.0, gamma: int | None = None,
               gamma_schedule: str = "constant", drafts: int | None = None,
@@ -308,7 +313,11 @@ def make_plan(draft: Any = "auto", *, target: Any = None, backend: str = "auto",
                              gamma=gamma, tree=tree, verifier=verifier, verifier_params=verifier_params)
         draft, drafts, gamma = choice.draft, choice.children, choice.gamma
         chosen = dict(choice.options, **({"min_confidence": choice.min_confidence} if choice.min_confidence else {}))
-        draft_options = {**chosen, **{k: v for k, v in draft_options.items() if v is not None}}
+        # the table's options hold unless the caller gave another value than the kind's default
+        # (the front doors pass every option, defaults included: generate's ngram_corpus "pydoc")
+        defaults = _option_defaults()
+        draft_options = {**chosen, **{k: v for k, v in draft_options.items()
+                                      if v is not None and not (k in chosen and v == defaults.get(k, object()))}}
     common = dict(verifier=ver, gamma=DEFAULT_GAMMA if gamma is None else gamma, gamma_schedule=gamma_schedule,
                   cache=cache, backend=backend, dtype=dtype, device=device)
     if draft is None or (isinstance(draft, str) and draft == "none"):

@@ -222,15 +222,23 @@ def cmd_cost(args: argparse.Namespace) -> dict[str, Any]:
 
 # ----------------------------------------------------------------------------- run
 def _read_sets(paths: list[str], n: int) -> dict[str, list[dict]]:
+    """``{set name: its first n prompts}``. ``PATH=NAME:KIND,KIND`` keeps the lines of those
+    ``"kind"`` values under the name NAME (``repeat.jsonl=edits:edit-rename,edit-annotate``)."""
     sets: dict[str, list[dict]] = {}
     for p in paths:
-        path = Path(p)
+        file, _, sel = p.partition("=")
+        name, _, kinds = sel.partition(":")
+        path = Path(file)
         if not path.is_file():
-            raise ValueError(f"no prompt file {p!r} (JSONL, one {{\"prompt\": ...}} a line)")
+            raise ValueError(f"no prompt file {file!r} (JSONL, one {{\"prompt\": ...}} a line)")
         rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
         if not rows or any("prompt" not in r for r in rows):
-            raise ValueError(f"{p!r} must hold JSON lines with a \"prompt\" key")
-        sets[path.stem] = rows[:n]
+            raise ValueError(f"{file!r} must hold JSON lines with a \"prompt\" key")
+        if kinds:
+            rows = [r for r in rows if r.get("kind") in kinds.split(",")]
+            if not rows:
+                raise ValueError(f"{file!r} holds no line of kind {kinds!r}")
+        sets[name or path.stem] = rows[:n]
     return sets
 
 
@@ -412,7 +420,7 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
     bar.close()
     return {**_meta(target), "kind": "llama.cpp decoding benchmark", "max_new_tokens": args.max_new_tokens,
             "repeats": args.repeats, "gamma": args.gamma, "suffix_depth": args.suffix_depth,
-            "prompt_sets": {n: str(p) for n, p in zip(sets, args.prompts)}, "cost_curve": {k: v.to_dict() for k, v in curves.items()},
+            "prompt_sets": {n: str(p) for n, p in zip(sets, args.prompts)}, "command": sys.argv, "cost_curve": {k: v.to_dict() for k, v in curves.items()},
             "results": _summarise(acc, curve)}
 
 
@@ -486,7 +494,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                    help="pass widths B, ascending from 1 (default 1..11)")
     c.add_argument("--repeats", type=int, default=25)
     r = sub.add_parser("run", help="tokens/s of llama.cpp and specot on llama.cpp over prompt sets")
-    r.add_argument("--prompts", nargs="+", required=True, help="JSONL prompt files (one set each)")
+    r.add_argument("--prompts", nargs="+", required=True,
+                   help="JSONL prompt files, one set each; FILE=NAME:KIND,KIND keeps those kinds as the set NAME")
     r.add_argument("--n-prompts", type=int, default=6)
     r.add_argument("--max-new-tokens", type=int, default=96)
     r.add_argument("--temperatures", type=number(minimum=0), nargs="+", default=[0.0, 1.0])
