@@ -1,10 +1,8 @@
 """TreeBudget (children per node × depth, for drafters that build their own trees) against TreeSpec
-(fixed shapes): one meaning each, the same trees and tokens as before the split, and the old
-keyword names still working with a DeprecationWarning."""
+(fixed shapes): one meaning each, the same trees and tokens as before the split."""
 
 from __future__ import annotations
 
-import warnings
 
 import pytest
 import torch
@@ -118,29 +116,12 @@ def test_the_plan_hands_a_suffix_drafter_a_budget_and_model_drafts_a_shape():
     assert fixed.tree == TreeSpec.sequences(2, 3, DraftLaw.GREEDY) and fixed.describe() == "distilled, tree greedy 2×3"
 
 
-def _warns_once(fn):
-    with warnings.catch_warnings(record=True) as got:
-        warnings.simplefilter("always")
-        out = fn()
-    assert [w.category for w in got] == [DeprecationWarning], [str(w.message) for w in got]
-    return out, str(got[0].message)
-
-
-def test_old_keyword_names_work_with_a_deprecation_warning():
-    spec, msg = _warns_once(lambda: TreeSpec.sequences(drafts=3, gamma=2))
-    assert spec == TreeSpec.sequences(3, 2) and "use n=" in msg
-    spec, msg = _warns_once(lambda: parse_tree_spec("wor", drafts=3, gamma=2))
-    assert spec == parse_tree_spec("wor", n=3, gamma=2) and "parse_tree_spec(drafts=" in msg
-    spec, msg = _warns_once(lambda: P.resolve_tree_spec(None, drafts=2, gamma=3, verifier=get_verifier("kseq")))
-    assert spec == P.resolve_tree_spec(None, n=2, gamma=3, verifier=get_verifier("kseq")) == TreeSpec.sequences(2, 3)
-    children, msg = _warns_once(lambda: AutoChoice("suffix", 2, 3).drafts)
-    assert children == 2 == AutoChoice("suffix", 2, 3).children and "AutoChoice.children" in msg
-    with pytest.raises(TypeError, match="both n= and its deprecated name drafts="):
-        TreeSpec.sequences(2, 3, drafts=2)
-    with pytest.raises(TypeError, match="both n= and its deprecated name drafts="):
-        parse_tree_spec("iid", n=2, drafts=2)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # the new names warn about nothing
-        TreeSpec.sequences(n=3, gamma=2)
-        parse_tree_spec("iid", n=3, gamma=2)
-        assert AutoChoice("suffix", 2, 3).children == 2
+def test_the_renamed_keywords_are_gone():
+    """0.1.0 keeps one name per quantity: n, not drafts=, and AutoChoice.children."""
+    with pytest.raises(TypeError):
+        TreeSpec.sequences(drafts=3, gamma=2)
+    with pytest.raises(TypeError):
+        parse_tree_spec("wor", drafts=3, gamma=2)
+    with pytest.raises(TypeError):
+        P.resolve_tree_spec(None, drafts=2, gamma=3, verifier=get_verifier("kseq"))
+    assert not hasattr(AutoChoice("suffix", 2, 3), "drafts") and AutoChoice("suffix", 2, 3).children == 2

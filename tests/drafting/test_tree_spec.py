@@ -48,7 +48,7 @@ def test_parse_forms(tmp_path):
 @pytest.mark.parametrize(
     "text,kw,match",
     [
-        ("prefix:2,2", {"drafts": 3}, "contradicts"),
+        ("prefix:2,2", {"n": 3}, "contradicts"),
         ("prefix:2,2", {"gamma": 3}, "contradicts"),
         ("prefix", {}, "expansion factors"),
         ("prefix:2,x", {}, "integers"),
@@ -57,7 +57,7 @@ def test_parse_forms(tmp_path):
         ("wor", {"law": "iid"}, "asked for"),
         ("topology:/nonexistent/tree.json", {}, "does not exist"),
         ("spechub:3", {}, "at most 2 children"),
-        ("iid", {"drafts": 0}, ">= 1"),
+        ("iid", {"n": 0}, ">= 1"),
     ],
 )
 def test_parse_errors(text, kw, match):

@@ -165,12 +165,11 @@ def test_stats_are_consistent(tiny_target, tiny_draft):
     assert st.to_dict()["accepted_per_drafted"] == st.accepted_per_drafted and "acceptance_rate" not in st.to_dict()
 
 
-def test_the_old_name_of_accepted_per_drafted_reads_it_and_warns():
+def test_accepted_per_drafted_has_one_name():
     from specot.engine import GenerationStats
 
     st = GenerationStats(drafted=8, accepted=2)
-    with pytest.warns(DeprecationWarning, match="accepted_per_drafted"):
-        assert st.acceptance_rate == st.accepted_per_drafted == 0.25
+    assert st.accepted_per_drafted == 0.25 and not hasattr(st, "acceptance_rate")
     assert GenerationStats().accepted_per_drafted == 0.0
 
 

@@ -3,7 +3,7 @@
 A :class:`TreeSpec` is a static topology of *slots* — index paths in the EAGLE/Medusa convention
 (``(0,)``, ``(1,)``, ``(0, 0)``, ...: path ``(i_1, .., i_d)`` is child ``i_d`` of slot
 ``(i_1, .., i_{d−1})``) — plus the draft law by which the children of a node are drawn. Every
-construction of the issue is such a topology:
+construction of the papers is such a topology:
 
 * ``iid`` — K i.i.d. draft sequences of length L (SpecTr Eq. 7): K slots at the root, then a chain
   of one slot each (factors ``(K, 1, .., 1)``), law IID.
@@ -46,7 +46,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence, Union
 
-from .._deprecated import renamed_keyword
 from .._validation import check_count
 from ..geometry import TreeGeometry
 from ..laws import DraftLaw
@@ -143,19 +142,14 @@ class TreeSpec:
 
     # ---------------------------------------------------------------- constructors
     @classmethod
-    def sequences(cls, n: int | None = None, gamma: int | None = None, law: DraftLaw | str = DraftLaw.IID, *,
-                  drafts: int | None = None) -> "TreeSpec":
+    def sequences(cls, n: int, gamma: int, law: DraftLaw | str = DraftLaw.IID) -> "TreeSpec":
         """n drafts at the root, each continued to a sequence of draft length γ = ``gamma`` (factors
         (n, 1, .., 1)): SpecTr's i.i.d. draft set of K = n sequences (Eq. 7) under IID; distinct
         first tokens under WOR / GREEDY. A fixed shape, not a budget (:class:`TreeBudget`).
 
-        ``drafts=`` is the deprecated name of ``n`` (a :class:`DeprecationWarning`; removed in the
-        next release).
-
         Raises:
-            ValueError / TypeError: ``n`` or ``gamma`` not an integer >= 1; both ``n`` and ``drafts``.
+            ValueError / TypeError: ``n`` or ``gamma`` not an integer >= 1.
         """
-        n = renamed_keyword(n, drafts, old="drafts", new="n", where="TreeSpec.sequences")
         check_count(n, "n (number of drafts)")
         check_count(gamma, "gamma (draft length)")
         law = _as_law(law)
@@ -345,23 +339,20 @@ def default_law_for(verifier: AnyVerifier) -> DraftLaw:
 
 
 def parse_tree_spec(text: str | None, *, n: int | None = None, gamma: int | None = None,
-                    law: DraftLaw | str | None = None, drafts: int | None = None) -> TreeSpec:
+                    law: DraftLaw | str | None = None) -> TreeSpec:
     """Parse a construction as written on the command line (``--tree``, with ``--drafts n``).
 
     Forms: ``iid`` | ``wor`` | ``greedy`` | ``spechub`` (:meth:`TreeSpec.sequences`: n drafts at
     the root, each a sequence of length γ = ``gamma``; also ``LAW:k_1,..,k_L`` for expansion
     factors), ``prefix:k_1,..,k_L`` (IID, SpecTr Alg. 4), ``topology:FILE`` (JSON index paths; law
     from the file, else ``law``, else IID), ``eagle`` (EAGLE's default tree, Hu et al. App. D; law
-    ``law`` or IID). ``None`` means ``law`` (default IID) with n × ``gamma``. ``drafts=`` is the
-    deprecated name of ``n`` (a :class:`DeprecationWarning`; removed in the next release).
+    ``law`` or IID). ``None`` means ``law`` (default IID) with n × ``gamma``.
 
     Raises:
         ValueError: unknown form, bad factors, or ``n`` / ``gamma`` that contradict the
             factors (n must equal Π k_i, γ the number of factors).
-        TypeError: both ``n`` and ``drafts``.
     """
-    drafts = renamed_keyword(n, drafts, old="drafts", new="n", where="parse_tree_spec")
-    K = 1 if drafts is None else drafts
+    K = 1 if n is None else n
     L = 4 if gamma is None else gamma
     if text is None or text == "":
         return TreeSpec.sequences(K, L, law or DraftLaw.IID)
@@ -388,8 +379,8 @@ def parse_tree_spec(text: str | None, *, n: int | None = None, gamma: int | None
         except ValueError:
             raise ValueError(f"expansion factors must be integers, e.g. prefix:2,2,1; got {arg!r}") from None
         spec = TreeSpec.prefix(factors, tree_law)
-        if drafts is not None and drafts != math.prod(factors):
-            raise ValueError(f"--drafts {drafts} contradicts the expansion factors {factors} (K = product = {math.prod(factors)})")
+        if n is not None and n != math.prod(factors):
+            raise ValueError(f"--drafts {n} contradicts the expansion factors {factors} (K = product = {math.prod(factors)})")
         if gamma is not None and gamma != len(factors):
             raise ValueError(f"--gamma {gamma} contradicts the expansion factors {factors} (draft length = {len(factors)})")
         return spec

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .._deprecated import renamed_attribute
 from .._validation import check_count, check_seed
 from ..drafting.base import DraftSchedule
 from ..sampling import SamplingConfig
@@ -93,9 +92,6 @@ class GenerationStats:
         (``Verifier.acceptance``: the probability that the emitted token is a draft): a tree drafts
         many nodes per position and commits at most one, so for trees the two differ widely."""
         return self.accepted / self.drafted if self.drafted else 0.0
-
-    acceptance_rate = renamed_attribute("accepted_per_drafted", old="acceptance_rate", owner="GenerationStats",
-                                        why="it is accepted / drafted tokens, not the acceptance rate α")
 
     @property
     def acceptance_per_position(self) -> list[float]:

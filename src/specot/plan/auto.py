@@ -25,7 +25,6 @@ from typing import Any, Mapping
 
 import torch
 
-from .._deprecated import renamed_attribute
 from ..models.device import prepacking_available, resolve_dtype
 from ..models.protocol import TargetModel
 from .backends import backend_of, capabilities_for, get_backend, is_embedded
@@ -47,11 +46,7 @@ AUTO_MIN_CONFIDENCE_GREEDY = 0.1
 @dataclass(frozen=True)
 class AutoChoice:
     """What ``draft="auto"`` resolves to, before the plan is built (:func:`specot.plan.make_plan`
-    passes ``children`` as its ``drafts``).
-
-    ``drafts`` (the old name of ``children``) still reads, with a :class:`DeprecationWarning`,
-    until the next release.
-    """
+    passes ``children`` as its ``drafts``)."""
 
     draft: str  # the draft name (specot.plan.parse_draft)
     # children per node of the draft tree (a budget's, or n of suffix+MODEL's GREEDY trees);
@@ -61,7 +56,6 @@ class AutoChoice:
     min_confidence: float | None = None  # τ of the EAGLE head's confidence gate; None: off
     options: tuple[tuple[str, Any], ...] = ()  # other drafter options (a backend's tuned suffix drafter)
 
-    drafts = renamed_attribute("children", old="drafts", owner="AutoChoice")
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,6 @@ from typing import Any, Mapping
 import torch
 
 from .._validation import check_count, check_device
-from .._deprecated import renamed_keyword
 from ..drafting.tree import DraftShape, TreeBudget, TreeSpec, default_law_for, parse_tree_spec
 from ..engine.types import GenerationConfig
 from ..laws import DraftLaw
@@ -128,7 +127,7 @@ def _tree_dict(tree: DraftShape) -> dict[str, Any]:
 
 
 def resolve_tree_spec(tree: str | TreeSpec | None, *, n: int | None = None, gamma: int | None,
-                      verifier: Any, tree_law: str | None = None, drafts: int | None = None) -> TreeSpec:
+                      verifier: Any, tree_law: str | None = None) -> TreeSpec:
     """The fixed :class:`TreeSpec` of the tree options (``specot generate --drafts n --gamma γ --tree ...``).
 
     ``tree`` is a :class:`TreeSpec` or a CLI form (:func:`specot.drafting.parse_tree_spec`);
@@ -138,13 +137,10 @@ def resolve_tree_spec(tree: str | TreeSpec | None, *, n: int | None = None, gamm
     (:func:`specot.drafting.default_law_for`; IID where ``verifier`` is ``None``). Forms without
     expansion factors take γ = ``gamma``
     (default 4); forms with factors take γ from them (a ``gamma`` that differs is refused).
-    ``drafts=`` is the deprecated name of ``n`` (a :class:`DeprecationWarning`; removed in the
-    next release).
 
     Raises:
-        ValueError: as :func:`specot.drafting.parse_tree_spec`. TypeError: both ``n`` and ``drafts``.
+        ValueError: as :func:`specot.drafting.parse_tree_spec`.
     """
-    n = renamed_keyword(n, drafts, old="drafts", new="n", where="resolve_tree_spec")
     if isinstance(tree, TreeSpec):
         return tree
     kind = (tree or "").partition(":")[0].strip().lower()
