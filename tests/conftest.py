@@ -21,6 +21,24 @@ torch.set_num_threads(1)
 
 
 @pytest.fixture(autouse=True)
+def _lazy_names_forgotten():
+    """A lab module binds its lazy names on first use (:mod:`specot_lab.lazy`); one bound while a
+    test stood in for its source (a monkeypatched ``specot.api.load_target``) would outlive that
+    test. Names bound during a test are forgotten after it, so the next use binds the real one."""
+    import sys
+
+    from specot_lab.lazy import LazyNames
+
+    def lazy_modules():
+        return [m for m in list(sys.modules.values()) if isinstance(getattr(m, "__dict__", {}).get("_NAMES"), LazyNames)]
+    before = {m.__name__: {n for n in m._NAMES.table if n in m.__dict__} for m in lazy_modules()}
+    yield
+    for m in lazy_modules():
+        for n in set(m._NAMES.table) - before.get(m.__name__, set()):
+            m.__dict__.pop(n, None)
+
+
+@pytest.fixture(autouse=True)
 def _one_thread():
     """Every test runs with one intra-op thread (restored afterwards, whatever the test set)."""
     n = torch.get_num_threads()

@@ -27,11 +27,13 @@ def no_loading(monkeypatch):
     """Fail the test if a model loads: the error must come from a check made before."""
     def boom(*a, **k):
         raise AssertionError("a model was loaded before the bad input was reported")
-    monkeypatch.setattr(api, "load_target", boom)
-    monkeypatch.setattr(api, "load_drafter", boom)
+    # the lab modules first: their lazy ``load_target`` is bound from specot.api on first access,
+    # which must find the real one (else the stand-in would be kept as the value to restore)
     from specot_lab.bench import acceptance, paths
     monkeypatch.setattr(acceptance, "load_target", boom, raising=False)
     monkeypatch.setattr(paths, "load_target", boom, raising=False)
+    monkeypatch.setattr(api, "load_target", boom)
+    monkeypatch.setattr(api, "load_drafter", boom)
 
 
 def _usage_or_error(rc: int, err: str) -> str:

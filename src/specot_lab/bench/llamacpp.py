@@ -310,20 +310,24 @@ def _specot_runner(target: LlamaCppTarget, method: str, args: argparse.Namespace
     return run
 
 
-def _plan_runner(target: LlamaCppTarget, method: str):
+def _plan_runner(target: LlamaCppTarget, method: str, temperatures: Sequence[float], warm_ids: list[int]):
     """``run(ids, T, max_new, seed)`` of ``specot:DRAFT``: the plan ``specot generate --draft DRAFT``
-    makes for each temperature (made, and its drafter loaded, once per temperature)."""
+    makes for each temperature, made and its drafter loaded before any timed run, and each run once
+    on ``warm_ids`` (a draft model's first-use calibration and a suffix drafter's measured step work
+    are cached then, as by an earlier ``specot generate``: load and calibration are not decoding)."""
     from specot.engine.types import GenerationConfig
     from specot.plan import make_plan, run_plan
     from specot.sampling import SamplingConfig
 
     draft = method[len(SPECOT_PLAN):]
     made: dict[float, tuple[Any, Any, Any]] = {}
+    for T in temperatures:
+        plan = make_plan(draft, target=target, temperature=T)
+        made[T] = (plan, plan.draft.load(target) if plan.draft is not None else None, plan.verifier.build())
+        warm = GenerationConfig(max_new_tokens=8, sampling=SamplingConfig(temperature=T), seed=0)
+        run_plan(made[T][0], target, made[T][1], warm_ids, warm, made[T][2])
 
     def run(ids: list[int], T: float, max_new: int, seed: int) -> dict:
-        if T not in made:
-            plan = make_plan(draft, target=target, temperature=T)
-            made[T] = (plan, plan.draft.load(target) if plan.draft is not None else None, plan.verifier.build())
         plan, drafter, ver = made[T]
         cfg = GenerationConfig(max_new_tokens=max_new, sampling=SamplingConfig(temperature=T), seed=seed)
         t0, first = time.perf_counter(), []
@@ -407,7 +411,7 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
         elif m == "specot-hf-auto":
             runners[m] = _hf_runner(args)
         elif m.startswith(SPECOT_PLAN):
-            runners[m] = _plan_runner(target, m)
+            runners[m] = _plan_runner(target, m, args.temperatures, target.encode_prompt(COST_CONTEXT))
         else:
             runners[m] = _specot_runner(target, m, args, curve)
     encoded = {name: [target.encode_prompt(r["prompt"], system=r.get("system")) for r in rows]
