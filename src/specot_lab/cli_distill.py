@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import random
 import sys
 import time
@@ -42,6 +41,7 @@ from specot.cli.command import MAX_THREADS, count, number, seed_type
 from specot.cli.main import CommandParser
 from specot.outputs import check_output, dumps, write_json
 
+from .bench.lists import int_list, number_list
 from .lazy import LazyNames
 
 __all__ = ["register"]
@@ -294,21 +294,6 @@ def _run_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _numbers(text: str, flag: str, kind: type) -> list:
-    """Comma-separated draft lengths γ (``int``, each >= 1) or temperatures (``float``, finite, >= 0).
-
-    Raises:
-        ValueError: one line naming ``flag`` and the value."""
-    try:
-        values = [kind(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        values = []
-    if not values or not all(math.isfinite(v) and (v >= 1 if kind is int else v >= 0) for v in values):
-        what = "integers >= 1 like 1,2,4" if kind is int else "finite numbers >= 0 like 1,0"
-        raise ValueError(f"{flag} takes comma-separated {what}; got {text!r}")
-    return values
-
-
 def _our_eval(path: Path) -> bool:
     """Whether ``path`` holds a result that ``specot distill eval`` wrote (its ``command``)."""
     try:
@@ -319,7 +304,7 @@ def _our_eval(path: Path) -> bool:
 
 
 def _run_eval(args: argparse.Namespace) -> int:
-    gammas, temperatures = _numbers(args.gammas, "--gammas", int), _numbers(args.temperatures, "--temperatures", float)
+    gammas, temperatures = int_list(args.gammas, "--gammas"), number_list(args.temperatures, "--temperatures")
     check_output(args.out, "--out", force=getattr(args, "force", False), ours=_our_eval)  # before the models load
     _NAMES.bind()
     _threads(args.threads)

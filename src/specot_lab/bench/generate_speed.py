@@ -10,7 +10,6 @@ temperature, and reports block efficiency, acceptance, tokens/s and the speedup 
 from __future__ import annotations
 
 import argparse
-import math
 import shlex
 import statistics
 import sys
@@ -23,6 +22,7 @@ from specot.sampling import SamplingConfig
 from specot.cli.command import count, seed_type
 from specot.outputs import check_output, json_has, write_json
 from ..corpus import load_prompts
+from .lists import int_list, number_list
 from .runinfo import run_info
 
 __all__ = ["run_generate_bench", "add_arguments", "run"]
@@ -124,22 +124,6 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--force", action="store_true", help="replace an existing --out file this benchmark did not write")
 
 
-def _list(text: str, flag: str, kind: type) -> list:
-    """Comma-separated draft lengths γ (``int``, each >= 1) or temperatures (``float``, finite, >= 0).
-
-    Raises:
-        ValueError: one line naming ``flag`` and the value."""
-    try:
-        values = [kind(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        values = []
-    ok = values and all(math.isfinite(v) and (v >= 1 if kind is int else v >= 0) for v in values)
-    if not ok:
-        what = "integers >= 1 like 2,4" if kind is int else "finite numbers >= 0 like 0,1"
-        raise ValueError(f"{flag} takes comma-separated {what}; got {text!r}")
-    return values
-
-
 def _command(args: argparse.Namespace) -> str:
     """The ``specot bench generate-speed`` command line of ``args``: the options that differ from their defaults."""
     parser = argparse.ArgumentParser(add_help=False)
@@ -157,7 +141,7 @@ def _command(args: argparse.Namespace) -> str:
 def run(args: argparse.Namespace) -> int:
     """``specot bench generate-speed``: AR vs speculative decoding; print the table, write JSON with ``--out``."""
     n = 2 if args.quick else args.n_prompts
-    gammas, temperatures = _list(args.gammas, "--gammas", int), _list(args.temperatures, "--temperatures", float)
+    gammas, temperatures = int_list(args.gammas, "--gammas"), number_list(args.temperatures, "--temperatures")
     check_output(args.out, "--out", force=args.force, ours=json_has(benchmark="generate-speed"))
     result = run_generate_bench(
         target=args.target, draft=args.draft, prompts=load_prompts(args.prompts, n),

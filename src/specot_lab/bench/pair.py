@@ -57,7 +57,6 @@ JSON (``--out``; a plot beside it, ``.png``, with matplotlib)::
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import time
 from pathlib import Path
@@ -66,6 +65,7 @@ from typing import Any, Sequence
 from specot.outputs import check_output, json_has, write_json
 
 from ..lazy import LazyNames
+from .lists import int_list, number_list
 
 __all__ = ["TLIDraft", "accepted_token_law", "tree_expected_accepted", "match_expected_accepted",
            "context_values", "run_pair_bench", "add_arguments", "run"]
@@ -436,26 +436,6 @@ def _table(res: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _ints(text: str, flag: str) -> list[int]:
-    try:
-        values = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise ValueError(f"{flag} takes comma-separated integers like 2,4; got {text!r}") from None
-    if not values or min(values) < 1:
-        raise ValueError(f"{flag} takes integers >= 1 like 2,4; got {text!r}")
-    return sorted(set(values))
-
-
-def _temperatures(text: str) -> list[float]:
-    try:
-        values = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise ValueError(f"--temperatures takes comma-separated numbers like 0.6,1; got {text!r}") from None
-    if not values or not all(math.isfinite(t) and t > 0 for t in values):
-        raise ValueError(f"--temperatures takes finite temperatures > 0 like 0.6,1; got {text!r}")
-    return values
-
-
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     """The options of ``specot bench pair``."""
     ap.add_argument("--target", default=None, help="target model: smollm2 (default), qwen2.5-coder-1.5b or a .gguf file")
@@ -485,8 +465,8 @@ def run(args: argparse.Namespace) -> int:
     sets = [s.strip() for s in args.prompts.split(",") if s.strip()]
     if not sets:
         raise ValueError(f"--prompts names no prompt set: {args.prompts!r}; e.g. code,chat")
-    temperatures = _temperatures(args.temperatures)
-    ns, gammas = _ints(args.ns, "--ns"), _ints(args.gammas, "--gammas")
+    temperatures = number_list(args.temperatures, "--temperatures", positive=True)
+    ns, gammas = int_list(args.ns, "--ns", unique=True), int_list(args.gammas, "--gammas", unique=True)
     for value, flag in ((args.n_prompts, "--n-prompts"), (args.positions, "--positions"),
                         (args.max_new_tokens, "--max-new-tokens")):
         if value < 1:

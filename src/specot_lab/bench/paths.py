@@ -43,6 +43,7 @@ from specot.cli.command import seed_type
 from specot.outputs import check_output, json_has, write_json
 
 from ..lazy import LazyNames
+from .lists import int_list, number_list
 
 __all__ = ["draw_paths", "context_values", "run_paths_bench", "add_arguments", "run"]
 
@@ -188,27 +189,6 @@ def _table(res: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _ints(text: str, flag: str) -> list[int]:
-    try:
-        values = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise ValueError(f"{flag} takes comma-separated integers like 2,4; got {text!r}") from None
-    if not values or min(values) < 1:
-        raise ValueError(f"{flag} takes integers >= 1 like 2,4; got {text!r}")
-    return values
-
-
-def _temperatures(text: str) -> list[float]:
-    try:
-        values = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise ValueError(f"--temperatures takes comma-separated numbers like 0.6,1; got {text!r}") from None
-    if not values or not all(math.isfinite(t) and t > 0 for t in values):
-        raise ValueError(f"--temperatures takes finite temperatures > 0 (at T = 0 the i.i.d. paths are one path) "
-                         f"like 0.6,1; got {text!r}")
-    return values
-
-
 def _positive(value: int, flag: str) -> int:
     if value < 1:
         raise ValueError(f"{flag} must be an integer >= 1, got {value}")
@@ -242,8 +222,9 @@ def run(args: argparse.Namespace) -> int:
     sets = [s.strip() for s in args.prompts.split(",") if s.strip()]
     if not sets:
         raise ValueError(f"--prompts names no prompt set: {args.prompts!r}; e.g. code,chat")
-    temperatures = _temperatures(args.temperatures)
-    lengths, ks = _ints(args.lengths, "--lengths"), _ints(args.paths, "--paths")
+    temperatures = number_list(args.temperatures, "--temperatures", positive=True,
+                               why=" (at T = 0 the i.i.d. paths are one path)")
+    lengths, ks = int_list(args.lengths, "--lengths"), int_list(args.paths, "--paths")
     for value, flag in ((args.n_prompts, "--n-prompts"), (args.positions, "--positions"),
                         (args.max_new_tokens, "--max-new-tokens")):
         _positive(value, flag)
