@@ -43,13 +43,13 @@ import hashlib
 import json
 import os
 import sys
-import tempfile
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from .outputs import atomic_path
 from .cache_entry import (MAX_PASS_MS, DamagedEntry, StaleEntry, busy, check_pass_cost, integer, mapping, number,
                           numbers, quiet, read_entry, same_json, text)
 from .envinfo import cpu_flags, cpu_model, environment_info, load_average
@@ -330,24 +330,14 @@ def _busy_note(load: Any) -> str:
 
 
 def _write_json(path: Path, obj: Mapping[str, Any]) -> None:
-    """Write ``obj`` as JSON to ``path`` atomically (a temporary file in its directory, then ``os.replace``).
+    """Write ``obj`` as JSON to ``path`` atomically (:func:`specot.outputs.atomic_path`).
 
     Raises:
         OSError: the directory cannot be made or written.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
     body = json.dumps(obj, indent=1, sort_keys=True, default=str)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(body)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    with atomic_path(path) as tmp:
+        tmp.write_text(body, encoding="utf-8")
 
 
 def _measure(target: Any, key: Mapping[str, Any], widths: Sequence[int], repeats: int) -> PassCostCurve:

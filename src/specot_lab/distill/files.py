@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import os
 import pickle
-import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
 import torch
+
+from specot.outputs import atomic_path
 
 __all__ = ["load_torch_file", "save_torch_file"]
 
@@ -72,15 +73,5 @@ def save_torch_file(obj: dict[str, Any], path: str | os.PathLike[str]) -> None:
     Raises:
         OSError: the directory cannot be written.
     """
-    p = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    os.close(fd)
-    try:
+    with atomic_path(path) as tmp:
         torch.save(obj, tmp)
-        os.replace(tmp, p)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
