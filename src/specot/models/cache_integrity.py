@@ -40,7 +40,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 from ..cache_entry import DamagedEntry, integer, mapping, read_json_file, text
 
@@ -209,9 +209,10 @@ def _write_marker(directory: Path, mark: str, marker: dict) -> None:
             os.unlink(tmp)
 
 
-def _fingerprint(directory: Path) -> dict[str, dict[str, Any]]:
+def _fingerprint(directory: Path, known_sha256: Mapping[str, str]) -> dict[str, dict[str, Any]]:
     """``{file name: {"size", "sha256", "stat"}}`` of every file in ``directory``, each flushed to the
-    disk (``fsync``) so that a marker never outlives the data it describes."""
+    disk (``fsync``) so that a marker never outlives the data it describes; a file named in
+    ``known_sha256`` is not read again (its writer hashed it while writing)."""
     files: dict[str, dict[str, Any]] = {}
     for f in sorted(directory.iterdir()):
         if f.is_file():
@@ -219,16 +220,19 @@ def _fingerprint(directory: Path) -> dict[str, dict[str, Any]]:
                 os.fsync(fh.fileno())
             checked_ns = time.time_ns()
             st = f.stat()
-            files[f.name] = {"size": st.st_size, "sha256": file_sha256(f), "stat": _stat_record(st, checked_ns)}
+            digest = known_sha256.get(f.name) or file_sha256(f)
+            files[f.name] = {"size": st.st_size, "sha256": digest, "stat": _stat_record(st, checked_ns)}
     return files
 
 
 @contextlib.contextmanager
-def build_into(dest: Path, mark: str, fields: dict[str, Any]) -> Iterator[Path]:
+def build_into(dest: Path, mark: str, fields: dict[str, Any],
+               known_sha256: Mapping[str, str] | None = None) -> Iterator[Path]:
     """Yield a fresh temporary directory next to ``dest`` (``.converting-*``); once the block has
     filled it without raising, write the marker ``mark`` (``fields``, a new ``id``, the files'
     fingerprints) and rename it into place, a previous ``dest`` (damaged or incomplete) moved aside
-    and removed. Call it holding :func:`cache_lock`. Whatever fails, no temporary is left behind
+    and removed. ``known_sha256``: ``{file name: SHA-256}`` that the block filled in for files it
+    hashed while writing them (read when the block ends; those files are not read again). Call it holding :func:`cache_lock`. Whatever fails, no temporary is left behind
     (a killed process's is removed by the next one that holds the lock).
 
     Raises:
@@ -238,7 +242,7 @@ def build_into(dest: Path, mark: str, fields: dict[str, Any]) -> Iterator[Path]:
     old = tmp.with_name(tmp.name + "-old")
     try:
         yield tmp
-        marker = dict(fields, id=uuid.uuid4().hex, files=_fingerprint(tmp))
+        marker = dict(fields, id=uuid.uuid4().hex, files=_fingerprint(tmp, known_sha256 or {}))
         _write_marker(tmp, mark, marker)
         if dest.exists():
             os.replace(dest, old)

@@ -33,16 +33,11 @@ file, and the files concatenated in order are the GGUF. One :class:`PackagedMode
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib.metadata as metadata
-import json
 import os
 import shutil
 import sys
-import tempfile
-import time
-import uuid
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,7 +45,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from .cache_integrity import TMP_PREFIX, cache_lock, read_marker, verify
+from .cache_integrity import TMP_PREFIX, build_into, cache_lock, read_marker, verify
 from .embedded import model_cache_dir
 
 __all__ = ["PackagedModel", "PACKAGED_MODELS", "packaged_model", "packaged_gguf", "check_packaged", "locate_parts"]
@@ -300,27 +295,15 @@ def _assemble(model: PackagedModel, parts: list[Path], dest: Path, *, progress: 
         ValueError: another size or SHA-256 than the pinned ones.
         OSError: a part cannot be read, or the cache cannot be written.
     """
-    tmp = Path(tempfile.mkdtemp(prefix=TMP_PREFIX, dir=dest.parent))
-    old = tmp.with_name(tmp.name + "-old")
-    try:
-        out = tmp / model.file_name
-        digest, size = _concatenate(model, parts, out, progress=progress)
+    known: dict[str, str] = {}  # the file's SHA-256, computed while it was written: not read again
+    fields = {"model": model.name, "sha256": model.sha256, "parts": _versions(model), "license": model.license}
+    with build_into(dest, _MARK, fields, known) as tmp:
+        digest, size = _concatenate(model, parts, tmp / model.file_name, progress=progress)
         if size != model.size or digest != model.sha256:
             raise ValueError(f"the parts of {model.name} concatenated give {size} bytes with SHA-256 {digest[:16]}..., "
                              f"not the {model.size} bytes with SHA-256 {model.sha256[:16]}... specot pins; refused. "
                              f"Reinstall them: {model.reinstall()}")
-        checked_ns = time.time_ns()
-        st = out.stat()
-        stat = {"mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns, "inode": st.st_ino, "checked_ns": checked_ns}
-        marker = {"model": model.name, "sha256": model.sha256, "parts": _versions(model), "license": model.license,
-                  "id": uuid.uuid4().hex, "files": {model.file_name: {"size": size, "sha256": digest, "stat": stat}}}
-        _write_json(tmp / _MARK, marker)
-        if dest.exists():
-            os.replace(dest, old)
-        os.replace(tmp, dest)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.rmtree(old, ignore_errors=True)
+        known[model.file_name] = digest
 
 
 def _concatenate(model: PackagedModel, parts: list[Path], out: Path, *, progress: bool) -> tuple[str, int]:
@@ -352,17 +335,3 @@ def _concatenate(model: PackagedModel, parts: list[Path], out: Path, *, progress
         dst.flush()
         os.fsync(dst.fileno())
     return h.hexdigest(), written
-
-
-def _write_json(path: Path, obj: dict) -> None:
-    """Write ``obj`` as JSON to ``path``, flushed to the disk."""
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(json.dumps(obj))
-        f.flush()
-        os.fsync(f.fileno())
-    with contextlib.suppress(OSError):  # the directory entry too, where the file system allows
-        fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
