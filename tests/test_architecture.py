@@ -315,16 +315,23 @@ def test_the_vllm_integration_has_no_import_cycle_even_through_deferred_imports(
     assert not [m for m, deps in graph.items() if f"{pkg}.adapter" in deps and m not in (f"{pkg}.harness", f"{pkg}.cli")]
 
 
-def _replaced_attributes(source: str, where: str, owners: tuple[str, ...]) -> list[str]:
-    """``name.attr = ...`` and ``setattr(name, ...)`` in ``source`` where ``name`` was imported from
-    a module under one of ``owners`` (``import vllm.x as name``, ``from vllm.x import name``)."""
-    tree = ast.parse(source)
+def _imported_from(tree: ast.AST, owners: tuple[str, ...]) -> set[str]:
+    """The names ``tree`` binds to modules under one of ``owners`` (``import vllm.x as name``,
+    ``from vllm.x import name``)."""
     foreign: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             foreign.update((a.asname or a.name.split(".")[0]) for a in node.names if a.name.split(".")[0] in owners)
         elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] in owners:
             foreign.update(a.asname or a.name for a in node.names)
+    return foreign
+
+
+def _replaced_attributes(source: str, where: str, owners: tuple[str, ...]) -> list[str]:
+    """``name.attr = ...`` and ``setattr(name, ...)`` in ``source`` where ``name`` was imported from
+    a module under one of ``owners`` (``import vllm.x as name``, ``from vllm.x import name``)."""
+    tree = ast.parse(source)
+    foreign = _imported_from(tree, owners)
     found = []
     for node in ast.walk(tree):
         targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
@@ -392,12 +399,7 @@ def _vllm_reads(source: str, where: str, owners: tuple[str, ...] = ("vllm",)) ->
       ``Any``: vLLM calls the method with its own records (``CommonAttentionMetadata``, a KV-cache
       spec); an argument typed otherwise (``Tensor``, specot's own classes) is not one."""
     tree = ast.parse(source)
-    foreign: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            foreign.update((a.asname or a.name.split(".")[0]) for a in node.names if a.name.split(".")[0] in owners)
-        elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] in owners:
-            foreign.update(a.asname or a.name for a in node.names)
+    foreign = _imported_from(tree, owners)
 
     def api(attr: str) -> bool:
         return attr.isupper() or (attr.startswith("__") and attr.endswith("__"))

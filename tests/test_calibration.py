@@ -7,42 +7,18 @@ from __future__ import annotations
 import json
 import multiprocessing
 import threading
-import warnings
 
 import pytest
 
 import specot.plan as P
 from model_helpers import tiny_lm
+from calibration_helpers import FakeTarget, caught
 from specot.calibration import (DEFAULT_WIDTHS, FORMAT_VERSION, PassCostCurve, break_even_alpha, calibrate,
                                 calibration_key, calibration_path, pricing_curve)
 from specot.drafting import TreeSpec
 from specot.laws import DraftLaw
 from specot.sampling import SamplingConfig
 from specot_llamacpp.auto import AUTO_TABLE
-
-
-class FakeTarget:
-    """A target that 'measures' r(B) = 1 + (B - 1)/2 and counts its measurements."""
-
-    backend = "fake"
-    device = "cpu"
-    dtype = "float32"
-    n_threads = 1
-
-    def __init__(self, name: str = "fake-model") -> None:
-        self.name = name
-        self.calls = 0
-
-    def measure_pass_times(self, widths, repeats):
-        self.calls += 1
-        return [10.0 * (1 + (b - 1) / 2) for b in widths]
-
-
-def _caught(fn):
-    with warnings.catch_warnings(record=True) as got:
-        warnings.simplefilter("always")
-        out = fn()
-    return out, [str(w.message) for w in got]
 
 
 def test_a_curve_interpolates_and_calls_as_its_ratio():
@@ -100,10 +76,10 @@ def test_a_damaged_or_stale_entry_is_measured_again_with_one_warning(tmp_path, b
     path = calibration_path(calibration_key(t), tmp_path)
     path.parent.mkdir(parents=True)
     path.write_text(body)
-    curve, msgs = _caught(lambda: calibrate(t, cache_dir=tmp_path))
+    curve, msgs = caught(lambda: calibrate(t, cache_dir=tmp_path))
     assert curve.source == "measured" and t.calls == 1
     assert len(msgs) == 1 and why in msgs[0] and str(path) in msgs[0]
-    again, msgs = _caught(lambda: calibrate(t, cache_dir=tmp_path))  # the entry was replaced
+    again, msgs = caught(lambda: calibrate(t, cache_dir=tmp_path))  # the entry was replaced
     assert again.source == "cache" and msgs == [] and t.calls == 1
 
 
@@ -120,7 +96,7 @@ def test_no_cache_measures_every_time_and_stores_nothing(tmp_path, monkeypatch):
 
 def test_an_unwritable_cache_warns_once_and_still_measures(tmp_path):
     (tmp_path / "calibration").write_text("a file where the directory should be")
-    curve, msgs = _caught(lambda: calibrate(FakeTarget(), cache_dir=tmp_path))
+    curve, msgs = caught(lambda: calibrate(FakeTarget(), cache_dir=tmp_path))
     assert curve.source == "measured" and len(msgs) == 1 and "not stored" in msgs[0]
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import math
 import tempfile
-import warnings
 from pathlib import Path
 
 import pytest
@@ -18,32 +17,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import specot.calibration as C
+from calibration_helpers import FakeTarget, caught
 from specot.cache_entry import busy, check_pass_cost, quiet, read_entry, read_json_file
 from specot.calibration import FORMAT_VERSION, cached_measurement, calibrate, calibration_key, calibration_path
 from specot.models.cache_integrity import build_into, marker_problem, read_marker, verify
 from specot.plan import step_work as SW
 
 STEP = {"plain_ms": 0.2, "chain_ms": 0.5, "chain_nodes": 3.0, "chains": 40.0}
-
-
-class FakeTarget:
-    """A target that 'measures' r(B) = 1 + (B - 1)/2 and counts its measurements."""
-
-    backend, device, dtype, n_threads, name = "fake", "cpu", "float32", 1, "fake-model"
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def measure_pass_times(self, widths, repeats):
-        self.calls += 1
-        return [10.0 * (1 + (b - 1) / 2) for b in widths]
-
-
-def _caught(fn):
-    with warnings.catch_warnings(record=True) as got:
-        warnings.simplefilter("always")
-        out = fn()
-    return out, [str(w.message) for w in got]
 
 
 @pytest.fixture(autouse=True)
@@ -73,10 +53,10 @@ def _recalibrated(root: Path, path: Path):
     """calibrate() over a planted entry: it must measure again with one warning naming the file,
     replace the entry, and read it silently the next time."""
     t = FakeTarget()
-    curve, msgs = _caught(lambda: calibrate(t, cache_dir=root))
+    curve, msgs = caught(lambda: calibrate(t, cache_dir=root))
     assert curve.source == "measured" and t.calls == 1
     assert len(msgs) == 1 and "damaged" in msgs[0] and str(path) in msgs[0], msgs
-    again, msgs = _caught(lambda: calibrate(t, cache_dir=root))
+    again, msgs = caught(lambda: calibrate(t, cache_dir=root))
     assert again.source == "cache" and msgs == [] and t.calls == 1
     return msgs
 
@@ -167,12 +147,12 @@ def test_a_curve_measured_busy_is_flagged_and_measured_again_when_quiet(tmp_path
     calibrate(t, cache_dir=tmp_path)
     path = calibration_path(calibration_key(t), tmp_path)
     assert json.loads(path.read_text())["busy"] is True
-    again, msgs = _caught(lambda: calibrate(t, cache_dir=tmp_path))  # still busy: used as it is
+    again, msgs = caught(lambda: calibrate(t, cache_dir=tmp_path))  # still busy: used as it is
     assert again.source == "cache" and msgs == [] and t.calls == 1
     monkeypatch.setattr(C, "load_average", lambda: [0.75 * cpus, 1.0, 1.0])  # not busy, not yet quiet
     assert calibrate(t, cache_dir=tmp_path).source == "cache" and t.calls == 1
     monkeypatch.setattr(C, "load_average", lambda: [0.1, 0.1, 0.1])
-    quiet_curve, msgs = _caught(lambda: calibrate(t, cache_dir=tmp_path))
+    quiet_curve, msgs = caught(lambda: calibrate(t, cache_dir=tmp_path))
     assert quiet_curve.source == "measured" and t.calls == 2
     assert len(msgs) == 1 and "busy machine" in msgs[0] and str(path) in msgs[0]
     assert json.loads(path.read_text())["busy"] is False
@@ -186,7 +166,7 @@ def test_an_entry_without_the_flag_is_judged_by_its_load_average(tmp_path, monke
         obj.pop(k)
     path.write_text(json.dumps(_set(obj, ("curve", "load_average"), [50.0 * C.os.cpu_count(), 1.0, 1.0])))
     t = FakeTarget()
-    curve, msgs = _caught(lambda: calibrate(t, cache_dir=tmp_path))
+    curve, msgs = caught(lambda: calibrate(t, cache_dir=tmp_path))
     assert curve.source == "measured" and len(msgs) == 1 and "busy machine" in msgs[0]
     path.write_text(json.dumps(_set(obj, ("curve", "load_average"), [0.1, 0.1, 0.1])))
     assert calibrate(t, cache_dir=tmp_path).source == "cache" and t.calls == 1
@@ -201,10 +181,10 @@ def test_busy_is_relative_to_the_cpus():
 def test_an_unwritable_cache_measures_once_and_warns_once(tmp_path):
     (tmp_path / "calibration").write_text("a file where the directory should be")
     t = FakeTarget()
-    (a, b), msgs = _caught(lambda: (calibrate(t, cache_dir=tmp_path), calibrate(t, cache_dir=tmp_path)))
+    (a, b), msgs = caught(lambda: (calibrate(t, cache_dir=tmp_path), calibrate(t, cache_dir=tmp_path)))
     assert a is b and t.calls == 1 and len(msgs) == 1 and "not stored" in msgs[0]
     m = _Counter(STEP)  # the same directory: measured once, and no second warning about it
-    _, msgs = _caught(lambda: [cached_measurement("x", {"k": 1}, m, cache_dir=tmp_path) for _ in range(3)])
+    _, msgs = caught(lambda: [cached_measurement("x", {"k": 1}, m, cache_dir=tmp_path) for _ in range(3)])
     assert m.calls == 1 and msgs == []
 
 
@@ -213,7 +193,7 @@ def test_a_damaged_entry_in_a_cache_that_cannot_be_written_gives_one_warning(tmp
     path.write_bytes(b"\xff")
     monkeypatch.setattr(C, "_write_json", lambda *a: (_ for _ in ()).throw(PermissionError(13, "Permission denied")))
     t = FakeTarget()
-    (a, b), msgs = _caught(lambda: (calibrate(t, cache_dir=tmp_path), calibrate(t, cache_dir=tmp_path)))
+    (a, b), msgs = caught(lambda: (calibrate(t, cache_dir=tmp_path), calibrate(t, cache_dir=tmp_path)))
     assert a is b and t.calls == 1 and len(msgs) == 1, msgs
     assert str(path) in msgs[0] and "damaged" in msgs[0] and "but not stored" in msgs[0] and "Permission" in msgs[0]
 
@@ -243,7 +223,7 @@ def test_a_step_work_entry_with_impossible_values_is_measured_again(tmp_path, mo
     path, obj, m = _step_entry(tmp_path, monkeypatch)
     change(obj["measurement"]["values"])
     path.write_text(json.dumps(obj))
-    (overhead, rec), msgs = _caught(lambda: SW.suffix_draft_overhead(lambda: None, _CURVE, 400, {"o": 1},
+    (overhead, rec), msgs = caught(lambda: SW.suffix_draft_overhead(lambda: None, _CURVE, 400, {"o": 1},
                                                                       cache_dir=str(tmp_path)))
     assert rec["source"] == "measured" and m.calls == 2 and overhead == pytest.approx(0.15)
     assert len(msgs) == 1 and "damaged" in msgs[0] and str(path) in msgs[0]
@@ -252,7 +232,7 @@ def test_a_step_work_entry_with_impossible_values_is_measured_again(tmp_path, mo
 def test_an_infinite_chain_ms_never_reaches_the_overhead(tmp_path, monkeypatch):
     path, obj, m = _step_entry(tmp_path, monkeypatch)
     path.write_text(path.read_text().replace('"chain_ms": 0.5', '"chain_ms": 1e999'))
-    (overhead, _), msgs = _caught(lambda: SW.suffix_draft_overhead(lambda: None, _CURVE, 400, {"o": 1},
+    (overhead, _), msgs = caught(lambda: SW.suffix_draft_overhead(lambda: None, _CURVE, 400, {"o": 1},
                                                                    cache_dir=str(tmp_path)))
     assert math.isfinite(overhead) and len(msgs) == 1 and m.calls == 2
 
@@ -264,7 +244,7 @@ def test_the_reported_pricing_is_strict_json_whatever_the_cache_held(tmp_path, m
 
     path, obj, m = _step_entry(tmp_path, monkeypatch)
     path.write_text(path.read_text().replace('"chain_ms": 0.5', '"chain_ms": 1e999'))
-    (overhead, rec), msgs = _caught(lambda: SW.suffix_draft_overhead(lambda: None, _CURVE, 400, {"o": 1},
+    (overhead, rec), msgs = caught(lambda: SW.suffix_draft_overhead(lambda: None, _CURVE, 400, {"o": 1},
                                                                       cache_dir=str(tmp_path)))
     assert len(msgs) == 1 and "damaged" in msgs[0]
     drafter = SuffixDrafter(vocab_size=400, pass_cost=_CURVE, draft_overhead=overhead)
@@ -331,7 +311,7 @@ def test_any_json_in_any_field_of_a_curve_entry_is_a_curve_or_damaged(entries, f
         found, why = read_entry(path, FORMAT_VERSION, lambda obj: C._curve_entry(obj, key))
         assert (found is None) != (why is None)
         assert why is None or why.startswith(("damaged (", "stale (")), why
-        curve, msgs = _caught(lambda: calibrate(t, cache_dir=root))
+        curve, msgs = caught(lambda: calibrate(t, cache_dir=root))
         used = found is not None and found[0].widths == C.DEFAULT_WIDTHS and not found[1]  # not busy
         assert len(msgs) <= 1 and curve.source == ("cache" if used else "measured")
         assert curve.ratios[0] == 1.0 and all(1 - 0.02 <= r <= b * 1.02 for b, r in zip(curve.widths, curve.ratios))
@@ -347,7 +327,7 @@ def test_any_json_in_any_field_of_a_step_work_entry_is_a_measurement_or_damaged(
         path.parent.mkdir(parents=True)
         path.write_text(_dump(_mutate(entries[1], field, value)))
         m = _Counter(STEP)
-        rec, msgs = _caught(lambda: cached_measurement(SW.STEP_WORK_NAME, {"k": 1}, m, check=SW.check_step_work,
+        rec, msgs = caught(lambda: cached_measurement(SW.STEP_WORK_NAME, {"k": 1}, m, check=SW.check_step_work,
                                                       cache_dir=root))
         assert len(msgs) <= 1 and (rec["source"] == "cache") == (m.calls == 0)
         assert all(msg.startswith(f"calibration cache {path}") and any(w in msg for w in (
