@@ -89,9 +89,9 @@ class MismatchDrafter(Drafter):
     def vocab_size(self):
         return V
 
-    def propose(self, context, max_depth, sampling, generator=None):
+    def propose(self, context, gamma, sampling, generator=None):
         toks, qs = [], []
-        for _ in range(min(max_depth, self.gamma)):
+        for _ in range(min(gamma, self.gamma)):
             z = self.model.logits_after(list(context) + toks)[-1:].double()
             toks.append(int(sample_categorical(standardize(z, self.draw(sampling)), generator)[0]))
             qs.append(standardize(z, self.report(sampling)))

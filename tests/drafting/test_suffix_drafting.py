@@ -161,7 +161,7 @@ def test_tree_budget_width_and_depth():
     tree = d.propose(CTX, 4, SamplingConfig(1.0))
     assert tree.is_chain() and tree.tokens[1] == 3  # width 1: the most frequent continuation
     d = _drafter(adaptive=False, min_score=0.0)
-    assert d.propose(CTX, 2, SamplingConfig(1.0)).depth == 2  # max_depth cuts the tree
+    assert d.propose(CTX, 2, SamplingConfig(1.0)).depth == 2  # gamma cuts the tree
     # the spec's widest node caps the width
     d = SuffixDrafter(vocab_size=8, adaptive=False, min_score=0.0)
     d.start(CTX, TreeSpec.sequences(1, 4, DraftLaw.GREEDY))

@@ -102,7 +102,7 @@ def test_ready_objects_are_typed_by_their_kind():
     assert hy.kind == "hybrid" and hy.inner.kind == "eagle"
 
     class Mine(NGramDrafter.__mro__[1]):  # a Drafter of the caller's own
-        def propose(self, context, max_depth, sampling, generator=None):
+        def propose(self, context, gamma, sampling, generator=None):
             raise NotImplementedError
 
     assert P.parse_draft(Mine()).kind == "drafter"

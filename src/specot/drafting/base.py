@@ -8,7 +8,8 @@ this protocol with the decoding loop (:func:`specot.engine.decode`):
    γ tokens is ``TreeSpec.sequences(1, γ)``) or a :class:`~specot.drafting.tree.TreeBudget`
    (children per node and depth) for a drafter that builds its own trees.
 2. :meth:`Drafter.propose` each iteration: a :class:`DraftTree` after the committed context, at
-   most ``max_depth`` deep. An empty tree (the root only) asks for a plain target step.
+   most ``gamma`` deep (the draft length γ the caller allows). An empty tree (the root only) asks
+   for a plain target step.
 3. :meth:`Drafter.update` after verification: a :class:`DraftOutcome` with the accepted path, the
    committed tokens and — when the drafter sets :attr:`Drafter.hidden_layers` — the target's
    hidden states of the committed positions (EAGLE-style drafters read these). The drafter updates
@@ -294,17 +295,18 @@ class Drafter(ABC):
         temperature-0 trees); otherwise nothing changes. Returns ``self``."""
         return self
 
-    def depth_limit(self, max_depth: int) -> int:
-        """Depth of the next tree: the schedule's γ, cut at ``max_depth`` (tokens still allowed − 1);
-        ``max_depth`` itself before :meth:`start` (a drafter used on its own)."""
+    def depth_limit(self, gamma: int) -> int:
+        """Depth of the next tree: the schedule's γ, cut at the caller's draft length ``gamma``
+        (tokens still allowed − 1); ``gamma`` itself before :meth:`start` (a drafter used on its own)."""
         if self.spec is None:
-            return max(0, max_depth)
-        return max(0, min(self.schedule.current, max_depth))
+            return max(0, gamma)
+        return max(0, min(self.schedule.current, gamma))
 
     @abstractmethod
-    def propose(self, context: Sequence[int], max_depth: int, sampling: SamplingConfig,
+    def propose(self, context: Sequence[int], gamma: int, sampling: SamplingConfig,
                 generator: torch.Generator | None = None) -> DraftTree:
-        """A draft tree after ``context`` (token ids), at most ``min(schedule γ, max_depth)`` deep.
+        """A draft tree after ``context`` (token ids), at most ``min(schedule γ, gamma)`` deep: ``gamma``
+        is the draft length γ the caller allows (the tokens still allowed − 1).
 
         Drafts sampled from a draft distribution use ``sampling`` (the same standardized-sampling
         transform as the target) and draw all randomness from ``generator``.

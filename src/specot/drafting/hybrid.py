@@ -131,20 +131,20 @@ class HybridDrafter(Drafter):
         s = self.suffix
         return (1.0 + self._acc) / (1.0 + s.cost_fixed + s.cost_per_token * self._size + self.draft_cost * self._passes)
 
-    def propose(self, context: Sequence[int], max_depth: int, sampling: SamplingConfig,
+    def propose(self, context: Sequence[int], gamma: int, sampling: SamplingConfig,
                 generator: torch.Generator | None = None) -> DraftTree:
         """The suffix drafter's tree when it promises more than the model drafter, else the model
         drafter's (module docstring); deterministic given the context and past outcomes, apart
         from the model drafter's own sampling from ``generator``."""
         t0 = time.perf_counter()
         calls0 = self.suffix.calls + self.model.calls
-        tree = self.suffix.propose(context, max_depth, sampling, generator)
+        tree = self.suffix.propose(context, gamma, sampling, generator)
         self._last = self.suffix
         model_value = self._model_value()
         if tree.size == 0 or self.suffix.expected_value() < model_value:
             self._skipped += 1
             if model_value >= 1.0 or (self.probe_every and self._skipped >= self.probe_every):
-                tree = self.model.propose(context, max_depth, sampling, generator)
+                tree = self.model.propose(context, gamma, sampling, generator)
                 self._last, self._skipped = self.model, 0
             else:  # neither beats a plain target step
                 tree, self._last = DraftTree.root(int(context[-1])), None

@@ -127,11 +127,11 @@ class Chain:
     passes: int
 
 
-def draft_chain(first: Callable[[], Tensor], advance: Callable[[Any], Tensor], depth: int, sampling: SamplingConfig,
+def draft_chain(first: Callable[[], Tensor], advance: Callable[[Any], Tensor], gamma: int, sampling: SamplingConfig,
                 generator: torch.Generator | None, *, stop_tokens: frozenset[int] = frozenset(),
                 pricer: ChainPricer | None = None, shared: tuple[Tensor, Tensor] | None = None,
                 width: int | None = None, keep_q: bool = True, tail: int = 0) -> Chain:
-    """Draft a chain of at most ``depth`` tokens, one draft pass per token (Leviathan et al. 2023,
+    """Draft a chain of at most ``gamma`` tokens, one draft pass per token (Leviathan et al. 2023,
     Algorithm 1): every draft model of specot drafts its chains here (a draft :class:`CausalLM`, a
     GGUF model on llama.cpp, a draft of another vocabulary through TLI or SLEM).
 
@@ -139,13 +139,13 @@ def draft_chain(first: Callable[[], Tensor], advance: Callable[[Any], Tensor], d
     the argmax (first maximal index, as :func:`~specot.sampling.standardize`) and no q is built
     (the chain is deterministic: verified by the target's argmax or one draw from p per node). With
     a ``pricer`` the chain ends where the next node no longer pays (:class:`ChainPricer`: decided
-    from q before the node's token is drawn, so exact); without, it runs to ``depth`` or a stop token.
+    from q before the node's token is drawn, so exact); without, it runs to ``gamma`` or a stop token.
 
     Args:
         first: the draft's logits ``[1, V]`` after the context (its first pass).
         advance: feeds one draft token (the draft's id: an int, or a ``[1]`` tensor on the draft's
             device when nothing needs it on the host) and returns the logits ``[1, V]`` after it.
-        depth: the most nodes (γ, cut to the tokens still allowed).
+        gamma: the draft length γ, the most nodes (cut to the tokens still allowed).
         sampling, generator: the standardized-sampling transform and the source of the draws.
         stop_tokens: output ids after which nothing is drafted (EOS).
         pricer: prices the chain node by node, or ``None``.
@@ -154,7 +154,7 @@ def draft_chain(first: Callable[[], Tensor], advance: Callable[[Any], Tensor], d
         width: the width W of the q rows: the target's vocabulary (default: the draft's logits'
             width; with ``shared`` it must be given). Rows are zero outside the draft's tokens.
         keep_q: return the q rows (``False``: a point-mass proposal such as SLEM's needs none).
-        tail: drafts past the ``depth`` nodes, unpriced: SLEM's ``drop_last`` draft tokens after the
+        tail: drafts past the ``gamma`` nodes, unpriced: SLEM's ``drop_last`` draft tokens after the
             kept ones (their text settles the last kept token's boundary). A priced chain of no node
             gets none.
 
@@ -173,12 +173,12 @@ def draft_chain(first: Callable[[], Tensor], advance: Callable[[Any], Tensor], d
     q_rows: list[Tensor] = []
     confs: list[float] = []
     tail_left = -1  # drafts of the tail still to come, once the priced nodes are done (-1: not yet)
-    for i in range(depth + tail):
+    for i in range(gamma + tail):
         row = logits[0] if src is None else logits[0].index_select(0, src)  # [V] or [S]
         q = None if sampling.greedy else standardize(row[None], sampling)  # [1, V] / [1, S]
         if pricer is not None and tail_left < 0:
             c = confidence(row, None if q is None else q[0])
-            if pricer.take(c, depth - i):
+            if pricer.take(c, gamma - i):
                 confs.append(c)
             elif i == 0 or tail == 0:
                 break
@@ -190,9 +190,9 @@ def draft_chain(first: Callable[[], Tensor], advance: Callable[[Any], Tensor], d
         tokens.append(tok)
         tail_left -= 1 if tail_left > 0 else 0
         stop = host and (out_ids[tok] if out_ids is not None else tok) in stop_tokens
-        if i + 1 == depth + tail or stop or tail_left == 0:
+        if i + 1 == gamma + tail or stop or tail_left == 0:
             break
-        if pricer is not None and tail_left < 0 and (i + 1 == depth or not pricer.go_on(depth - i - 1)):
+        if pricer is not None and tail_left < 0 and (i + 1 == gamma or not pricer.go_on(gamma - i - 1)):
             if tail == 0:
                 break
             tail_left = tail  # the priced nodes are done: the tail follows
@@ -230,13 +230,13 @@ def _draw(row: Tensor, q: Tensor | None, cpu: bool, host: bool, generator: torch
     return tok
 
 
-def _draft_chain(draft: CausalLM, context: Sequence[int], depth: int, sampling: SamplingConfig,
+def _draft_chain(draft: CausalLM, context: Sequence[int], gamma: int, sampling: SamplingConfig,
                  generator: torch.Generator | None, *, pricer: ChainPricer | None = None,
                  stop_tokens: frozenset[int] = frozenset(), width: int | None = None) -> tuple[DraftTree, Chain]:
     """A chain from a draft model with ``logits_after`` and ``forward`` (:func:`draft_chain`) as a
     :class:`DraftTree` (q ``[γ, W]``, or none at T = 0), and the chain itself."""
     chain = draft_chain(lambda: draft.logits_after(context), lambda tok: draft.forward(
-        tok if isinstance(tok, Tensor) else [tok]), depth, sampling, generator, stop_tokens=stop_tokens,
+        tok if isinstance(tok, Tensor) else [tok]), gamma, sampling, generator, stop_tokens=stop_tokens,
         pricer=pricer, width=width)
     tree = DraftTree.chain(int(context[-1]), chain.tokens, chain.q)  # q: [γ, W]
     tree.draft_calls = chain.passes
@@ -244,11 +244,12 @@ def _draft_chain(draft: CausalLM, context: Sequence[int], depth: int, sampling: 
     return tree, chain
 
 
-def draft_tree_from_model(draft: CausalLM, context: Sequence[int], spec: TreeSpec, depth: int,
+def draft_tree_from_model(draft: CausalLM, context: Sequence[int], spec: TreeSpec, gamma: int,
                           sampling: SamplingConfig, generator: torch.Generator | None,
                           stop_tokens: frozenset[int] = frozenset(), width: int | None = None,
                           ) -> tuple[DraftTree, dict[int, int]]:
-    """Draft a tree after ``context`` with ``spec`` cut at ``depth``, one draft pass per depth.
+    """Draft a tree after ``context`` with ``spec`` cut at the draft length ``gamma`` (γ), one draft
+    pass per depth.
 
     **Slots vs nodes** (see :mod:`specot.drafting.tree`): a node is a distinct token prefix holding
     the slots that reached it; its child slots receive ``n`` draws from q at the node under the
@@ -256,7 +257,7 @@ def draft_tree_from_model(draft: CausalLM, context: Sequence[int], spec: TreeSpe
     Under WOR / GREEDY / SPECHUB a node whose q has fewer than n tokens with mass draws that many
     instead (the same law with fewer drafts). The draft cache first catches up with ``context``
     (giving q at the root); then all frontier nodes of one depth (with child slots, not at
-    ``depth``, not a stop token) run in ONE :meth:`CausalLM.forward_tree` call. Leaves are never
+    depth ``gamma``, not a stop token) run in ONE :meth:`CausalLM.forward_tree` call. Leaves are never
     run through the draft.
 
     ``width``: the q rows' width W (the target's vocabulary, default the draft's), zero past the
@@ -271,14 +272,14 @@ def draft_tree_from_model(draft: CausalLM, context: Sequence[int], spec: TreeSpe
     tree.law = law
     draft_pos: dict[int, int] = {}
     slots: dict[int, list[Path_]] = {0: [()]}
-    if depth <= 0 or not spec.children(()):
+    if gamma <= 0 or not spec.children(()):
         return tree, draft_pos
     logits = draft.logits_after(context)  # [1, V]
     tree.draft_calls = 1
     draft_pos[0] = len(context) - 1
     frontier = [0]
     q_rows: list[Tensor] = []
-    for d in range(depth):
+    for d in range(gamma):
         q = standardize(logits, sampling)  # [F, V]
         kid_slots = [[c for s in slots[node] for c in spec.children(s)] for node in frontier]
         children = [len(k) for k in kid_slots]  # children per frontier node
@@ -297,7 +298,7 @@ def draft_tree_from_model(draft: CausalLM, context: Sequence[int], spec: TreeSpe
             q_rows.append(q[i])
             for child, slot in zip(tree.add_children(node, draws[i]), kid_slots[i]):
                 slots.setdefault(child, []).append(slot)
-        if d + 1 >= depth:
+        if d + 1 >= gamma:
             break
         nxt = [nd for nd in range(first, len(tree.tokens)) if tree.tokens[nd] not in stop_tokens
                and any(spec.children(s) for s in slots[nd])]
@@ -399,10 +400,10 @@ class ModelDrafter(Drafter):
             self.pricing.note(chain.confidences)
         return tree
 
-    def propose(self, context: Sequence[int], max_depth: int, sampling: SamplingConfig,
+    def propose(self, context: Sequence[int], gamma: int, sampling: SamplingConfig,
                 generator: torch.Generator | None = None) -> DraftTree:
-        spec = self.spec if self.spec is not None else TreeSpec.sequences(1, max(max_depth, 1))
-        depth = self.depth_limit(max_depth)
+        spec = self.spec if self.spec is not None else TreeSpec.sequences(1, max(gamma, 1))
+        depth = self.depth_limit(gamma)
         t0 = time.perf_counter()
         self._draft_pos = {}
         with trusted_inputs():  # q from standardize: the samplers skip their value checks

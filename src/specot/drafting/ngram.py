@@ -103,11 +103,11 @@ class NGramDrafter(Drafter):
                     return list(ctx[start + m:start + m + gamma])
         return []
 
-    def propose(self, context: Sequence[int], max_depth: int, sampling: SamplingConfig,
+    def propose(self, context: Sequence[int], gamma: int, sampling: SamplingConfig,
                 generator: torch.Generator | None = None) -> DraftTree:
-        """A deterministic chain of up to ``min(schedule γ, max_depth)`` tokens (``q = None``: the
+        """A deterministic chain of up to ``min(schedule γ, gamma)`` tokens (``q = None``: the
         engine verifies it as a one-hot q on each token); the empty tree when nothing matches."""
-        gamma = self.depth_limit(max_depth)
+        gamma = self.depth_limit(gamma)
         t0 = time.perf_counter()
         out: list[int] = []
         ctx = list(context)

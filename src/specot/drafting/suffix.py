@@ -693,13 +693,13 @@ class SuffixDrafter(Drafter):
             n = best_size(values)  # the first maximum: the smallest such N
         return n, values[n]
 
-    def propose(self, context: Sequence[int], max_depth: int, sampling: SamplingConfig,
+    def propose(self, context: Sequence[int], gamma: int, sampling: SamplingConfig,
                 generator: torch.Generator | None = None) -> DraftTree:
         """A draft tree after ``context`` (see the module docstring); the empty tree when nothing
         matches (a plain target step). Deterministic given the context and past outcomes."""
         t0 = time.perf_counter()
         self.index = self.index.sync(context)  # rebuilt only when used out of protocol
-        depth = self.depth_limit(max_depth)
+        depth = self.depth_limit(gamma)
         root_tok = int(context[-1])
         self._last_pred, self._last_corpus, self._last_value, self._last_copy = 0.0, [], 1.0, []
         if self.copy_model:

@@ -391,17 +391,17 @@ class XVocabDrafter(Drafter):
         assert self.vmap is not None
         return standardize(self.vmap.target_logits(self.model.logits_after(draft_context)), sampling)[0]
 
-    def propose(self, context: Sequence[int], max_depth: int, sampling: SamplingConfig,
+    def propose(self, context: Sequence[int], gamma: int, sampling: SamplingConfig,
                 generator: torch.Generator | None = None) -> DraftTree:
         """A draft after the committed target ids ``context``: TLI chains/trees with q ``[M, V_target]``,
-        or a SLEM chain (deterministic, q = None) of at most ``min(γ, max_depth)`` target tokens."""
-        depth = self.depth_limit(max_depth)
+        or a SLEM chain (deterministic, q = None) of at most ``min(schedule γ, gamma)`` target tokens."""
+        depth = self.depth_limit(gamma)
         t0 = time.perf_counter()
         root = int(context[-1])
         if depth <= 0:
             tree = DraftTree.root(root)
         elif self.mode == "tli":
-            tree = self._propose_tli(context, depth, sampling, generator, max_depth)
+            tree = self._propose_tli(context, depth, sampling, generator, gamma)
         else:
             tree = self._propose_slem(context, depth, sampling, generator)
         tree.tokens[0] = root
@@ -411,9 +411,9 @@ class XVocabDrafter(Drafter):
         return tree
 
     def _propose_tli(self, context: Sequence[int], depth: int, sampling: SamplingConfig,
-                     generator: torch.Generator | None, max_depth: int) -> DraftTree:
+                     generator: torch.Generator | None, gamma: int) -> DraftTree:
         assert self.vmap is not None
-        spec = self.spec if self.spec is not None else TreeSpec.sequences(1, max(max_depth, 1))
+        spec = self.spec if self.spec is not None else TreeSpec.sequences(1, max(gamma, 1))
         dctx = self.draft_context(context)
         with trusted_inputs():
             if spec.is_chain():  # drawn from the shared tokens' logits: no [V_target] row per draft pass

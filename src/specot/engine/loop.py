@@ -2,12 +2,12 @@
 the tree → commit the accepted path and roll back both caches.
 
 A chain is a tree with one child per node (Leviathan et al. 2023, Algorithm 1); autoregressive
-decoding is the empty tree; K drafts, prefix trees and static topologies are SpecTr's
+decoding is the empty tree; n drafts, prefix trees and static topologies are SpecTr's
 DraftSelection (Sun et al. 2023, Algorithm 3) and Hu et al. 2025's multi-step walk (App. D).
 
 Each iteration:
 
-1. **Draft**: ``drafter.propose(context, max_depth, sampling, generator)`` → a
+1. **Draft**: ``drafter.propose(context, gamma, sampling, generator)`` → a
    :class:`~specot.drafting.DraftTree` (:mod:`specot.drafting.base`).
 2. **Score**: the uncached context suffix and every tree node in one target forward pass — a
    chain causally (:meth:`CausalLM.logits_after`), a tree under a 4D tree mask

@@ -275,7 +275,7 @@ class EagleDrafter(Drafter):
         self._truncate(start + 1)  # entries reading a replaced feature (none in the engine's order)
         self._feats = torch.cat([self._feats[: start - self._fbase], h])
 
-    def propose(self, context: Sequence[int], max_depth: int, sampling: SamplingConfig,
+    def propose(self, context: Sequence[int], gamma: int, sampling: SamplingConfig,
                 generator: torch.Generator | None = None) -> DraftTree:
         """A chain (a chain spec) or a tree (EAGLE-2 dynamic or the spec's static topology) after
         ``context``; the empty tree until the target has produced the context's features."""
@@ -289,8 +289,8 @@ class EagleDrafter(Drafter):
         if common < len(self._ids):
             self._truncate(common)
         self._ids = list(context)
-        spec = self.spec if self.spec is not None else TreeSpec.sequences(1, max(max_depth, 1))
-        depth = self.depth_limit(max_depth)
+        spec = self.spec if self.spec is not None else TreeSpec.sequences(1, max(gamma, 1))
+        depth = self.depth_limit(gamma)
         static = self._static_tree(spec, sampling, len(context)) if depth > 0 else None
         if static is not None and self._statics is not None:
             tree = self._statics.draft(context, self._feats, self._fbase, depth, self.vocab_size)
