@@ -103,7 +103,7 @@ setup-llamacpp: $(VENV)/.stamp-base
 	  echo "building llama-cpp-python $(LLAMACPP_VERSION) ($(LLAMACPP_CPU)) once into $(LLAMACPP_DIR): ~8 min on 2 cores"; \
 	  rm -rf $(LLAMACPP_DIR).tmp && mkdir -p $(LLAMACPP_DIR).tmp && \
 	  CMAKE_ARGS="$(LLAMACPP_CMAKE)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) \
-	    $(PIP) wheel -q --no-deps --no-binary llama-cpp-python llama-cpp-python==$(LLAMACPP_VERSION) -w $(LLAMACPP_DIR).tmp && \
+	    $(PIP) wheel -q --no-cache-dir --no-deps --no-binary llama-cpp-python llama-cpp-python==$(LLAMACPP_VERSION) -w $(LLAMACPP_DIR).tmp && \
 	  mkdir -p $(LLAMACPP_DIR) && mv $(LLAMACPP_DIR).tmp/*.whl $(LLAMACPP_DIR)/ && rm -rf $(LLAMACPP_DIR).tmp || exit 1; \
 	  whl=$$(ls $(LLAMACPP_DIR)/llama_cpp_python-$(LLAMACPP_VERSION)-*.whl | head -1); fi; \
 	$(PIP) install -q --no-warn-conflicts "$$whl"

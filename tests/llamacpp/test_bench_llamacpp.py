@@ -53,3 +53,19 @@ def test_a_method_that_is_neither_listed_nor_a_plan_is_refused(capsys):
     with pytest.raises(SystemExit):
         bench.main(["run", "--prompts", "p.jsonl", "--methods", "specot-fast"])
     assert "specot:DRAFT" in capsys.readouterr().err
+
+
+def test_the_speedup_model_counts_the_draft_models_passes_and_sets_its_step_beside_the_measured_one():
+    from specot.calibration import PassCostCurve
+
+    curve = PassCostCurve((1, 2, 3), (100.0, 150.0, 180.0))  # r = 1, 1.5, 1.8
+    # two runs, four passes: chains of 2, 1, 0 and 2 draft nodes; each draft pass costs 0.1 target passes
+    cell = {"tree_sizes": [2, 1, 0, 2], "emitted": [3, 2, 1, 2], "passes": 4, "runs": 2, "draft_calls": 6,
+            "draft_passes_cost": 0.6, "firsts": 2, "time_s": 1.0, "ttft_s": 0.5}
+    row = bench._step_model(cell, curve)
+    units = 1.8 + 1.5 + 1.0 + 1.8 + 0.6
+    assert row["predicted_speedup_vs_ar"] == round(8 / units, 3)
+    assert row["predicted_speedup_vs_ar"] < round(8 / (units - 0.6), 3)  # the draft passes are paid for
+    assert row["predicted_step_ms"] == round(100.0 * units / 4, 2)
+    assert row["measured_step_ms"] == 250.0  # 0.5 s after the first tokens over 2 later passes
+    assert row["step_vs_predicted"] == round(250.0 / (100.0 * units / 4), 3)

@@ -338,9 +338,12 @@ def _plan_runner(target: LlamaCppTarget, method: str, temperatures: Sequence[flo
         res = run_plan(plan, target, drafter, ids, cfg, ver, on_tokens=on_tokens)
         s = res.stats
         ttft, firsts = first[0] if first else (0.0, 0)
+        pricing = getattr(drafter, "pricing", None)
+        d = float(pricing.pricer.draft_cost) if pricing is not None else 0.0
         return {"tokens": len(res.tokens), "ttft_s": ttft, "firsts": firsts, "passes": s.target_calls,
                 "drafted": s.drafted, "accepted": s.accepted, "tree_sizes": list(s.tree_sizes),
                 "emitted": [a + 1 for a in s.accepted_lengths], "draft_time_s": s.draft_time_s,
+                "draft_calls": s.draft_calls, "draft_passes_cost": s.draft_calls * d, "runs": 1,
                 "plan": plan.describe() if hasattr(plan, "describe") else draft}
     return run
 
@@ -441,16 +444,36 @@ def _run_cells(encoded: dict[str, list[list[int]]], args: argparse.Namespace, me
                         dt = time.perf_counter() - t0
                         cell = acc.setdefault(name, {}).setdefault(m, {}).setdefault(str(T), {
                             "tokens": 0, "time_s": 0.0, "passes": 0, "drafted": 0, "accepted": 0, "decode_s": 0.0,
-                            "tree_sizes": [], "emitted": [], "draft_time_s": 0.0, "ttft_s": 0.0, "firsts": 0})
+                            "tree_sizes": [], "emitted": [], "draft_time_s": 0.0, "ttft_s": 0.0, "firsts": 0,
+                            "draft_calls": 0, "draft_passes_cost": 0.0, "runs": 0})
                         cell["decode_s"] += clock.s - c0
                         rec = out if isinstance(out, dict) else {"tokens": out}
                         cell["tokens"] += rec["tokens"]
                         cell["time_s"] += dt
-                        for k in ("passes", "drafted", "accepted", "draft_time_s", "ttft_s", "firsts"):
+                        for k in ("passes", "drafted", "accepted", "draft_time_s", "ttft_s", "firsts", "draft_calls",
+                                  "draft_passes_cost", "runs"):
                             cell[k] += rec.get(k, 0)
                         cell["tree_sizes"] += rec.get("tree_sizes", [])
                         cell["emitted"] += rec.get("emitted", [])
                         bar.update()
+
+
+def _step_model(c: dict, curve: PassCostCurve) -> dict[str, Any]:
+    """A cell's speedup model beside its measurement: the prediction from the measured costs alone
+    (the target's curve r(1 + N_i) for each pass, the draft model's measured pass d in one-token target
+    passes for each of its ``draft_calls``) and the step it predicts against the step measured
+    (wall time after each run's first tokens, per target pass after the first)."""
+    draft = [c["draft_passes_cost"]]  # Σ over the cell's draft passes, in one-token target passes
+    out = {"draft_calls": c["draft_calls"],
+           "predicted_speedup_vs_ar": round(run_speedup(c["tree_sizes"], c["emitted"], curve, draft), 3)}
+    steps = c["passes"] - c["runs"]
+    if c["firsts"] and steps > 0 and curve.t_ms:
+        units = sum(curve.ratio(1 + int(n)) for n in c["tree_sizes"]) + c["draft_passes_cost"]
+        predicted = curve.t_ms[0] * units / c["passes"]
+        measured = 1e3 * (c["time_s"] - c["ttft_s"]) / steps
+        out.update(predicted_step_ms=round(predicted, 2), measured_step_ms=round(measured, 2),
+                   step_vs_predicted=round(measured / predicted, 3))
+    return out
 
 
 def _summarise(acc: dict, curve: PassCostCurve) -> dict:
@@ -468,8 +491,7 @@ def _summarise(acc: dict, curve: PassCostCurve) -> dict:
                 if c["emitted"]:
                     row.update(passes=c["passes"], drafted=c["drafted"], accepted=c["accepted"],
                                tokens_per_pass=round(sum(c["emitted"]) / len(c["emitted"]), 3),
-                               mean_tree_size=round(float(np.mean(c["tree_sizes"])), 3),
-                               predicted_speedup_vs_ar=round(run_speedup(c["tree_sizes"], c["emitted"], curve), 3))
+                               mean_tree_size=round(float(np.mean(c["tree_sizes"])), 3), **_step_model(c, curve))
                 out.setdefault(name, {}).setdefault(T, {})[m] = row
     for name, temps in out.items():
         for T, rows in temps.items():
