@@ -95,3 +95,27 @@ def test_the_drafter_is_the_one_named(capsys):
     assert main(["audit", "--draft", "xvocab:", "--method", "speculative"]) == 1
     err = capsys.readouterr().err.strip()
     assert err.startswith("specot: error:") and "names no model" in err and "\n" not in err
+
+
+def test_the_target_is_the_one_named(monkeypatch, capsys):
+    """``--target`` names specot's target (loaded once, its own tokenizer encodes the prompt); with
+    another engine, or the fixed set of ``--all``, it is refused in one line before any model loads."""
+    from specot.cli import audit_run
+
+    asked = []
+
+    class Target:
+        def encode_prompt(self, text):
+            return [len(text)]
+
+    monkeypatch.setattr(audit_run, "load_target", lambda spec, **kw: asked.append((spec, kw.get("backend"))) or Target())
+    models = audit_run._Models("qwen2.5-coder-1.5b")
+    models.target("llamacpp")
+    assert asked == [("qwen2.5-coder-1.5b", "llamacpp")]
+    assert audit_run._prompt_ids(models, "abc") == [3] and len(asked) == 1  # the loaded target's tokenizer
+    assert audit_run._Models().spec is None  # the default: the embedded model
+    for argv in (["--engine", "hf"], ["--all"]):
+        assert main(["audit", "--target", "x.gguf", *argv]) == 1
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("specot: error: --target 'x.gguf'") and "\n" not in err
+    assert asked == [("qwen2.5-coder-1.5b", "llamacpp")]  # nothing loaded for the refused runs

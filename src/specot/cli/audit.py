@@ -47,6 +47,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                    help="specot: speculative kseq rrs importance greedy; hf: assisted prompt-lookup; "
                         "llamacpp: prompt-lookup; vllm: ngram ngram-stock plain (in .venv-vllm) "
                         "(default: the engine's speculative methods)")
+    p.add_argument("--target", default=None, help="specot's target, as --target of specot generate (default: the "
+                   "embedded SmolLM2; e.g. qwen2.5-coder-1.5b with --draft xvocab-slem:SMOLLM2.gguf)")
     p.add_argument("--draft", default="distilled", help="specot's drafter, as --draft of specot generate (default "
                    "distilled; e.g. xvocab:gemma3-270m for a draft with another tokenizer)")
     p.add_argument("--temperature", type=float, nargs="+", default=[0.6, 1.0, 0.0],

@@ -52,8 +52,9 @@ class Job:
 class _Models:
     """Loaded models, shared by the jobs of one run."""
 
-    def __init__(self) -> None:
+    def __init__(self, target: str | None = None) -> None:
         self.cache: dict[str, Any] = {}
+        self.spec = target  # --target (None: the embedded model)
 
     def get(self, key: str, build: Callable[[], Any]) -> Any:
         if key not in self.cache:
@@ -61,7 +62,7 @@ class _Models:
         return self.cache[key]
 
     def target(self, backend: str) -> Any:
-        return self.get(f"target-{backend}", lambda: load_target(None, backend=backend,
+        return self.get(f"target-{backend}", lambda: load_target(self.spec, backend=backend,
                                                                   **({"dtype": "float32"} if backend == "transformers"
                                                                      else {})))
 
@@ -127,6 +128,9 @@ def _settings(args: argparse.Namespace) -> list[SamplingConfig]:
 
 
 def _prompt_ids(models: _Models, text: str) -> list[int]:
+    if models.spec is not None:  # a named target: its own tokenizer and chat template
+        loaded = [models.cache[k] for k in ("target-llamacpp", "target-transformers") if k in models.cache]
+        return models.get(f"prompt-{text}", lambda: (loaded[0] if loaded else models.target("llamacpp")).encode_prompt(text))
     return models.get(f"prompt-{text}", lambda: load_target(None, dtype="float32").encode_prompt(text)
                       if "target-transformers" not in models.cache else models.target("transformers").encode_prompt(text))
 
@@ -234,7 +238,9 @@ def cmd_audit(args: argparse.Namespace) -> int:
         note = f"load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
         meta = dict(command="specot " + " ".join(sys.argv[1:]), machine=platform.machine(), cpus=os.cpu_count(),
                     load_before=os.getloadavg()[0], started=time.strftime("%Y-%m-%d %H:%M:%S"))
-        models = _Models()
+        if getattr(args, "target", None) is not None and (args.engine != "specot" or args.all):
+            raise ValueError(f"--target {args.target!r} names specot's target: use it with --engine specot, without --all")
+        models = _Models(getattr(args, "target", None))
         args.partial = []
         if args.all:
             rows = _all(args, models, note)
