@@ -110,18 +110,18 @@ class FixedTreeDrafter(Drafter):
 
     name = "fixed-tree"
 
-    def __init__(self, vocab_size: int, children, depth: int) -> None:
+    def __init__(self, vocab_size: int, children, gamma: int) -> None:
         super().__init__()
-        self._vocab, self._children, self._depth = vocab_size, children, depth
+        self._vocab, self._children, self._gamma = vocab_size, children, gamma
 
     @property
     def vocab_size(self) -> int:
         return self._vocab
 
-    def propose(self, context, max_depth, sampling, generator=None) -> DraftTree:
+    def propose(self, context, gamma, sampling, generator=None) -> DraftTree:
         tree = DraftTree.root(int(context[-1]))
         tree.law = DraftLaw.GREEDY
-        depth = min(self._depth, self.depth_limit(max_depth))
+        depth = min(self._gamma, self.depth_limit(gamma))
         rows, frontier = [], [0]
         for _ in range(depth):
             nxt = []
@@ -153,8 +153,8 @@ class SampledChainDrafter(Drafter):
     def vocab_size(self) -> int:
         return self._vocab
 
-    def propose(self, context, max_depth, sampling, generator=None) -> DraftTree:
-        depth = min(self._gamma, self.depth_limit(max_depth))
+    def propose(self, context, gamma, sampling, generator=None) -> DraftTree:
+        depth = min(self._gamma, self.depth_limit(gamma))
         ctx, toks, qs = list(context), [], []
         for _ in range(depth):
             q = self._q_of(ctx).to(torch.float64)[None]  # [1, V]

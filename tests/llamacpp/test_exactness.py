@@ -68,7 +68,7 @@ def test_greedy_equals_autoregressive_up_to_near_ties(target, prompt_ids, refere
         else:
             if oracle is None:
                 oracle, children = _top_children(target)
-            drafter = FixedTreeDrafter(target.vocab_size, children, depth=2)
+            drafter = FixedTreeDrafter(target.vocab_size, children, gamma=2)
             out = tree_generate(target, drafter, ids, TreeSpec.prefix([4, 2], "greedy"), _greedy()).tokens
         assert len(out) == N_TOKENS
         ties += check_greedy(target, ids, out, ref)
@@ -161,7 +161,7 @@ def test_t1_law_of_the_first_tokens_matches_autoregressive(target, kind):
     cats, probs, p1 = _exact_law(target, ids)
     if kind == "wide-tree":  # the likeliest first tokens, two likely continuations each
         oracle, children = _top_children(target, k_root=3, k_below=1)
-        drafter = FixedTreeDrafter(target.vocab_size, children, depth=2)
+        drafter = FixedTreeDrafter(target.vocab_size, children, gamma=2)
         spec = TreeSpec.prefix([3, 1], "greedy")
     else:  # drafts from a q that is not p: accept / residual at every node
         oracle, V = None, target.vocab_size
