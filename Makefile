@@ -81,23 +81,35 @@ clean:
 # llama-cpp-python is source-only on PyPI; its wheel is compiled once (about 8 min on 2 cores)
 # into a cache outside the repository, keyed by version and CPU level (the wheel is py3-none: ctypes),
 # then installed.
-# Never -march=native: x86-64-v3 (AVX2, FMA, F16C, BMI2) when this CPU has all four, else the
-# x86-64-v2 baseline (SSE4.2); other architectures get ggml's non-native defaults.
+# Never -march=native, never AMX (a native build's AMX kernels segfault at the first decode on a
+# Sapphire Rapids Xeon): x86-64-v4 (AVX-512 F/CD/BW/DQ/VL, with VNNI, VBMI and BF16 where the CPU has
+# them: the level's name lists them) when this CPU has AVX-512, else x86-64-v3 (AVX2, FMA, F16C, BMI2)
+# when it has all four, else the x86-64-v2 baseline (SSE4.2); other architectures get ggml's
+# non-native defaults. AVX-512 buys no one-token speed but makes wide passes cheaper (ggml's
+# repacked kernels), which is what speculative decoding pays for: measure with
+# `specot bench llamacpp cost`. LLAMACPP_CPU=x86-64-v3 builds the AVX2 wheel on any AVX-512 CPU.
 LLAMACPP_VERSION ?= 0.3.36
 LLAMACPP_WHEELS  ?= $(HOME)/.cache/specot/wheels
 LLAMACPP_CPU     ?= $(shell if [ "$$(uname -m)" != x86_64 ]; then echo generic-$$(uname -m); exit 0; fi; \
   f=$$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null); \
-  for x in avx2 fma f16c bmi2; do echo "$$f" | grep -qw $$x || { echo x86-64-v2; exit 0; }; done; echo x86-64-v3)
+  for x in avx2 fma f16c bmi2; do echo "$$f" | grep -qw $$x || { echo x86-64-v2; exit 0; }; done; \
+  for x in avx512f avx512cd avx512bw avx512dq avx512vl; do echo "$$f" | grep -qw $$x || { echo x86-64-v3; exit 0; }; done; \
+  v=x86-64-v4; for x in vnni vbmi bf16; do echo "$$f" | grep -qw avx512_$$x\\\|avx512$$x && v=$$v-$$x; done; echo $$v)
 LLAMACPP_CMAKE_x86-64-v3 := -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
 LLAMACPP_CMAKE_x86-64-v2 := -DGGML_SSE42=ON -DGGML_AVX=OFF -DGGML_AVX2=OFF -DGGML_FMA=OFF -DGGML_F16C=OFF -DGGML_BMI2=OFF
-LLAMACPP_CMAKE   := -DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF $(LLAMACPP_CMAKE_$(LLAMACPP_CPU))
+LLAMACPP_CMAKE_AVX512    := $(LLAMACPP_CMAKE_x86-64-v3) -DGGML_AVX512=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF \
+  -DGGML_AMX_BF16=OFF $(if $(findstring -vnni,$(LLAMACPP_CPU)),-DGGML_AVX512_VNNI=ON) \
+  $(if $(findstring -vbmi,$(LLAMACPP_CPU)),-DGGML_AVX512_VBMI=ON) $(if $(findstring -bf16,$(LLAMACPP_CPU)),-DGGML_AVX512_BF16=ON)
+LLAMACPP_CMAKE_LEVEL     := $(if $(findstring x86-64-v4,$(LLAMACPP_CPU)),$(LLAMACPP_CMAKE_AVX512),$(LLAMACPP_CMAKE_$(LLAMACPP_CPU)))
+LLAMACPP_CMAKE   := -DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF $(LLAMACPP_CMAKE_LEVEL)
 LLAMACPP_DIR     := $(LLAMACPP_WHEELS)/llama-cpp-python-$(LLAMACPP_VERSION)-$(LLAMACPP_CPU)
 
 .PHONY: setup-llamacpp test-llamacpp
 
 setup-llamacpp: $(VENV)/.stamp-base
-	@if $(PY) -c "import llama_cpp, sys; sys.exit(llama_cpp.__version__ != '$(LLAMACPP_VERSION)')" 2>/dev/null; then \
-	  echo "llama-cpp-python $(LLAMACPP_VERSION) already installed"; exit 0; fi; \
+	@if $(PY) -c "import llama_cpp, sys; sys.exit(llama_cpp.__version__ != '$(LLAMACPP_VERSION)')" 2>/dev/null && \
+	  [ "$$(cat $(VENV)/.llamacpp-cpu 2>/dev/null)" = "$(LLAMACPP_CPU)" ]; then \
+	  echo "llama-cpp-python $(LLAMACPP_VERSION) ($(LLAMACPP_CPU)) already installed"; exit 0; fi; \
 	whl=$$(ls $(LLAMACPP_DIR)/llama_cpp_python-$(LLAMACPP_VERSION)-*.whl 2>/dev/null | head -1); \
 	if [ -z "$$whl" ]; then \
 	  echo "building llama-cpp-python $(LLAMACPP_VERSION) ($(LLAMACPP_CPU)) once into $(LLAMACPP_DIR): ~8 min on 2 cores"; \
@@ -106,7 +118,8 @@ setup-llamacpp: $(VENV)/.stamp-base
 	    $(PIP) wheel -q --no-cache-dir --no-deps --no-binary llama-cpp-python llama-cpp-python==$(LLAMACPP_VERSION) -w $(LLAMACPP_DIR).tmp && \
 	  mkdir -p $(LLAMACPP_DIR) && mv $(LLAMACPP_DIR).tmp/*.whl $(LLAMACPP_DIR)/ && rm -rf $(LLAMACPP_DIR).tmp || exit 1; \
 	  whl=$$(ls $(LLAMACPP_DIR)/llama_cpp_python-$(LLAMACPP_VERSION)-*.whl | head -1); fi; \
-	$(PIP) install -q --no-warn-conflicts "$$whl"
+	$(PIP) uninstall -q -y llama-cpp-python 2>/dev/null; \
+	$(PIP) install -q --no-warn-conflicts "$$whl" && echo "$(LLAMACPP_CPU)" > $(VENV)/.llamacpp-cpu
 
 test-llamacpp: setup-llamacpp
 	$(PY) -m pytest -q tests/llamacpp

@@ -48,6 +48,18 @@ def test_calibrate_measures_once_then_reads_the_cache(tmp_path):
     assert calibration_path(calibration_key(FakeTarget("other"))) != calibration_path(key)
 
 
+def test_the_key_names_the_kernels_build_where_the_target_gives_it(tmp_path):
+    """Two builds of one engine (AVX2, AVX-512) time a pass differently: a curve of one is never
+    read for the other; a target that names no build keeps the key it had."""
+    plain = FakeTarget()
+    assert "build" not in calibration_key(plain)
+    avx2, avx512 = FakeTarget(), FakeTarget()
+    avx2.build_info, avx512.build_info = "CPU : AVX2 = 1 |", "CPU : AVX2 = 1 | AVX512 = 1 |"
+    assert calibration_key(avx512)["build"] == "CPU : AVX2 = 1 | AVX512 = 1 |"
+    paths = {calibration_path(calibration_key(t), tmp_path) for t in (plain, avx2, avx512)}
+    assert len(paths) == 3
+
+
 def test_the_key_names_a_model_file_by_path_size_and_mtime(tmp_path):
     f = tmp_path / "m.gguf"
     f.write_bytes(b"GGUF" + bytes(20))

@@ -223,7 +223,9 @@ def calibration_key(target: Any) -> dict[str, Any]:
     when it has none), ``model`` (file or directory identity: path, size, mtime), ``device``,
     ``dtype``, ``threads`` (``target.n_threads``, else torch's intra-op threads), ``cpu_model``,
     ``cpu_flags`` (:func:`specot.envinfo.cpu_flags`), ``gpu`` (on CUDA), ``versions`` (torch,
-    transformers and llama_cpp where loaded). Never measures anything; reads ``/proc/cpuinfo``.
+    transformers and llama_cpp where loaded), and ``build`` where the target names the features its
+    kernels were compiled with (``target.build_info``: a llama.cpp wheel built for AVX2 or AVX-512).
+    Never measures anything; reads ``/proc/cpuinfo``.
     """
     env = environment_info()
     device = str(getattr(target, "device", "cpu"))
@@ -232,7 +234,9 @@ def calibration_key(target: Any) -> dict[str, Any]:
     llama = sys.modules.get("llama_cpp")
     if llama is not None:
         versions["llama_cpp"] = getattr(llama, "__version__", None)
+    build = getattr(target, "build_info", None)
     return {
+        **({"build": str(build)} if build else {}),
         "format": FORMAT_VERSION,
         "backend": str(getattr(target, "backend", "transformers")),
         "model": _model_identity(target),

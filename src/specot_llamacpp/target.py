@@ -133,6 +133,12 @@ class LlamaCppTarget:
     backend = "llamacpp"
     pass_cost = PASS_COST
 
+    @property
+    def build_info(self) -> str:
+        """The llama.cpp build's CPU features (``llama_print_system_info``, e.g. ``AVX512 = 1``): a
+        measured pass cost depends on them (AVX-512 kernels make wide passes cheaper)."""
+        return lc.llama_print_system_info().decode("utf-8", "replace").strip()
+
     def __init__(self, model_path: str | os.PathLike[str], *, tokenizer: Any = None, name: str | None = None,
                  n_threads: int | None = None, n_ctx: int | None = None, n_batch: int = 512, max_leaves: int = 63,
                  eos_token_ids: Sequence[int] | None = None, flash_attn: bool = False) -> None:

@@ -27,6 +27,7 @@ def test_the_real_calibration_is_a_curve_from_one(target, cache_root):
     assert curve.key["backend"] == "llamacpp" and curve.key["threads"] == 1
     assert curve.key["model"]["path"].endswith(".gguf") and curve.key["model"]["size"] > 0
     assert curve.key["versions"]["llama_cpp"]
+    assert curve.key["build"].startswith("CPU :") and "AVX" in curve.key["build"]  # the wheel's kernels
     assert target.forward_calls == 0 and target.cached_ids == []  # statistics and cache left clean
     assert calibrate(target, widths=WIDTHS, repeats=3, cache_dir=cache_root).source == "cache"
 
