@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         drafter = load_drafter(dname, tgt)
         if tree:
             K, L = (int(x) for x in tree.lower().split("x"))
-            plan = make_plan(drafter, verifier="greedy", drafts=K, gamma=L, tree="greedy")
+            plan = make_plan(drafter, verifier="greedy", n=K, gamma=L, tree="greedy")
         else:
             plan = make_plan(drafter, gamma=args.gamma)
         spec, ver = plan.tree, plan.verifier.build()

@@ -72,27 +72,27 @@ def test_no_cache_measures_every_time_and_bad_values_are_refused(tmp_path, monke
 
 
 def test_chain_steps_draft_whole_chains_and_plain_steps_none():
-    v = measure_suffix_step_work(_maker(CHEAP), V, depth=6, steps=12, warmup=2)
+    v = measure_suffix_step_work(_maker(CHEAP), V, gamma=6, steps=12, warmup=2)
     assert v["chains"] == 12 and v["chain_nodes"] == 6.0  # every step copies a long match, accepted whole
     assert v["plain_ms"] > 0 and v["chain_ms"] > 0
-    never = measure_suffix_step_work(_maker(DEAR), V, depth=6, steps=12, warmup=2)
+    never = measure_suffix_step_work(_maker(DEAR), V, gamma=6, steps=12, warmup=2)
     assert never["chains"] == 0 and never["chain_ms"] == never["plain_ms"]  # no chain pays: nothing drafted
     with pytest.raises(ValueError, match="vocab_size"):
         measure_suffix_step_work(_maker(CHEAP), 50)
 
 
 def test_the_overhead_is_the_extra_work_over_the_measured_one_token_pass(tmp_path):
-    over, rec = suffix_draft_overhead(_maker(CHEAP), CHEAP, V, {"min_n": 4}, depth=6, cache_dir=tmp_path)
+    over, rec = suffix_draft_overhead(_maker(CHEAP), CHEAP, V, {"min_n": 4}, gamma=6, cache_dir=tmp_path)
     v = rec["values"]
     assert rec["name"] == STEP_WORK_NAME and v["chains"] > 0
     assert over == pytest.approx(round(max(0.0, v["chain_ms"] - v["plain_ms"]) / CHEAP.t_ms[0], 4))
-    again, rec2 = suffix_draft_overhead(_maker(CHEAP), CHEAP, V, {"min_n": 4}, depth=6, cache_dir=tmp_path)
+    again, rec2 = suffix_draft_overhead(_maker(CHEAP), CHEAP, V, {"min_n": 4}, gamma=6, cache_dir=tmp_path)
     assert rec2["source"] == "cache" and again == over
     # the labelled fallback: no curve, a curve not measured here, or a curve on which no chain pays
     assert suffix_draft_overhead(_maker(CHEAP), None, V, {}) == (FALLBACK_DRAFT_OVERHEAD, None)
     synthetic = PassCostCurve.from_ratios(range(1, 10), CHEAP.ratios, source="test")
     assert suffix_draft_overhead(_maker(CHEAP), synthetic, V, {}) == (FALLBACK_DRAFT_OVERHEAD, None)
-    assert suffix_draft_overhead(_maker(DEAR), DEAR, V, {}, depth=6, cache_dir=tmp_path)[0] == FALLBACK_DRAFT_OVERHEAD
+    assert suffix_draft_overhead(_maker(DEAR), DEAR, V, {}, gamma=6, cache_dir=tmp_path)[0] == FALLBACK_DRAFT_OVERHEAD
 
 
 class _Target:

@@ -47,12 +47,12 @@ PLANS: list[tuple[str, dict[str, Any]]] = [
     ("ngram chain γ=4", dict(draft="ngram", gamma=4)),
     ("suffix tree", dict(draft="suffix", gamma=4)),
     ("eagle chain γ=4", dict(draft="eagle", gamma=4)),
-    ("eagle tree 2x3 greedy", dict(draft="eagle", drafts=2, gamma=3, tree="greedy", verifier="greedy")),
-    ("suffix+eagle tree 2x3 (the CPU auto plan)", dict(draft="suffix+eagle", drafts=2, gamma=3)),
+    ("eagle tree 2x3 greedy", dict(draft="eagle", n=2, gamma=3, tree="greedy", verifier="greedy")),
+    ("suffix+eagle tree 2x3 (the CPU auto plan)", dict(draft="suffix+eagle", n=2, gamma=3)),
     ("suffix+eagle tree 3x6 (the CPU auto plan at T = 0; EAGLE's trees graphed with CUDA graphs)",
-     dict(draft="suffix+eagle", drafts=3, gamma=6)),
+     dict(draft="suffix+eagle", n=3, gamma=6)),
     ("early-exit:6 chain γ=4", dict(draft="early-exit", gamma=4)),
-    ("early-exit:6 tree 2x3 kseq", dict(draft="early-exit", drafts=2, gamma=3, tree="iid", verifier="kseq")),
+    ("early-exit:6 tree 2x3 kseq", dict(draft="early-exit", n=2, gamma=3, tree="iid", verifier="kseq")),
 ]
 VERIFIERS = [("speculative", DraftLaw.IID, 1), ("kseq", DraftLaw.IID, 3), ("rrs", DraftLaw.IID, 3),
              ("rrs_wor", DraftLaw.WOR, 3), ("greedy", DraftLaw.GREEDY, 3), ("spechub", DraftLaw.SPECHUB, 2)]
@@ -138,7 +138,7 @@ def attention_kernels(target: Any) -> dict[str, Any]:
     """The attention operators a short ``suffix+eagle`` tree run dispatches (target passes and the
     EAGLE head): cuDNN's must not be among them (``specot.models.device.sdpa_without_cudnn``)."""
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        generate(PROMPTS[0], target=target, draft="suffix+eagle", drafts=2, gamma=3, temperature=1.0,
+        generate(PROMPTS[0], target=target, draft="suffix+eagle", n=2, gamma=3, temperature=1.0,
                  max_new_tokens=24, device=str(target.device), seed=0, cuda_graphs=False)
     ops = sorted({e.key for e in prof.key_averages() if "attention" in e.key and e.key.startswith("aten::_")})
     return {"ok": bool(ops) and not any("cudnn" in o for o in ops), "attention_ops": ops}

@@ -169,7 +169,7 @@ def _check_arguments(verifier_params: Any, on_text: Any, chat: Any) -> None:
 
 #: The options that only matter when drafting: ``(argument, its CLI flag, its unset value)``.
 _DRAFTING_OPTIONS = (("gamma", "--gamma", None), ("gamma_schedule", "--gamma-schedule", "constant"),
-                     ("drafts", "--drafts", None), ("tree", "--tree", None), ("tree_law", "--tree-law", None),
+                     ("n", "--drafts", None), ("tree", "--tree", None), ("tree_law", "--tree-law", None),
                      ("verifier", "--verifier", None), ("verifier_params", "--verifier-param / --lenience", None),
                      ("ngram_n", "--ngram-n", None), ("ngram_corpus", "--ngram-corpus", _NGRAM_CORPUS))
 
@@ -221,7 +221,7 @@ def generate(
     top_p: float = 1.0, max_new_tokens: int = 128, seed: int | None = 0, verifier: str | None = None,
     verifier_params: dict[str, Any] | None = None, baseline: bool = False, chat: bool | None = None,
     dtype: str | torch.dtype = "auto", device: str = "cpu", on_text: Callable[[str], None] | None = None,
-    drafts: int | None = None, tree: Any = None, tree_law: str | None = None, ngram_n: int | None = None,
+    n: int | None = None, tree: Any = None, tree_law: str | None = None, ngram_n: int | None = None,
     ngram_corpus: str | None = _NGRAM_CORPUS, repeats: int = 1, generator: torch.Generator | None = None,
     cuda_graphs: bool | None = None, backend: str = "auto", plan: DecodingPlan | None = None,
 ) -> GenerateReport:
@@ -234,8 +234,8 @@ def generate(
     plan measured, :mod:`specot.plan.auto`), ``"none"``, a draft name, a draft model or a
     :class:`Drafter`. ``baseline`` / ``repeats``: also decode autoregressively for as many tokens,
     ``repeats`` pairs, the median speedup in ``report.speedup`` (:func:`specot.measure.measure_speedup`).
-    ``drafts`` (``--drafts``): one number n whose meaning is the drafter's — for a draft model the
-    fixed tree of ``tree`` (n drafts at the root, each a sequence of draft length γ:
+    ``n`` (``--drafts``): the number of drafts, one number whose meaning is the drafter's — for a
+    draft model the fixed tree of ``tree`` (n drafts at the root, each a sequence of draft length γ:
     :meth:`~specot.drafting.TreeSpec.sequences`); for EAGLE's dynamic trees n children per node,
     depth γ; for ``suffix`` the ``children`` of its :class:`~specot.drafting.TreeBudget`
     (children per node × depth γ, the tree its own); for ``suffix+MODEL`` both, under the GREEDY
@@ -261,7 +261,7 @@ def generate(
     _check_dtype(dtype)
     _check_arguments(verifier_params, on_text, chat)
     if plan is None:
-        _check_no_draft(draft, dict(gamma=gamma, gamma_schedule=gamma_schedule, drafts=drafts, tree=tree,
+        _check_no_draft(draft, dict(gamma=gamma, gamma_schedule=gamma_schedule, n=n, tree=tree,
                                     tree_law=tree_law, verifier=verifier, verifier_params=verifier_params,
                                     ngram_n=ngram_n, ngram_corpus=ngram_corpus))
     cfg = GenerationConfig(max_new_tokens=max_new_tokens, seed=seed,
@@ -271,7 +271,7 @@ def generate(
     check_count(repeats, "repeats", "--repeats")
     plan = plan or make_plan(
         draft, target=target, backend=backend, device=device, dtype=dtype, temperature=temperature, gamma=gamma,
-        gamma_schedule=gamma_schedule, drafts=drafts, tree=tree, tree_law=tree_law, verifier=verifier,
+        gamma_schedule=gamma_schedule, n=n, tree=tree, tree_law=tree_law, verifier=verifier,
         verifier_params=verifier_params, top_k=top_k, **_drafter_options(ngram_n, ngram_corpus),
         cache="auto" if cuda_graphs is None else ("cuda_graphs" if cuda_graphs else "dynamic"))
     _check_context(target, max_new_tokens)

@@ -297,7 +297,7 @@ def test_checked_before_loading(tiny_model_dir, capsys, no_loading, extra, match
     (["--tree", "prefix:2,x"], "expansion factors must be integers"),
     (["--drafts", "2", "--tree", "wor", "--verifier", "kseq"], "cannot be verified by 'kseq'"),
     (["--tree", "topology:/no/such/tree.json"], "tree.json"),
-    (["--drafts", "0"], "drafts (--drafts) must be an integer >= 1"),
+    (["--drafts", "0"], "n (--drafts) must be an integer >= 1"),
 ])
 def test_tree_checked_before_loading(tiny_model_dir, capsys, no_loading, extra, match):
     args = _gen(tiny_model_dir, *extra)
@@ -310,13 +310,13 @@ def test_tree_checked_before_loading(tiny_model_dir, capsys, no_loading, extra, 
 def test_drafts_below_one_refused_not_replaced(tiny_model_dir, capsys, no_loading, drafts):
     # a suffix+MODEL draft once read drafts=0 as "unset" and drew 2 drafts per node without a word
     for draft in (f"suffix+{tiny_model_dir}", str(tiny_model_dir), "suffix"):
-        with pytest.raises(ValueError, match=r"drafts \(--drafts\) must be an integer >= 1"):
-            specot.generate("the cat", target=str(tiny_model_dir), draft=draft, drafts=drafts, max_new_tokens=2)
+        with pytest.raises(ValueError, match=r"n \(--drafts\) must be an integer >= 1"):
+            specot.generate("the cat", target=str(tiny_model_dir), draft=draft, n=drafts, max_new_tokens=2)
     if drafts == 0:
         args = _gen(tiny_model_dir, "--drafts", "0")
         args[args.index("ngram")] = f"suffix+{tiny_model_dir}"
         assert cli_main(args) == 1
-        assert "drafts (--drafts) must be an integer >= 1" in _one_error_line(capsys)
+        assert "n (--drafts) must be an integer >= 1" in _one_error_line(capsys)
 
 
 def test_empty_raw_prompt_and_missing_draft_before_loading(tiny_model_dir, capsys, no_loading, tmp_path):

@@ -784,7 +784,7 @@ def test_cli_distill_eagle_and_api(tiny_model_dir, tmp_path):
                "--steps", "4", "--max-len", "32", "--draft-vocab", "12", "--lr", "1e-3", "--token-loss", "tvd"])
     assert rc == 0 and (out / "head" / "config.json").is_file()
     assert "tv0" in json.loads((out / "log.jsonl").read_text().splitlines()[-1])  # the TV token loss ran
-    for tree_kw in ({}, {"drafts": 3, "gamma": 3, "verifier": "greedy"}):
+    for tree_kw in ({}, {"n": 3, "gamma": 3, "verifier": "greedy"}):
         rep = specot.generate("the cat", target=str(tiny_model_dir), draft=f"eagle:{out / 'head'}", chat=False,
                               temperature=0.0, max_new_tokens=12, dtype="float32", baseline=True, **tree_kw)
         assert rep.result.tokens == rep.baseline.tokens

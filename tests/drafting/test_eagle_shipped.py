@@ -61,15 +61,15 @@ def test_auto_choice_for_the_embedded_target():
         assert plan(target, temperature=0.7) == ("suffix+eagle", 2, 3, None)
         assert plan(target, temperature=0.0) == ("suffix+eagle", 3, 6, tau)
     assert plan(temperature=0.0, gamma=4) == ("suffix+eagle", 3, 4, tau)
-    assert plan(temperature=0.0, drafts=2) == ("suffix+eagle", 2, None, None)  # tree options as given
+    assert plan(temperature=0.0, n=2) == ("suffix+eagle", 2, None, None)  # tree options as given
     assert plan(temperature=0.0, verifier="block") == ("suffix+eagle", None, None, None)  # a chain: no gate
     assert plan(gamma=5) == ("suffix+eagle", 2, 5, None)
     assert plan(verifier="block") == ("suffix+eagle", None, None, None)  # a chain: any single-draft verifier
     assert plan(verifier_params={"lenience": 0.5}, verifier="lenient") == ("suffix+eagle", None, None, None)
-    assert plan(drafts=3) == ("suffix+eagle", 3, None, None)  # GREEDY-law trees as given
+    assert plan(n=3) == ("suffix+eagle", 3, None, None)  # GREEDY-law trees as given
     assert plan(tree="greedy", verifier="greedy") == ("suffix+eagle", None, None, None)
     assert plan(tree="wor", gamma=2) == ("eagle", None, 2, None)  # EAGLE trees take every law
-    assert plan(drafts=2, verifier="kseq") == ("eagle", 2, None, None)
+    assert plan(n=2, verifier="kseq") == ("eagle", 2, None, None)
     assert plan(tree="prefix:2,1") == ("eagle", None, None, None)
     f32 = ("suffix+eagle", 3, 6, tau) if prepacking_available(torch.float32) else ("ngram", None, None, None)
     assert plan(dtype="float32", temperature=0.0) == f32
@@ -110,7 +110,7 @@ def test_auto_decodes_suffix_eagle_trees_in_bf16_and_the_plan_is_exact_in_float3
     assert isinstance(specot.load_drafter("auto", f32), HybridDrafter if prepacking_available(torch.float32) else NGramDrafter)
     f32_head = specot.load_drafter("eagle", f32).head  # float32: prepacked, where oneDNN can
     assert isinstance(f32_head.lm_head, PrepackedLinear if prepacking_available(torch.float32) else Int8Linear)
-    rep = specot.generate(prompt, target=f32, draft="suffix+eagle", drafts=4, gamma=3, temperature=0.0,
+    rep = specot.generate(prompt, target=f32, draft="suffix+eagle", n=4, gamma=3, temperature=0.0,
                           max_new_tokens=24, baseline=True)
     assert rep.result.tokens == rep.baseline.tokens  # greedy = autoregressive in float32
     assert rep.result.stats.accepted > 0

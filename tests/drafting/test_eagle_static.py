@@ -120,9 +120,9 @@ def test_sizes_are_checked():
     head = EagleDrafter.random(target, draft_vocab=DRAFT_VOCAB).head
     ids = head.target_ids()
     with pytest.raises(ValueError, match="exceeds the 21 candidates"):
-        StaticTreeDraft(head, ids, max_len=32, depth=3, children=3, width=3, budget=22)
+        StaticTreeDraft(head, ids, max_len=32, gamma=3, children=3, width=3, budget=22)
     with pytest.raises(ValueError, match="width <= children"):
-        StaticTreeDraft(head, ids, max_len=32, depth=3, children=2, width=3, budget=4)
+        StaticTreeDraft(head, ids, max_len=32, gamma=3, children=2, width=3, budget=4)
     with pytest.raises(ValueError, match="max_len must be an integer"):
         EagleDrafter.random(target, draft_vocab=DRAFT_VOCAB).use_static_cache(0)
 
@@ -138,7 +138,7 @@ def test_generate_with_graphs_drafts_eagle_trees_over_the_static_cache(monkeypat
     calls = []
     orig = StaticTreeDraft.draft
     monkeypatch.setattr(StaticTreeDraft, "draft", lambda self, *a, **k: calls.append(a[3]) or orig(self, *a, **k))
-    kw = dict(target=target, draft=drafter, max_new_tokens=20, drafts=3, gamma=3, tree="greedy", verifier="greedy",
+    kw = dict(target=target, draft=drafter, max_new_tokens=20, n=3, gamma=3, tree="greedy", verifier="greedy",
               cuda_graphs=True, baseline=True)
     rep = specot.generate(PROMPT, temperature=0.0, **kw)
     assert len(calls) > 3 and rep.result.tokens == rep.baseline.tokens and rep.cuda_graphs

@@ -42,7 +42,7 @@ def test_greedy_identical_to_autoregressive_and_both_drafters_draft(drafts, gamm
     if drafts is None:
         res = speculative_generate(target, hy, PROMPT, cfg)
     else:
-        plan = make_plan(hy, gamma=gamma, drafts=drafts)
+        plan = make_plan(hy, gamma=gamma, n=drafts)
         spec, ver = plan.tree, plan.verifier.build()
         assert spec.law == DraftLaw.GREEDY and ver.name == "greedy"
         res = tree_generate(target, hy, PROMPT, spec, cfg, verifier=ver)
@@ -63,7 +63,7 @@ def test_sampling_is_lossless_chi_square(drafts):
     cfg = GenerationConfig(max_new_tokens=L, gamma=2, sampling=SamplingConfig(1.0), stop_at_eos=False)
     gen = make_generator(4321)
     hy = _hybrid(target, draft_vocab=[0, 1, 3, 4], seed=2, draft_cost=0.0)
-    plan = make_plan(hy, gamma=2, drafts=drafts)
+    plan = make_plan(hy, gamma=2, n=drafts)
     spec, ver = plan.tree, plan.verifier.build()
     samples = []
     for _ in range(2000):
@@ -157,9 +157,9 @@ def test_hybrid_errors():
         load_drafter("suffix+eagle", target)
     hy = HybridDrafter(SuffixDrafter(vocab_size=16), eagle)
     with pytest.raises(ValueError, match="cannot be verified by .kseq."):
-        make_plan(hy, verifier="kseq", drafts=2, gamma=3)
+        make_plan(hy, verifier="kseq", n=2, gamma=3)
     with pytest.raises(ValueError, match="GREEDY-law trees"):
-        make_plan(hy, drafts=2, gamma=3, tree="wor")
+        make_plan(hy, n=2, gamma=3, tree="wor")
     plan = make_plan(hy, gamma=3)
     spec, ver = plan.tree, plan.verifier.build()
     assert spec is None and ver.name == "speculative"  # chains: any single-draft verifier

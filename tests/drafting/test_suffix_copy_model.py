@@ -26,7 +26,7 @@ CURVE = PassCostCurve.from_ratios(range(1, 12), [1 + 0.8 * (b - 1) for b in rang
 
 def _drafter(**kw) -> SuffixDrafter:
     d = SuffixDrafter(vocab_size=64, children=1, min_n=4, pass_cost=CURVE, copy_model=True, **kw)
-    d.start([0], TreeBudget(children=1, depth=8, law=DraftLaw.GREEDY))
+    d.start([0], TreeBudget(children=1, gamma=8, law=DraftLaw.GREEDY))
     return d
 
 
@@ -71,7 +71,7 @@ def test_a_long_match_drafts_a_long_chain_and_a_short_one_none():
     assert d.propose(short_ctx, 8, T0).size == 0
     # without the copy model the 5-token match's single occurrence scores 0.95 a level: it drafts
     d = SuffixDrafter(vocab_size=64, children=1, min_n=4, pass_cost=CURVE, kappa=0.05)
-    d.start([0], TreeBudget(children=1, depth=8, law=DraftLaw.GREEDY))
+    d.start([0], TreeBudget(children=1, gamma=8, law=DraftLaw.GREEDY))
     assert d.propose(short_ctx, 8, T0).size > 0
 
 
@@ -123,7 +123,7 @@ def test_greedy_identical_to_autoregressive(prompt):
     cfg = GenerationConfig(max_new_tokens=40, sampling=T0)
     ar = autoregressive_generate(target, prompt, cfg)
     drafter = SuffixDrafter(vocab_size=16, children=1, min_n=2, copy_model=True, cost_fixed=0.0, cost_per_token=0.01)
-    sd = tree_generate(target, drafter, prompt, TreeBudget(children=1, depth=8, law=DraftLaw.GREEDY), cfg)
+    sd = tree_generate(target, drafter, prompt, TreeBudget(children=1, gamma=8, law=DraftLaw.GREEDY), cfg)
     assert sd.tokens == ar.tokens
     assert sd.stats.drafted > 0
 
@@ -139,7 +139,7 @@ def test_sampling_is_lossless_chi_square():
     gen = make_generator(2027)
     cfg = GenerationConfig(max_new_tokens=3, sampling=sampling, stop_at_eos=False)
     drafter = SuffixDrafter(vocab_size=V, children=1, min_n=2, copy_model=True, cost_fixed=0.0, cost_per_token=0.01)
-    spec = TreeBudget(children=1, depth=2, law=DraftLaw.GREEDY)
+    spec = TreeBudget(children=1, gamma=2, law=DraftLaw.GREEDY)
     samples, drafted = [], 0
     for _ in range(1500):
         res = tree_generate(target, drafter, prompt, spec, cfg, generator=gen)

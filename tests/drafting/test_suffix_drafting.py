@@ -460,7 +460,7 @@ def test_api_load_drafter_and_generate_with_suffix():
     ar = autoregressive_generate(target, prompt, GenerationConfig(max_new_tokens=30, sampling=GREEDY_T0))
     assert rep.result.tokens == ar.tokens
     assert rep.result.method == "tree" and rep.verifier["name"] == "greedy" and rep.lossless
-    rep1 = generate(prompt, target=target, draft="suffix", temperature=1.0, max_new_tokens=20, seed=3, drafts=2)
+    rep1 = generate(prompt, target=target, draft="suffix", temperature=1.0, max_new_tokens=20, seed=3, n=2)
     assert len(rep1.result.tokens) == 20
     ng = generate(prompt, target=target, draft="ngram", temperature=0.0, max_new_tokens=30, gamma=3)
     assert ng.result.method == "speculative" and ng.result.tokens == ar.tokens

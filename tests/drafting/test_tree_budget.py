@@ -28,7 +28,7 @@ def test_a_budget_is_not_a_shape_and_says_so():
     assert TreeSpec.sequences(2, 3).label() == "tree iid 2×3"
     assert TreeSpec.prefix([2, 2, 1], "greedy").label() == "tree greedy 2×3"
     assert b.max_drafts_per_node() == 4 and TreeBudget(1, 5).is_chain() and not b.is_chain()
-    for bad in (dict(children=0, depth=2), dict(children=2, depth=0), dict(children=2.5, depth=2)):
+    for bad in (dict(children=0, gamma=2), dict(children=2, gamma=0), dict(children=2.5, gamma=2)):
         with pytest.raises((ValueError, TypeError)):
             TreeBudget(**bad)
     with pytest.raises(ValueError, match="unknown draft law"):
@@ -99,7 +99,7 @@ def test_decoding_under_a_budget_gives_the_same_tokens_as_under_the_spec():
 
 
 def test_the_plan_hands_a_suffix_drafter_a_budget_and_model_drafts_a_shape():
-    plan = P.make_plan("suffix", drafts=3, gamma=2)
+    plan = P.make_plan("suffix", n=3, gamma=2)
     assert plan.tree == TreeBudget(3, 2) and plan.shape is plan.tree
     given = P.make_plan("suffix", tree=TreeBudget(3, 2))  # (plan.gamma is a chain's; a tree's γ is its depth)
     assert (given.tree, given.verifier, given.describe()) == (plan.tree, plan.verifier, plan.describe())
@@ -112,12 +112,12 @@ def test_the_plan_hands_a_suffix_drafter_a_budget_and_model_drafts_a_shape():
         P.make_plan("suffix", tree="greedy")
     with pytest.raises(ValueError, match="draws fixed tree shapes"):
         P.make_plan("distilled", tree=TreeBudget(2, 3))
-    fixed = P.make_plan("distilled", drafts=2, gamma=3, tree="greedy")
+    fixed = P.make_plan("distilled", n=2, gamma=3, tree="greedy")
     assert fixed.tree == TreeSpec.sequences(2, 3, DraftLaw.GREEDY) and fixed.describe() == "distilled, tree greedy 2×3"
 
 
 def test_the_renamed_keywords_are_gone():
-    """0.1.0 keeps one name per quantity: n, not drafts=, and AutoChoice.children."""
+    """0.1.0 keeps one name per quantity: n, not n=, and AutoChoice.children."""
     with pytest.raises(TypeError):
         TreeSpec.sequences(drafts=3, gamma=2)
     with pytest.raises(TypeError):

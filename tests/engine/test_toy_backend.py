@@ -51,7 +51,7 @@ def test_greedy_decoding_on_the_toy_backend_is_argmax_decoding(draft, verifier):
     target.tree_logits = lambda context, tree, **kw: (trees.append(tree), scored(context, tree, **kw))[1]
     target.keep_tree_path = lambda path: (paths.append(list(path)), kept(path))[1]
     kw = {"verifier": verifier} if verifier else {}
-    rep = specot.generate(PROMPT, target=target, draft=draft, drafts=3 if draft == "suffix" else None,
+    rep = specot.generate(PROMPT, target=target, draft=draft, n=3 if draft == "suffix" else None,
                           temperature=0.0, max_new_tokens=24, **kw)
     assert rep.result.tokens == _argmax_decode(target.table, PROMPT, 24)
     assert len(paths) == len(trees) and (len(trees) > 0) == (draft == "suffix")  # trees handed over as they are
@@ -59,7 +59,7 @@ def test_greedy_decoding_on_the_toy_backend_is_argmax_decoding(draft, verifier):
 
 
 def test_a_seeded_tree_run_on_the_toy_backend_repeats():
-    runs = [specot.generate(PROMPT, target=_toy(), draft="suffix", drafts=3, verifier="greedy", temperature=1.0,
+    runs = [specot.generate(PROMPT, target=_toy(), draft="suffix", n=3, verifier="greedy", temperature=1.0,
                             max_new_tokens=24, seed=5).result for _ in range(2)]
     assert runs[0].tokens == runs[1].tokens and len(runs[0].tokens) == 24
     assert all(0 <= t < 12 for t in runs[0].tokens)

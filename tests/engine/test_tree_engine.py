@@ -138,10 +138,10 @@ def test_default_verifier_by_law():
 
 
 def test_api_and_cli_tree_options(tiny_model_dir, tmp_path, capsys):
-    rep = generate("the cat sat", target=str(tiny_model_dir), draft=str(tiny_model_dir), drafts=3, gamma=2,
+    rep = generate("the cat sat", target=str(tiny_model_dir), draft=str(tiny_model_dir), n=3, gamma=2,
                    tree="wor", verifier="rrs_wor", max_new_tokens=8, chat=False, seed=1)
     assert rep.result.method == "tree" and len(rep.result.tokens) <= 8
-    greedy = generate("the cat sat", target=str(tiny_model_dir), draft=str(tiny_model_dir), drafts=4,
+    greedy = generate("the cat sat", target=str(tiny_model_dir), draft=str(tiny_model_dir), n=4,
                       verifier="greedy", temperature=0.0, max_new_tokens=8, chat=False, baseline=True)
     assert greedy.result.stats.to_dict()["mean_tree_size"] >= 1
     assert greedy.result.tokens == greedy.baseline.tokens  # type: ignore[union-attr]
@@ -149,7 +149,7 @@ def test_api_and_cli_tree_options(tiny_model_dir, tmp_path, capsys):
                    verifier="otm", max_new_tokens=4, chat=False)
     assert otm.result.method == "tree"
     with pytest.raises(ValueError, match="draft MODEL"):
-        generate("the cat", target=str(tiny_model_dir), draft="ngram", drafts=2, max_new_tokens=4, chat=False)
+        generate("the cat", target=str(tiny_model_dir), draft="ngram", n=2, max_new_tokens=4, chat=False)
     single = generate("the cat", target=str(tiny_model_dir), draft=str(tiny_model_dir), max_new_tokens=4, chat=False)
     assert single.result.method == "speculative"  # no tree options: the single-draft engine
     topo = tmp_path / "tree.json"
@@ -174,10 +174,10 @@ def test_a_tree_without_a_named_verifier_gets_its_laws_verifier(tree, law, expec
     """The default verifier (``speculative``) takes one draft; a tree with n = 2 gets the verifier of
     its law instead, while a named verifier that cannot verify the tree is still refused."""
     drafter = ModelDrafter(tiny_lm(1))
-    plan = make_plan(drafter, drafts=2, gamma=3, tree=tree)
+    plan = make_plan(drafter, n=2, gamma=3, tree=tree)
     spec, ver = plan.tree, plan.verifier.build()
     assert spec.law.value == law and ver.name == expected
     spec.check_verifier(ver)
     if expected != "kseq":
         with pytest.raises(ValueError, match="cannot be verified by 'kseq'"):
-            make_plan(drafter, verifier="kseq", drafts=2, gamma=3, tree=tree)
+            make_plan(drafter, verifier="kseq", n=2, gamma=3, tree=tree)

@@ -112,18 +112,18 @@ def test_ready_objects_are_typed_by_their_kind():
 def test_chains_trees_and_the_verifier_each_gets():
     assert P.make_plan("ngram", gamma=5).describe() == "ngram, chain"
     assert P.make_plan("ngram").gamma == 4 and P.make_plan("ngram").tree is None
-    suffix = P.make_plan("suffix", gamma=3, drafts=2)
-    assert suffix.tree == TreeBudget(children=2, depth=3, law=DraftLaw.GREEDY)  # a budget, not a shape
+    suffix = P.make_plan("suffix", gamma=3, n=2)
+    assert suffix.tree == TreeBudget(children=2, gamma=3, law=DraftLaw.GREEDY)  # a budget, not a shape
     assert suffix.describe() == "suffix, budget 2 children × depth 3"
     assert suffix.verifier.name == "greedy"  # optimal for a deterministic tree
     for tree, law, verifier in (("wor", DraftLaw.WOR, "rrs_wor"), ("iid", DraftLaw.IID, "kseq"),
                                 ("greedy", DraftLaw.GREEDY, "greedy"), ("spechub", DraftLaw.SPECHUB, "spechub")):
-        plan = P.make_plan("distilled", drafts=2, tree=tree)
+        plan = P.make_plan("distilled", n=2, tree=tree)
         assert (plan.tree.law, plan.verifier.name) == (law, verifier)
-    assert P.make_plan("distilled", drafts=3, verifier="rrs").verifier.name == "rrs"  # iid from the verifier
-    otm = P.make_plan("distilled", drafts=2, tree="wor", verifier="otm", top_k=4)
+    assert P.make_plan("distilled", n=3, verifier="rrs").verifier.name == "rrs"  # iid from the verifier
+    otm = P.make_plan("distilled", n=2, tree="wor", verifier="otm", top_k=4)
     assert dict(otm.verifier.params)["law"] == DraftLaw.WOR  # the exact LP for the tree's own law
-    hy = P.make_plan("suffix+distilled", drafts=3, gamma=2)
+    hy = P.make_plan("suffix+distilled", n=3, gamma=2)
     assert (hy.tree.law, hy.verifier.name, hy.describe()) == (DraftLaw.GREEDY, "greedy", "suffix+distilled, tree greedy 3×2")
     assert P.make_plan("suffix+distilled").tree is None  # chains without tree options
     assert P.make_plan("none").draft is None
@@ -185,9 +185,9 @@ def test_the_plan_the_engine_and_vllm_pick_one_default_verifier(monkeypatch, sha
 def test_an_unnamed_verifier_is_none_and_speculative_is_a_name():
     """``verifier=None`` means none named; ``"speculative"`` names the single-draft verifier, which a
     tree of several drafts per node refuses (not silently replaced by the law's own)."""
-    assert P.make_plan("distilled", drafts=3).verifier.name == "kseq"
+    assert P.make_plan("distilled", n=3).verifier.name == "kseq"
     with pytest.raises(ValueError, match="cannot be verified by 'speculative'"):
-        P.make_plan("distilled", drafts=3, verifier="speculative")
+        P.make_plan("distilled", n=3, verifier="speculative")
     assert P.make_plan("ngram").verifier.name == "speculative" and P.make_plan("none").verifier.name == "speculative"
     assert P.make_plan("auto", dtype="bfloat16", verifier="speculative").describe() == "suffix+eagle, chain"
     with pytest.raises(ValueError, match="need a verifier"):
@@ -195,26 +195,26 @@ def test_an_unnamed_verifier_is_none_and_speculative_is_a_name():
 
 
 @pytest.mark.parametrize("kwargs, error, match", [
-    (dict(draft="ngram", drafts=2), ValueError, "needs a draft MODEL"),
+    (dict(draft="ngram", n=2), ValueError, "needs a draft MODEL"),
     (dict(draft="suffix", tree="wor"), ValueError, "builds its own draft trees"),
     (dict(draft="suffix+distilled", tree="wor"), ValueError, "GREEDY-law trees"),
-    (dict(draft="distilled", drafts=2, tree="wor", verifier="kseq"), ValueError, "cannot be verified by 'kseq'"),
-    (dict(draft="distilled", drafts=2, verifier="speculative", verifier_params={"lenience": 1}), ValueError,
+    (dict(draft="distilled", n=2, tree="wor", verifier="kseq"), ValueError, "cannot be verified by 'kseq'"),
+    (dict(draft="distilled", n=2, verifier="speculative", verifier_params={"lenience": 1}), ValueError,
      "cannot be verified"),
     (dict(draft="ngram", verifier="lenient"), ValueError, "lossy"),
     (dict(draft="ngram", verifier="nope"), ValueError, "unknown verifier"),
     (dict(draft="ngram", verifier="speculative", verifier_params={"lenience": 0.5}), ValueError, "lossless one"),
-    (dict(draft="distilled", drafts=1000), ValueError, "limit of 256 draft tokens"),
-    (dict(draft="suffix", drafts=100, gamma=4), ValueError, "limit of 256"),
+    (dict(draft="distilled", n=1000), ValueError, "limit of 256 draft tokens"),
+    (dict(draft="suffix", n=100, gamma=4), ValueError, "limit of 256"),
     (dict(draft="ngram", gamma=300), ValueError, "gamma 300"),
     (dict(draft="ngram", gamma=200, gamma_schedule="heuristic"), ValueError, "up to 400 tokens"),
-    (dict(draft="ngram", drafts=0), ValueError, r"drafts \(--drafts\)"),
+    (dict(draft="ngram", n=0), ValueError, r"n \(--drafts\)"),
     (dict(draft="ngram", gamma=0), ValueError, r"gamma \(--gamma\)"),
     (dict(draft="ngram", cache="paged"), ValueError, "cache must be one of"),
     (dict(draft="ngram", backend="nope"), ValueError, "unknown backend 'nope'"),
     (dict(draft="ngram", dtype="float8"), ValueError, "unknown dtype"),
-    (dict(draft="distilled", drafts=2, tree="wor", verifier="otm"), ValueError, "otm.*cannot run here"),
-    (dict(draft="distilled", drafts=3, tree="prefix:2,2"), ValueError, "contradicts"),
+    (dict(draft="distilled", n=2, tree="wor", verifier="otm"), ValueError, "otm.*cannot run here"),
+    (dict(draft="distilled", n=3, tree="prefix:2,2"), ValueError, "contradicts"),
 ])
 def test_plan_refusals(kwargs, error, match):
     with pytest.raises(error, match=match):
@@ -230,12 +230,12 @@ def test_a_loaded_target_runs_as_loaded():
 
 
 def test_the_plan_is_frozen_and_records_itself():
-    plan = P.make_plan("suffix+distilled", drafts=2, gamma=3)
+    plan = P.make_plan("suffix+distilled", n=2, gamma=3)
     with pytest.raises(AttributeError):
         plan.gamma = 5  # type: ignore[misc]
     d = plan.to_dict()
     assert d["draft"] == "suffix+distilled" and d["verifier"] == "greedy" and d["tree"]["law"] == "greedy"
-    assert plan == P.make_plan("suffix+distilled", drafts=2, gamma=3)
+    assert plan == P.make_plan("suffix+distilled", n=2, gamma=3)
 
 
 # --------------------------------------------------------------------------- auto
@@ -247,8 +247,8 @@ def test_auto_on_the_embedded_target_on_a_cpu():
     assert P.make_plan("auto", dtype="bfloat16", temperature=0, gamma=4).tree.depth == 4
     # the caller's verifier: chains; another tree law: the EAGLE head alone, which drafts any law
     assert P.make_plan("auto", dtype="bfloat16", verifier="block").describe() == "suffix+eagle, chain"
-    assert P.make_plan("auto", dtype="bfloat16", drafts=2, tree="wor").draft.name == "eagle"
-    assert P.make_plan("auto", dtype="bfloat16", drafts=2, tree="greedy").draft.name == "suffix+eagle"
+    assert P.make_plan("auto", dtype="bfloat16", n=2, tree="wor").draft.name == "eagle"
+    assert P.make_plan("auto", dtype="bfloat16", n=2, tree="greedy").draft.name == "suffix+eagle"
 
 
 def test_auto_elsewhere_is_ngram(tiny_model_dir):
@@ -280,7 +280,7 @@ def test_a_new_kind_is_one_registration(monkeypatch):
     assert P.parse_draft("echo").kind == "echo"
     assert P.make_plan("echo").describe() == "echo, chain"
     with pytest.raises(ValueError, match="needs a draft MODEL"):
-        P.make_plan("echo", drafts=2)
+        P.make_plan("echo", n=2)
     with pytest.raises(ValueError, match="already registered"):
         register_kind(type("Other", (Echo,), {})())
 
@@ -318,7 +318,7 @@ def test_auto_picks_a_marked_backend_only_for_an_automatic_embedded_plan(monkeyp
     assert plan.backend == "fast" and plan.describe() == "suffix, budget 1 child × depth 3"  # the backend's own auto rule
     assert dict(plan.draft.options)["suffix_kappa"] == 0.1
     # anything less than a fully automatic plan of the embedded target on a CPU stays on transformers
-    for kw in (dict(dtype="float32"), dict(draft="ngram"), dict(drafts=2), dict(verifier="block"),
+    for kw in (dict(dtype="float32"), dict(draft="ngram"), dict(n=2), dict(verifier="block"),
                dict(verifier="speculative")):
         assert P.make_plan(**{"draft": "auto", **kw}).backend == "transformers", kw
     assert B.choose_backend("auto", None, device="cuda", dtype="auto", automatic=True) == "transformers"

@@ -18,7 +18,7 @@ from model_helpers import tiny_lm
 @pytest.mark.parametrize("verifier", ["ot", "gbv"])
 @pytest.mark.parametrize("tree, drafts", [(None, 2), (None, 4), ("iid", 3), ("prefix:2,2", None), ("eagle", None)])
 def test_iid_trees_take_ot_and_gbv(verifier, tree, drafts):
-    plan = P.make_plan("distilled", drafts=drafts, tree=tree, verifier=verifier)
+    plan = P.make_plan("distilled", n=drafts, tree=tree, verifier=verifier)
     assert plan.tree.law == DraftLaw.IID and plan.verifier.name == verifier
 
 
@@ -32,18 +32,18 @@ def test_chains_take_ot_and_gbv(verifier):
 @pytest.mark.parametrize("tree", ["wor", "greedy", "spechub"])
 def test_other_laws_are_refused_before_a_model_loads(verifier, tree):
     with pytest.raises(ValueError, match=f"cannot be verified by '{verifier}'"):
-        P.make_plan("distilled", drafts=2, tree=tree, verifier=verifier)
+        P.make_plan("distilled", n=2, tree=tree, verifier=verifier)
 
 
 def test_a_greedy_law_drafter_refuses_them():
     for verifier in ("ot", "gbv"):
         with pytest.raises(ValueError, match="cannot be verified"):
-            P.make_plan("suffix+distilled", drafts=2, gamma=2, verifier=verifier)
+            P.make_plan("suffix+distilled", n=2, gamma=2, verifier=verifier)
 
 
 def test_neither_is_a_law_default():
     assert "ot" not in LAW_VERIFIERS.values() and "gbv" not in LAW_VERIFIERS.values()
-    assert P.make_plan("distilled", drafts=3).verifier.name == LAW_VERIFIERS[DraftLaw.IID]
+    assert P.make_plan("distilled", n=3).verifier.name == LAW_VERIFIERS[DraftLaw.IID]
 
 
 @pytest.mark.parametrize("verifier", ["ot", "gbv"])

@@ -101,7 +101,7 @@ class SpecotAdapter(Adapter):
             :class:`~specot.drafting.ModelDrafter` is memoized with ``memo``.
         method: one of :data:`SPECOT_METHODS`.
         gamma: draft length γ (chains) or tree depth.
-        drafts: K chains of a tree (kseq, rrs, importance, greedy).
+        n: the number of drafts, n chains of a tree (kseq, rrs, importance, greedy).
         memo: memoize both models' logits by prefix (:mod:`specot.audit.memo`): fast, the engine's
             loop unchanged, the real KV rollback not exercised.
         verifier: a verifier object used instead of the method's (the planted-defect tests).
@@ -113,13 +113,13 @@ class SpecotAdapter(Adapter):
 
     engine = "specot"
 
-    def __init__(self, target: Any, drafter: Drafter | None, method: str, *, gamma: int = 3, drafts: int = 2,
+    def __init__(self, target: Any, drafter: Drafter | None, method: str, *, gamma: int = 3, n: int = 2,
                  memo: bool = True, verifier: Any = None, backend: str = "transformers") -> None:
         if method not in SPECOT_METHODS:
             raise ValueError(f"unknown specot method {method!r}; choose from {', '.join(SPECOT_METHODS)}")
         if method != "plain" and drafter is None:
             raise ValueError(f"method {method!r} needs a draft model")
-        self.method, self.gamma, self.drafts = method, gamma, drafts
+        self.method, self.gamma, self.n = method, gamma, n
         self.engine = f"specot[{backend}]"
         self.has_law = True
         self.near_tie = 1e-4 if backend == "transformers" else 0.05
@@ -134,7 +134,7 @@ class SpecotAdapter(Adapter):
             ver = self._verifier or get_verifier("speculative")
             return speculative_generate(self.target, self.drafter, prompt, cfg, verifier=ver, generator=gen).tokens
         ver = self._verifier or get_verifier(self.method)
-        spec = TreeSpec.sequences(self.drafts, self.gamma, law=default_law_for(ver))
+        spec = TreeSpec.sequences(self.n, self.gamma, law=default_law_for(ver))
         if self.method == "greedy" or getattr(ver, "name", "") == "greedy":
             ver = get_verifier("greedy") if self._verifier is None else ver
         return tree_generate(self.target, self.drafter, prompt, spec, cfg, verifier=ver, generator=gen).tokens

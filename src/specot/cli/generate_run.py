@@ -160,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
         target=args.target, draft=args.draft, gamma=args.gamma, gamma_schedule=args.gamma_schedule,
         temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
         seed=args.seed, verifier=args.verifier, verifier_params=params, baseline=args.baseline,
-        chat=False if args.raw else None, dtype=args.dtype, device=args.device, backend=args.backend, cuda_graphs=args.cuda_graphs, on_text=stream, drafts=args.drafts,
+        chat=False if args.raw else None, dtype=args.dtype, device=args.device, backend=args.backend, cuda_graphs=args.cuda_graphs, on_text=stream, n=args.drafts,
         tree=args.tree, tree_law=args.tree_law, repeats=args.repeats, **draft_options,
     )
     try:

@@ -243,21 +243,22 @@ class TreeBudget:
 
     Attributes:
         children: children per node, at most — the most drafts n one node is verified with.
-        depth: the draft length γ — the deepest draft token, at most (a schedule may shorten it).
+        gamma: the draft length γ — the deepest draft token, at most (a schedule may shorten it);
+            :attr:`depth` as well, the name every draft shape answers to (:attr:`TreeSpec.depth`).
         law: the draft law of the drafter's trees, what the verifier is checked for (suffix
             decoding: GREEDY — deterministic, distinct children scored by q).
 
     Raises:
-        ValueError / TypeError: ``children`` or ``depth`` not an integer >= 1; an unknown law.
+        ValueError / TypeError: ``children`` or ``gamma`` not an integer >= 1; an unknown law.
     """
 
     children: int  # children per node, at most (the budget's width; n of the verifier at a node)
-    depth: int  # draft length γ: levels of draft tokens, at most
+    gamma: int  # draft length γ: levels of draft tokens, at most
     law: DraftLaw = DraftLaw.GREEDY  # how the children of a node are drawn (the verifier's law)
 
     def __post_init__(self) -> None:
         check_count(self.children, "children (per node)")
-        check_count(self.depth, "depth (draft length γ)")
+        check_count(self.gamma, "gamma (draft length γ)")
         object.__setattr__(self, "law", _as_law(self.law))
 
     @classmethod
@@ -267,6 +268,11 @@ class TreeBudget:
         if isinstance(shape, TreeBudget):
             return shape
         return cls(shape.max_drafts_per_node(), shape.depth, shape.law)
+
+    @property
+    def depth(self) -> int:
+        """The deepest level a tree within the budget may reach: γ (:attr:`TreeSpec.depth` of a shape)."""
+        return self.gamma
 
     @property
     def name(self) -> str:

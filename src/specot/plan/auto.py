@@ -46,7 +46,7 @@ AUTO_MIN_CONFIDENCE_GREEDY = 0.1
 @dataclass(frozen=True)
 class AutoChoice:
     """What ``draft="auto"`` resolves to, before the plan is built (:func:`specot.plan.make_plan`
-    passes ``children`` as its ``drafts``)."""
+    passes ``children`` as its ``n``)."""
 
     draft: str  # the draft name (specot.plan.parse_draft)
     # children per node of the draft tree (a budget's, or n of suffix+MODEL's GREEDY trees);
@@ -94,14 +94,14 @@ def _fast_head(target: Any, device: str, dtype: str | torch.dtype) -> bool:
 
 
 def auto_choice(target: Any, device: str = "cpu", *, backend: str | None = None, dtype: str | torch.dtype = "auto",
-                temperature: float = 1.0, drafts: int | None = None, gamma: int | None = None, tree: Any = None,
+                temperature: float = 1.0, n: int | None = None, gamma: int | None = None, tree: Any = None,
                 verifier: str | None = None, verifier_params: Mapping[str, Any] | None = None) -> AutoChoice:
     """The draft and shape of ``draft="auto"`` (module docstring) for ``target`` (a name or a loaded
     target) on ``backend`` (its :class:`AutoTable` where it has one; ``None``: a loaded target's
     own, else the core's rule), ``device`` and ``dtype`` (the loaded target's own when loaded) and
     ``temperature``.
 
-    With the caller's tree options (``drafts`` / ``tree``): GREEDY-law trees of ``suffix+eagle`` as
+    With the caller's tree options (``n`` / ``tree``): GREEDY-law trees of ``suffix+eagle`` as
     given; for any other tree law or verifier ``eagle``, whose trees take every draft law. With a
     verifier named (``verifier`` not ``None``) and no tree options: chains of ``suffix+eagle``.
 
@@ -114,13 +114,13 @@ def auto_choice(target: Any, device: str = "cpu", *, backend: str | None = None,
     if table is not None:  # the backend's measured plan, as measured
         return table.at(temperature)
     if not _fast_head(target, device, dtype):
-        return AutoChoice("ngram", drafts, gamma)
+        return AutoChoice("ngram", n, gamma)
     named = verifier is not None or bool(verifier_params)
-    if drafts is None and tree is None:
+    if n is None and tree is None:
         if not named:  # auto's own tree
             own = AUTO_TABLE.at(temperature)
             return AutoChoice(own.draft, own.children, own.gamma if gamma is None else gamma, own.min_confidence)
         return AutoChoice(AUTO_HYBRID, None, gamma)  # chains under the caller's verifier
     if _names_greedy_tree(tree) and (not named or verifier == "greedy"):
-        return AutoChoice(AUTO_HYBRID, drafts, gamma)  # the hybrid's trees are GREEDY-law trees
-    return AutoChoice("eagle", drafts, gamma)
+        return AutoChoice(AUTO_HYBRID, n, gamma)  # the hybrid's trees are GREEDY-law trees
+    return AutoChoice("eagle", n, gamma)

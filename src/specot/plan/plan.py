@@ -152,32 +152,32 @@ def resolve_tree_spec(tree: str | TreeSpec | None, *, n: int | None = None, gamm
     return parse_tree_spec(tree, n=n, gamma=gamma, law=law)
 
 
-def _shape(draft: DraftSpec, ver: VerifierSpec | None, *, gamma: int | None, drafts: int | None, tree: Any,
+def _shape(draft: DraftSpec, ver: VerifierSpec | None, *, gamma: int | None, n: int | None, tree: Any,
            tree_law: str | None) -> tuple[DraftShape | None, VerifierSpec]:
     """The draft tree (``None``: a chain) and the verifier for ``draft`` under the tree options,
     as the draft's kind declares its trees (:class:`~specot.plan.TreeSupport`): a
-    :class:`TreeBudget` of ``drafts`` children × depth γ for a drafter that builds its own trees,
-    else a fixed :class:`TreeSpec` (``drafts`` = n). ``ver`` ``None`` (none named): the shape's
+    :class:`TreeBudget` of ``n`` children × depth γ for a drafter that builds its own trees,
+    else a fixed :class:`TreeSpec` of ``n`` drafts at the root. ``ver`` ``None`` (none named): the shape's
     own (:attr:`TreeSpec.default_verifier`)."""
     trees = draft.trees
     built = build_verifier(ver.name, dict(ver.params)) if ver is not None else None
     if trees.own_shape:  # the drafter builds its own trees (suffix decoding): children and depth only
-        spec: DraftShape = _own_budget(draft, drafts=drafts, gamma=gamma, tree=tree)
+        spec: DraftShape = _own_budget(draft, n=n, gamma=gamma, tree=tree)
     elif isinstance(tree, TreeBudget):
         raise ValueError(f"the {draft.name} draft draws fixed tree shapes; give tree= a construction (e.g. 'greedy' "
-                         f"with drafts=n), not a {tree.label()}")
-    elif drafts is not None or tree is not None:
+                         f"with n=...), not a {tree.label()}")
+    elif n is not None or tree is not None:
         if trees.laws is not None and not trees.laws:
-            raise ValueError(f"multi-draft tree decoding (drafts / tree) needs a draft MODEL (a directory, 'distilled', "
+            raise ValueError(f"multi-draft tree decoding (n / tree) needs a draft MODEL (a directory, 'distilled', "
                              f"'eagle' or a CausalLM), not the {draft.name} drafter")
         if trees.laws is not None:  # e.g. suffix+MODEL: GREEDY-law trees only
             names = "/".join(sorted(law.value for law in trees.laws))
             asked = str(tree.law.value if isinstance(tree, TreeSpec) else tree or names).partition(":")[0].lower()
             if asked not in {law.value for law in trees.laws}:
                 raise ValueError(f"a {draft.name} draft drafts {names.upper()}-law trees; use tree={names!r} or "
-                                 f"drafts=n, not {tree!r}")
-            tree, drafts, tree_law = tree or names, drafts or trees.default_children, names
-        spec = resolve_tree_spec(tree, n=drafts, gamma=gamma, verifier=built, tree_law=tree_law)
+                                 f"n=..., not {tree!r}")
+            tree, n, tree_law = tree or names, n or trees.default_children, names
+        spec = resolve_tree_spec(tree, n=n, gamma=gamma, verifier=built, tree_law=tree_law)
     else:
         if built is None:
             return None, VerifierSpec(TreeSpec.sequences(1, gamma or DEFAULT_GAMMA).default_verifier)
@@ -191,21 +191,21 @@ def _shape(draft: DraftSpec, ver: VerifierSpec | None, *, gamma: int | None, dra
     return spec, ver
 
 
-def _own_budget(draft: DraftSpec, *, drafts: int | None, gamma: int | None, tree: Any) -> TreeBudget:
+def _own_budget(draft: DraftSpec, *, n: int | None, gamma: int | None, tree: Any) -> TreeBudget:
     """The :class:`TreeBudget` of a drafter that builds its own trees: ``tree`` when it is one
-    (``drafts`` / ``gamma`` must agree with it), else ``drafts`` (default: the kind's) children × γ."""
+    (``n`` / ``gamma`` must agree with it), else ``n`` (default: the kind's) children × γ."""
     trees = draft.trees
     law = next(iter(trees.laws or {DraftLaw.GREEDY}))
     if isinstance(tree, TreeBudget):
-        if (drafts is not None and drafts != tree.children) or (gamma is not None and gamma != tree.depth) \
+        if (n is not None and n != tree.children) or (gamma is not None and gamma != tree.depth) \
                 or tree.law != law:
-            raise ValueError(f"tree={tree!r} contradicts drafts={drafts} / gamma={gamma} or the {draft.name} "
+            raise ValueError(f"tree={tree!r} contradicts n={n} / gamma={gamma} or the {draft.name} "
                              f"drafter's {law.value.upper()} law")
         return tree
     if tree is not None:
-        raise ValueError(f"the {draft.name} drafter builds its own draft trees; use drafts=n (children per node) "
+        raise ValueError(f"the {draft.name} drafter builds its own draft trees; use n (children per node) "
                          "and gamma (depth), or a TreeBudget, not tree=")
-    return TreeBudget(drafts or trees.default_children, DEFAULT_GAMMA if gamma is None else gamma, law)
+    return TreeBudget(n or trees.default_children, DEFAULT_GAMMA if gamma is None else gamma, law)
 
 
 def tree_room(tree: DraftShape) -> int:
@@ -244,7 +244,7 @@ def _option_defaults() -> dict[str, Any]:
 
 def make_plan(draft: Any = "auto", *, target: Any = None, backend: str = "auto", device: str = "cpu",
               dtype: str | torch.dtype = "auto", temperature: float = 1.0, gamma: int | None = None,
-              gamma_schedule: str = "constant", drafts: int | None = None,
+              gamma_schedule: str = "constant", n: int | None = None,
               tree: str | TreeSpec | TreeBudget | None = None,
               tree_law: str | None = None, verifier: str | None = None,
               verifier_params: Mapping[str, Any] | None = None, cache: str = "auto", top_k: int | None = None,
@@ -264,7 +264,7 @@ def make_plan(draft: Any = "auto", *, target: Any = None, backend: str = "auto",
             ``"transformers"``, or an installed backend such as ``"llamacpp"``.
         temperature: the sampling temperature (``auto`` plans per temperature).
         gamma, gamma_schedule: draft length γ (default 4) and its schedule.
-        drafts, tree, tree_law: the draft tree. ``drafts`` (``--drafts``) is one number whose
+        n, tree, tree_law: the draft tree. ``n`` (``--drafts``), the number of drafts, is one number whose
             meaning is the drafter's: for a draft model (``model``, ``distilled``, ``eagle``'s
             fixed trees) n, the drafts at the root of ``tree``'s n-sequence construction
             (:func:`resolve_tree_spec`); for a drafter that builds its own trees (``suffix``) the
@@ -286,8 +286,8 @@ def make_plan(draft: Any = "auto", *, target: Any = None, backend: str = "auto",
         TypeError: an argument of the wrong type.
         FileNotFoundError: a draft or target path that does not exist.
     """
-    if drafts is not None:
-        check_count(drafts, "drafts", "--drafts")
+    if n is not None:
+        check_count(n, "n", "--drafts")
     if gamma is not None:
         check_count(gamma, "gamma", "--gamma")
     if cache not in CACHES:
@@ -300,14 +300,14 @@ def make_plan(draft: Any = "auto", *, target: Any = None, backend: str = "auto",
     ver = VerifierSpec.of(verifier, verifier_params) if verifier is not None else None
     _check_loaded_target(target, dtype, device)
     is_auto = isinstance(draft, str) and draft == "auto"
-    automatic = is_auto and drafts is None and tree is None and ver is None and cache == "auto"
+    automatic = is_auto and n is None and tree is None and ver is None and cache == "auto"
     backend = choose_backend(backend, str(target) if isinstance(target, Path) else target, device=device,
                              dtype=dtype, automatic=automatic)
     check_target_source(target, backend)  # as the chosen backend loads it (llama.cpp: a .gguf file)
     if is_auto:
-        choice = auto_choice(target, device, backend=backend, dtype=dtype, temperature=temperature, drafts=drafts,
+        choice = auto_choice(target, device, backend=backend, dtype=dtype, temperature=temperature, n=n,
                              gamma=gamma, tree=tree, verifier=verifier, verifier_params=verifier_params)
-        draft, drafts, gamma = choice.draft, choice.children, choice.gamma
+        draft, n, gamma = choice.draft, choice.children, choice.gamma
         chosen = dict(choice.options, **({"min_confidence": choice.min_confidence} if choice.min_confidence else {}))
         # the table's options hold unless the caller gave another value than the kind's default
         # (the front doors pass every option, defaults included: generate's ngram_corpus "pydoc")
@@ -323,7 +323,7 @@ def make_plan(draft: Any = "auto", *, target: Any = None, backend: str = "auto",
     spec.check()
     if spec.needs_hidden_states:
         capabilities_for(target, backend).check_hidden_states(f"draft {spec.name!r}", backend)
-    tree_spec, ver = _shape(spec, ver, gamma=gamma, drafts=drafts, tree=tree, tree_law=tree_law)
+    tree_spec, ver = _shape(spec, ver, gamma=gamma, n=n, tree=tree, tree_law=tree_law)
     _check_size(tree_spec, common["gamma"], gamma_schedule)
     plan = DecodingPlan(spec, tree_spec, **{**common, "verifier": ver})
     plan.check_vocab(peek_vocab_and_context(target)[0], SamplingConfig(temperature=temperature, top_k=top_k))

@@ -88,7 +88,7 @@ def _logits(rows: list[int], vocab_size: int) -> torch.Tensor:
 
 
 def _timed_steps(drafter: SuffixDrafter, ctx: list[int], next_tokens: Callable[[int], list[int]], steps: int,
-                 vocab_size: int, depth: int) -> tuple[list[float], list[int]]:
+                 vocab_size: int, gamma: int) -> tuple[list[float], list[int]]:
     """Run ``steps`` loop steps (propose, verify at T = 0, update); ``next_tokens(n)``: the target's
     greedy tokens after a context of length n (one per row of the largest pass). Returns the
     seconds of each step and the size of each proposed tree."""
@@ -97,9 +97,9 @@ def _timed_steps(drafter: SuffixDrafter, ctx: list[int], next_tokens: Callable[[
     times, sizes = [], []
     for _ in range(steps):
         n = len(ctx)
-        logits = _logits(next_tokens(n), vocab_size)  # [1 + depth, V], built outside the timed work
+        logits = _logits(next_tokens(n), vocab_size)  # [1 + γ, V], built outside the timed work
         t0 = time.perf_counter()
-        tree = drafter.propose(ctx, depth + 1, sampling, gen)
+        tree = drafter.propose(ctx, gamma + 1, sampling, gen)
         step = verify_draft_tree(tree, logits[:1 + tree.size], sampling, verifier, gen)
         drafter.update(DraftOutcome(tree=tree, path=tuple(step.path), tokens=tuple(step.emitted), context_len=n))
         ctx.extend(step.emitted)
@@ -108,11 +108,11 @@ def _timed_steps(drafter: SuffixDrafter, ctx: list[int], next_tokens: Callable[[
     return times, sizes
 
 
-def measure_suffix_step_work(make_drafter: Callable[[], SuffixDrafter], vocab_size: int, *, depth: int = 8,
+def measure_suffix_step_work(make_drafter: Callable[[], SuffixDrafter], vocab_size: int, *, gamma: int = 8,
                              steps: int = 48, warmup: int = 8) -> dict[str, float]:
     """The work of a plain step and of a drafted (chain) step outside the target's pass (module
     docstring), for drafters made by ``make_drafter`` (each priced as it will be: the curve, the
-    copy model, ``min_n``), chains up to ``depth`` deep.
+    copy model, ``min_n``), chains of at most ``gamma`` tokens (the draft length γ).
 
     Returns:
         ``{"plain_ms", "chain_ms", "chain_nodes", "chains"}``: median milliseconds per step of each
@@ -126,21 +126,21 @@ def measure_suffix_step_work(make_drafter: Callable[[], SuffixDrafter], vocab_si
     if vocab_size < 2 * _PERIOD or steps < 1:
         raise ValueError(f"need vocab_size >= {2 * _PERIOD} and steps >= 1, got {vocab_size} and {steps}")
     rng = random.Random(0)
-    budget = TreeBudget(1, depth)
+    budget = TreeBudget(1, gamma)
     period = rng.sample(range(vocab_size), _PERIOD)  # [97] distinct tokens, repeated
 
     chain = make_drafter()
     ctx = period * 3
-    chain.start(ctx, budget, DraftSchedule(depth))
-    t_chain, sizes = _timed_steps(chain, ctx, lambda n: [period[(n + i) % _PERIOD] for i in range(depth + 1)],
-                                  warmup + steps, vocab_size, depth)
+    chain.start(ctx, budget, DraftSchedule(gamma))
+    t_chain, sizes = _timed_steps(chain, ctx, lambda n: [period[(n + i) % _PERIOD] for i in range(gamma + 1)],
+                                  warmup + steps, vocab_size, gamma)
 
     plain = make_drafter()
     fresh = np.random.default_rng(0)
     ctx = [int(t) for t in fresh.integers(0, vocab_size, 3 * _PERIOD)]
-    plain.start(ctx, budget, DraftSchedule(depth))
-    t_plain, _ = _timed_steps(plain, ctx, lambda n: [int(fresh.integers(0, vocab_size))] * (depth + 1),
-                              warmup + steps, vocab_size, depth)
+    plain.start(ctx, budget, DraftSchedule(gamma))
+    t_plain, _ = _timed_steps(plain, ctx, lambda n: [int(fresh.integers(0, vocab_size))] * (gamma + 1),
+                              warmup + steps, vocab_size, gamma)
 
     drafted = [t for t, s in zip(t_chain[warmup:], sizes[warmup:]) if s > 0]
     plain_ms = 1e3 * statistics.median(t_plain[warmup:])
@@ -150,16 +150,16 @@ def measure_suffix_step_work(make_drafter: Callable[[], SuffixDrafter], vocab_si
             "chain_nodes": round(statistics.fmean(nodes), 3) if nodes else 0.0, "chains": float(len(drafted))}
 
 
-def _key(curve: PassCostCurve, vocab_size: int, options: Mapping[str, Any], depth: int) -> dict[str, Any]:
+def _key(curve: PassCostCurve, vocab_size: int, options: Mapping[str, Any], gamma: int) -> dict[str, Any]:
     env = environment_info()
     return {"cpu_model": cpu_model(), "cpu_flags": cpu_flags(), "python": env["python"],
             "versions": {k: env["versions"].get(k) for k in ("specot", "numpy", "torch")},
-            "vocab_size": int(vocab_size), "depth": int(depth), "options": dict(sorted(options.items())),
+            "vocab_size": int(vocab_size), "depth": int(gamma), "options": dict(sorted(options.items())),
             "ratios": list(curve.ratios)}  # the curve decides which chains are drafted, hence measured
 
 
 def suffix_draft_overhead(make_drafter: Callable[[], SuffixDrafter], curve: PassCostCurve | None, vocab_size: int,
-                          options: Mapping[str, Any], *, depth: int = 8, refresh: bool = False,
+                          options: Mapping[str, Any], *, gamma: int = 8, refresh: bool = False,
                           cache_dir: str | None = None) -> tuple[float, dict[str, Any] | None]:
     """``(draft_overhead, measurement)``: a drafted step's work beyond a plain step's in one-token
     passes of ``curve`` (its t(1)), from the cached :func:`measure_suffix_step_work` of drafters
@@ -170,8 +170,8 @@ def suffix_draft_overhead(make_drafter: Callable[[], SuffixDrafter], curve: Pass
     """
     if curve is None or curve.repeats == 0:
         return FALLBACK_DRAFT_OVERHEAD, None
-    rec = cached_measurement(STEP_WORK_NAME, _key(curve, vocab_size, options, depth),
-                             lambda: measure_suffix_step_work(make_drafter, vocab_size, depth=depth),
+    rec = cached_measurement(STEP_WORK_NAME, _key(curve, vocab_size, options, gamma),
+                             lambda: measure_suffix_step_work(make_drafter, vocab_size, gamma=gamma),
                              check=check_step_work, refresh=refresh, cache_dir=cache_dir)
     v = rec["values"]
     if v.get("chains", 0) < 1:

@@ -207,24 +207,25 @@ def _chain(target: Any, draft: Any, ctx: list[int], head: list[int], L: int, sc:
     return p, torch.stack(qs), path
 
 
-def draw_context(target: Any, draft: Any, ctx: list[int], K: int, L: int, sc: Any, gen: Any) -> dict[str, Any]:
+def draw_context(target: Any, draft: Any, ctx: list[int], n: int, gamma: int, sc: Any, gen: Any) -> dict[str, Any]:
     """The ``iid``, ``wor`` and ``greedy`` paths of one context with both models' rows (module
     docstring): ``{"iid": (p, q, paths), "wor": (p, q, paths), "greedy": (p, q, path)}``, p and q
-    float64 ``[K, L + 1, V]`` (``[L + 1, V]`` for ``greedy``), paths int64 ``[K, L]``."""
+    float64 ``[n, γ + 1, V]`` (``[γ + 1, V]`` for ``greedy``), paths int64 ``[n, γ]``: ``n`` paths of
+    ``gamma`` (γ) tokens."""
     _NAMES.bind()
     out: dict[str, Any] = {}
-    iid = [_chain(target, draft, ctx, [], L, sc, gen) for _ in range(K)]
+    iid = [_chain(target, draft, ctx, [], gamma, sc, gen) for _ in range(n)]
     q0 = iid[0][1][0]
-    k = min(K, int((q0 > 0).sum()))
+    k = min(n, int((q0 > 0).sum()))
     firsts, rest = [iid[0][2][0]], q0.clone()  # successive sampling: the first draw is the first i.i.d. path's
     for _ in range(k - 1):
         rest[firsts[-1]] = 0.0
         firsts.append(int(torch.multinomial(rest / rest.sum(), 1, generator=gen)))
-    wor = [iid[0]] + [_chain(target, draft, ctx, [x], L, sc, gen) for x in firsts[1:]]
+    wor = [iid[0]] + [_chain(target, draft, ctx, [x], gamma, sc, gen) for x in firsts[1:]]
     for name, rows in (("iid", iid), ("wor", wor)):
         out[name] = (torch.stack([r[0] for r in rows]), torch.stack([r[1] for r in rows]),
                      torch.tensor([r[2] for r in rows], dtype=torch.int64))
-    out["greedy"] = _chain(target, draft, ctx, [], L, sc, gen, greedy=True)
+    out["greedy"] = _chain(target, draft, ctx, [], gamma, sc, gen, greedy=True)
     return out
 
 

@@ -61,27 +61,27 @@ _NAMES = LazyNames(__name__, {
 __getattr__ = _NAMES.getattr
 
 
-def draw_paths(target: Any, draft: Any, context: Sequence[int], K: int, L: int, sc: SamplingConfig,
+def draw_paths(target: Any, draft: Any, context: Sequence[int], n: int, gamma: int, sc: SamplingConfig,
                generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """K i.i.d. draft paths of L tokens after ``context`` and both models' rows along them.
+    """``n`` i.i.d. draft paths of ``gamma`` (γ) tokens after ``context`` and both models' rows along them.
 
     Returns:
-        ``(p [K, L + 1, V], q [K, L + 1, V], paths [K, L])``: float64 standardized distributions
+        ``(p [n, γ + 1, V], q [n, γ + 1, V], paths [n, γ])``: float64 standardized distributions
         (row i after the path's first i tokens) and the int64 draws; each token is drawn from q at
         its prefix with ``generator``.
     """
     _NAMES.bind()
     ctx = list(context)
     p_rows, q_rows, paths = [], [], []
-    for _ in range(K):
+    for _ in range(n):
         path: list[int] = []
         qk = []
-        for i in range(L + 1):
+        for i in range(gamma + 1):
             q_i = standardize(draft.logits_after(ctx + path)[-1].double(), sc)  # [V]
             qk.append(q_i)
-            if i < L:
+            if i < gamma:
                 path.append(int(torch.multinomial(q_i, 1, generator=generator)))
-        p_rows.append(standardize(target.logits_after(ctx, path).double(), sc))  # [L + 1, V]
+        p_rows.append(standardize(target.logits_after(ctx, path).double(), sc))  # [γ + 1, V]
         q_rows.append(torch.stack(qk))
         paths.append(path)
     return torch.stack(p_rows), torch.stack(q_rows), torch.tensor(paths, dtype=torch.int64)

@@ -116,8 +116,8 @@ class Method:
     name: str
     family: str  # ar | ngram | spec | tree | hf-ar | hf-prompt-lookup | hf-assisted
     run: Callable[[list[int], float, int], _Run]
-    K: int | None = None
-    L: int | None = None
+    n: int | None = None  # the number of drafts n (drafts per node of a tree)
+    gamma: int | None = None  # the draft length γ
     verifier: str | None = None
 
 
@@ -246,7 +246,7 @@ def _build_methods(tgt: Any, ngram: Any, draft: BenchDraft | None, gammas: Seque
                                      tree_generate(tgt, ed, ids, spec, cfg(t, s, L), verifier=v)), spec.max_drafts_per_node(), L, ver.name))
         if isinstance(ed, (EagleDrafter, HybridDrafter)):  # draft trees: EAGLE's top-k, GREEDY law
             for K, L in trees:
-                plan = make_plan(ed, verifier="greedy", drafts=K, gamma=L, tree="greedy")
+                plan = make_plan(ed, verifier="greedy", n=K, gamma=L, tree="greedy")
                 spec, ver = plan.tree, plan.verifier.build()
                 ms.append(Method(f"{label} tree n={K} γ={L} greedy", label,
                                  lambda ids, t, s, L=L, ed=ed, spec=spec, v=ver: wrap(
@@ -363,7 +363,7 @@ def _setup(tgt: Any, bd: BenchDraft | None, methods: list[Method], prompt_set: s
         "draft_reason": bd.reason if bd is not None else None, "prompt_set": prompt_set,
         "prompt_set_description": describe_prompt_set(prompt_set), "prompts": n_prompts,
         "torch_threads": torch.get_num_threads(), "cuda_graphs": bool(cuda_graphs),
-        "methods": [{"name": m.name, "family": m.family, "drafts": m.K, "gamma": m.L, "verifier": m.verifier}
+        "methods": [{"name": m.name, "family": m.family, "drafts": m.n, "gamma": m.gamma, "verifier": m.verifier}
                     for m in methods],
     }
 

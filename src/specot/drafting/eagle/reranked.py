@@ -59,9 +59,10 @@ def ranked_tree(root: int, tokens: list[int], parents: list[int], score: list[fl
 
 
 @torch.no_grad()
-def draft_reranked(passes: DraftPasses, root_token: int, depth: int, shape: DynamicTree, expansion: Expansion,
+def draft_reranked(passes: DraftPasses, root_token: int, gamma: int, shape: DynamicTree, expansion: Expansion,
                    target_ids: Tensor, vocab_size: int) -> DraftTree:
-    """EAGLE-2's dynamic draft tree after ``root_token``, re-ranked, as a deterministic tree.
+    """EAGLE-2's dynamic draft tree after ``root_token``, ``gamma`` (the draft length γ) deep at most,
+    re-ranked, as a deterministic tree.
 
     Expansion: every expanded node gets the ``shape.children`` tokens of highest draft probability
     as children; of each depth's new nodes, the ``shape.width`` with the highest cumulative draft
@@ -79,7 +80,7 @@ def draft_reranked(passes: DraftPasses, root_token: int, depth: int, shape: Dyna
     tokens, parents, score = [root_token], [-1], [0.0]
     frontier = [0]
     children = min(shape.children, target_ids.shape[0])
-    for d in range(depth):
+    for d in range(gamma):
         lg = passes.frontier_logits(frontier)  # [F, V_d]
         top = torch.log_softmax(lg.to(torch.float32), dim=-1).topk(children, dim=-1)  # sorted, best first
         lps, ids = top.values.tolist(), target_ids[top.indices].tolist()  # one host read each
@@ -90,7 +91,7 @@ def draft_reranked(passes: DraftPasses, root_token: int, depth: int, shape: Dyna
                 tokens.append(int(t))
                 parents.append(nd)
                 score.append(score[nd] + lp)
-        if d + 1 >= depth:
+        if d + 1 >= gamma:
             break
         # a node expands only if fewer than `budget` nodes score strictly higher (else no
         # descendant of it survives the re-ranking)

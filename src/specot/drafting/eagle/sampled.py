@@ -41,9 +41,9 @@ class TreeShape:
     #: whether the next frontier is chosen by cumulative draft log-probability
     scored = False
 
-    def depth(self, depth: int) -> int:
-        """The tree's depth for a draft length ``depth``."""
-        return depth
+    def depth(self, gamma: int) -> int:
+        """The tree's depth for a draft length ``gamma``."""
+        return gamma
 
     def plan(self, frontier: list[int], size: int) -> list[int]:
         """Children per frontier node (a tree of ``size`` draft nodes so far)."""
@@ -72,8 +72,8 @@ class TopologyShape(TreeShape):
     def _child_slots(self, node: int) -> list[Path_]:
         return [cs for s in self.slots.get(node, []) for cs in self.spec.children(s)]
 
-    def depth(self, depth: int) -> int:
-        return min(depth, self.spec.depth)
+    def depth(self, gamma: int) -> int:
+        return min(gamma, self.spec.depth)
 
     def plan(self, frontier: list[int], size: int) -> list[int]:
         return [len(self._child_slots(nd)) for nd in frontier]
@@ -145,11 +145,12 @@ def _attach(tree: DraftTree, shape: TreeShape, frontier: list[int], draws: dict[
 
 
 @torch.no_grad()
-def draft_sampled(passes: DraftPasses, root_token: int, shape: TreeShape, law: DraftLaw, depth: int,
+def draft_sampled(passes: DraftPasses, root_token: int, shape: TreeShape, law: DraftLaw, gamma: int,
                   sampling: SamplingConfig, generator: torch.Generator | None, *,
                   probs: Callable[[Tensor, SamplingConfig], Tensor], to_target: Callable[[Tensor], Tensor],
                   target_ids: list[int], expansion: Expansion) -> DraftTree:
-    """Grow a tree after ``root_token`` depth by depth (module docstring), ``depth`` deep at most.
+    """Grow a tree after ``root_token`` depth by depth (module docstring), ``gamma`` (the draft
+    length γ) deep at most.
 
     Per depth: every frontier node (fed to the head, with its logits) gets its number of children
     n from ``shape``, capped at q's support for WOR / GREEDY; then ONE :func:`sample_drafts` call
@@ -166,7 +167,7 @@ def draft_sampled(passes: DraftPasses, root_token: int, shape: TreeShape, law: D
     score = {0: 0.0}
     frontier = [0]
     q_rows: list[Tensor] = []
-    depth = shape.depth(depth)
+    depth = shape.depth(gamma)
     for d in range(depth):
         plan = shape.plan(frontier, tree.size)
         lg = passes.frontier_logits(frontier)  # [F, V_d]

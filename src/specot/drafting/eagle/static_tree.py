@@ -54,10 +54,10 @@ CATCH_UP_WIDTHS = (1, 2, 4, 8)
 _STRICT = 1e-9
 
 
-def tree_candidates(depth: int, children: int, width: int) -> int:
-    """Nodes a depth-``depth`` tree drafts before its re-ranking: the root's ``children`` children,
-    then ``width`` nodes expanded with ``children`` children each at every further depth."""
-    return children + (depth - 1) * width * children
+def tree_candidates(gamma: int, children: int, width: int) -> int:
+    """Nodes a tree of draft length ``gamma`` (γ levels) drafts before its re-ranking: the root's
+    ``children`` children, then ``width`` nodes expanded with ``children`` children each at every further depth."""
+    return children + (gamma - 1) * width * children
 
 
 def _width(t: int) -> int | None:
@@ -72,7 +72,7 @@ class StaticTreeDraft:
         head: the :class:`~specot.drafting.eagle.Eagle3Head`.
         target_ids: int64 ``[V_d]``, the target id of every draft id.
         max_len: committed positions the cache holds (the context and the output, plus the widest catch-up).
-        depth: tree depth D (levels of draft tokens).
+        gamma: the draft length γ, the tree's depth D (levels of draft tokens).
         children: children per expanded node.
         width: nodes expanded per depth.
         budget: draft nodes kept (at most ``children + (D − 1)·width·children``).
@@ -84,21 +84,21 @@ class StaticTreeDraft:
         ValueError: a budget larger than the candidates, or sizes below 1.
     """
 
-    def __init__(self, head: Any, target_ids: Tensor, *, max_len: int, depth: int, children: int, width: int,
+    def __init__(self, head: Any, target_ids: Tensor, *, max_len: int, gamma: int, children: int, width: int,
                  budget: int, stop_tokens: frozenset[int] = frozenset(), min_confidence: float | None = None,
                  cuda_graphs: bool = False) -> None:
-        if min(max_len, depth, children, width, budget) < 1 or width > children:
-            raise ValueError(f"need max_len, depth, children, width, budget >= 1 and width <= children, got {max_len}, "
-                             f"{depth}, {children}, {width}, {budget}")
-        if budget > tree_candidates(depth, children, width):
-            raise ValueError(f"a budget of {budget} nodes exceeds the {tree_candidates(depth, children, width)} "
-                             f"candidates of a depth-{depth} tree with {children} children per node and width {width}")
-        self.head, self.depth, self.children, self.width, self.budget = head, depth, children, width, budget
+        if min(max_len, gamma, children, width, budget) < 1 or width > children:
+            raise ValueError(f"need max_len, gamma, children, width, budget >= 1 and width <= children, got {max_len}, "
+                             f"{gamma}, {children}, {width}, {budget}")
+        if budget > tree_candidates(gamma, children, width):
+            raise ValueError(f"a budget of {budget} nodes exceeds the {tree_candidates(gamma, children, width)} "
+                             f"candidates of a depth-{gamma} tree with {children} children per node and width {width}")
+        self.head, self.gamma, self.children, self.width, self.budget = head, gamma, children, width, budget
         att = head.midlayer.self_attn
         dev, dt = head.norm.weight.device, head.dtype
         self.device = dev
         self.tree_start = max_len  # slots [max_len, S): the tree's temporary entries
-        S = max_len + (depth - 1) * width
+        S = max_len + (gamma - 1) * width
         self.K = torch.zeros(head.num_layers, att.num_kv, S, att.head_dim, dtype=dt, device=dev)
         self.V = torch.zeros_like(self.K)
         self.target_ids = target_ids.to(dev)
@@ -132,22 +132,22 @@ class StaticTreeDraft:
                                          logit_rows=last)
         return logits, h.index_select(0, last)
 
-    def _expand(self, root_logits: Tensor, root_feat: Tensor, depth: int) -> Tensor:
+    def _expand(self, root_logits: Tensor, root_feat: Tensor, gamma: int) -> Tensor:
         """The tree after the committed context ``[base, end)``: every depth's ``width`` best nodes
         expanded with their ``children`` children; returns ``[budget + 3·C]`` float64 — the kept
         candidates' indices (best first), then every candidate's target token, parent candidate
         (−1: the root) and cumulative log-probability (C candidates)."""
         children, w, dev = self.children, self.width, self.device
-        C = tree_candidates(depth, children, w)
+        C = tree_candidates(gamma, children, w)
         lp = torch.log_softmax(root_logits.float(), dim=-1)[0].topk(children)  # best first
         toks, pars, scores = [self.target_ids[lp.indices]], [torch.full((children,), -1, device=dev)], \
             [lp.values.double().clamp_max(-_STRICT)]
         f_idx = torch.arange(children, device=dev)  # candidate index of every node that may expand
         f_feat = root_feat.expand(children, -1)  # [children, H]: the feature their pass reads (the parent's output)
-        anc = torch.zeros(children, (self.depth - 1) * w, dtype=torch.bool, device=dev)  # tree slots each attends to
+        anc = torch.zeros(children, (self.gamma - 1) * w, dtype=torch.bool, device=dev)  # tree slots each attends to
         committed = (self.slots >= self.base) & (self.slots < self.end)  # [S]
         offset = children
-        for d in range(1, depth):
+        for d in range(1, gamma):
             score_all, tok_all = torch.cat(scores), torch.cat(toks)
             cand = score_all.index_select(0, f_idx)
             cand = torch.where(self.stop[tok_all.index_select(0, f_idx)] | (cand < self.log_tau), -math.inf, cand)
@@ -202,7 +202,7 @@ class StaticTreeDraft:
 
     # ------------------------------------------------------------------ the one call
     @torch.no_grad()
-    def draft(self, new_tokens: list[int], new_feats: Tensor, start: int, base: int, depth: int
+    def draft(self, new_tokens: list[int], new_feats: Tensor, start: int, base: int, gamma: int
               ) -> tuple[list[int], list[int], list[int], list[float]]:
         """Catch up on the committed positions ``start .. start + T − 1`` (``new_tokens [T]``, the
         target's features ``new_feats [T, F]`` of the positions before them; ``base``: the first
@@ -211,8 +211,8 @@ class StaticTreeDraft:
         parent indices (−1: root) and the cumulative log-probabilities. One host read."""
         T = len(new_tokens)
         end = start + T
-        if not 1 <= depth <= self.depth:
-            raise ValueError(f"depth {depth} outside [1, {self.depth}] (the depth this builder was made for)")
+        if not 1 <= gamma <= self.gamma:
+            raise ValueError(f"gamma {gamma} outside [1, {self.gamma}] (the draft length γ this builder was made for)")
         if end + CATCH_UP_WIDTHS[-1] > self.tree_start:
             raise ValueError(f"the static draft cache holds {self.tree_start - CATCH_UP_WIDTHS[-1]} positions; "
                              f"position {end} is past it")
@@ -232,10 +232,10 @@ class StaticTreeDraft:
             logits, feat = self._run(("catch_up", W), lambda: self._catch_up(buf["tokens"], buf["feats"], buf["last"]))
         self.root_logits.copy_(logits)  # the expansion's fixed inputs
         self.root_feat.copy_(feat)
-        flat = self._run(("expand", depth), lambda: self._expand(self.root_logits, self.root_feat, depth)) \
-            if depth == self.depth else self._expand(self.root_logits, self.root_feat, depth)
+        flat = self._run(("expand", gamma), lambda: self._expand(self.root_logits, self.root_feat, gamma)) \
+            if gamma == self.gamma else self._expand(self.root_logits, self.root_feat, gamma)
         out = flat.tolist()  # the one host read
-        C = tree_candidates(depth, self.children, self.width)
+        C = tree_candidates(gamma, self.children, self.width)
         n_keep = min(self.budget, C)
         keep = [int(x) for x in out[:n_keep]]
         toks_l = [int(x) for x in out[n_keep:n_keep + C]]
@@ -280,28 +280,28 @@ class StaticTrees:
         """Whether a context of ``context_len`` tokens, plus the widest catch-up, fits the cache."""
         return context_len + CATCH_UP_WIDTHS[-1] <= self.max_len
 
-    def builder_for(self, head: Any, target_ids: Tensor, depth: int, shape: DynamicTree,
+    def builder_for(self, head: Any, target_ids: Tensor, gamma: int, shape: DynamicTree,
                     expansion: Expansion) -> StaticTreeDraft:
-        """The builder of depth-``depth`` trees of ``shape`` (its sizes cut to what the head's
+        """The builder of ``shape``'s trees of draft length ``gamma`` (its sizes cut to what the head's
         draft vocabulary and the candidates allow) under ``expansion``; a new one (and an empty
         cache) when the parameters changed."""
         children = min(shape.children, head.draft_vocab_size)
         width = min(shape.width, children)
-        budget = min(shape.budget, tree_candidates(depth, children, width))
-        key = (depth, children, width, budget, expansion.stop_tokens, expansion.min_confidence)
+        budget = min(shape.budget, tree_candidates(gamma, children, width))
+        key = (gamma, children, width, budget, expansion.stop_tokens, expansion.min_confidence)
         if self.builder is None or self._key != key:
-            self.builder = StaticTreeDraft(head, target_ids, max_len=self.max_len, depth=depth, children=children,
+            self.builder = StaticTreeDraft(head, target_ids, max_len=self.max_len, gamma=gamma, children=children,
                                            width=width, budget=budget, stop_tokens=expansion.stop_tokens,
                                            min_confidence=expansion.min_confidence, cuda_graphs=self.cuda_graphs)
             self._key, self.base, self.end = key, 1, 1
         return self.builder
 
-    def draft(self, context: list[int], feats: Tensor, feats_base: int, depth: int, vocab_size: int) -> DraftTree:
+    def draft(self, context: list[int], feats: Tensor, feats_base: int, gamma: int, vocab_size: int) -> DraftTree:
         """EAGLE-2's re-ranked tree after ``context`` from the builder (made by :meth:`builder_for`):
         the committed positions the cache lacks are caught up (at least the last one, whose logits
         are the root's), then ONE call. ``feats [N, k·H_t]`` are the target's fused features of
         positions ``feats_base ..``; the empty tree where those of positions up to ``c − 2`` are
-        missing. The tree's ``draft_calls`` are the catch-up and ``depth − 1`` expansion passes."""
+        missing. The tree's ``draft_calls`` are the catch-up and ``gamma − 1`` expansion passes."""
         st, c = self.builder, len(context)
         if st is None:
             raise RuntimeError("StaticTrees.draft needs a builder: call builder_for() first")
@@ -310,10 +310,10 @@ class StaticTrees:
         if self.base < feats_base + 1:  # the features restart later (a gap): so does the cache
             self.base = self.end = feats_base + 1
         start = max(min(self.end, c - 1), self.base)
-        depth = min(depth, st.depth)
+        gamma = min(gamma, st.gamma)
         keep, toks, pars, score = st.draft(context[start:c], feats[start - 1 - feats_base: c - 1 - feats_base],
-                                           start, self.base, depth)
+                                           start, self.base, gamma)
         self.end = c
         nodes = sorted(i + 1 for i in keep if score[i] > -math.inf)  # root = node 0
         return ranked_tree(context[-1], [context[-1]] + toks, [-1] + [p + 1 for p in pars], [0.0] + score, nodes,
-                           depth, vocab_size, q_device="cpu")
+                           gamma, vocab_size, q_device="cpu")
