@@ -210,10 +210,11 @@ def test_real_pair_sampling_law_chi_square(pair):
     """T = 1, TLI chains (γ = 3): the emitted tokens follow the target's p. Seeded; the false-failure
     rate of the threshold is 0.1% (p-value < 1e-3 under an exact decoder), over 300 tokens. The same
     test rejects a lossy decoder of the same pair, lenient sampling with l = 0.2 (Leviathan et al.
-    App. A.5), at p < 1e-6 from 120 tokens (seen: about 1e-32 from 300)."""
+    App. A.5), at p < 1e-6 from 180 tokens (seen: 4e-6 from 120 on one llama.cpp build, about 1e-32
+    from 300)."""
     target, tli = pair
     assert _pit_pvalue(target, tli, None, 100) > 1e-3
-    assert _pit_pvalue(target, tli, LenientVerifier(0.2), 40) < 1e-6
+    assert _pit_pvalue(target, tli, LenientVerifier(0.2), 60) < 1e-6
 
 
 @needs_pair
