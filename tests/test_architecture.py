@@ -139,6 +139,50 @@ def test_the_integrations_never_import_each_other():
     assert not bad, bad
 
 
+#: An integration's modules run as ``python -m`` (its benchmark, its sampler harness): leaves that
+#: the rest of the integration never imports, so the integration holds only its adapter.
+INTEGRATION_LEAVES = ("specot_vllm.bench", "specot_vllm.harness")
+
+
+def _imported_names(path: Path, src: Path = SRC) -> list[tuple[str, int]]:
+    """(absolute module or ``module.name``, line) for every import in ``path``, function bodies too."""
+    here = list(path.relative_to(src).with_suffix("").parts[:-1])
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out.extend((a.name, node.lineno) for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join(here[: len(here) - node.level + 1] + ([node.module] if node.module else [])) if node.level \
+                else (node.module or "")
+            out.append((base, node.lineno))
+            out.extend((f"{base}.{a.name}", node.lineno) for a in node.names)
+    return out
+
+
+def _leaf_imports(src: Path) -> list[str]:
+    """Imports of the lab or of an integration's leaves (:data:`INTEGRATION_LEAVES`) inside the integrations."""
+    return [f"{p.relative_to(src)}:{line} imports {mod}" for pkg in ("specot_vllm", "specot_llamacpp")
+            if (src / pkg).is_dir() for p in sorted((src / pkg).rglob("*.py"))
+            if _module_name(p, src) not in INTEGRATION_LEAVES for mod, line in _imported_names(p, src)
+            if mod.split(".")[0] == "specot_lab" or any(mod == m or mod.startswith(m + ".") for m in INTEGRATION_LEAVES)]
+
+
+def test_an_integration_never_imports_its_benchmarks_or_the_lab():
+    assert not _leaf_imports(SRC), _leaf_imports(SRC)
+    if (SRC / "specot_vllm").is_dir():
+        assert all((SRC / (m.replace(".", "/") + ".py")).is_file() for m in INTEGRATION_LEAVES)
+
+
+def test_the_leaf_check_sees_a_planted_import(tmp_path):
+    (tmp_path / "specot_vllm").mkdir()
+    (tmp_path / "specot_llamacpp").mkdir()
+    (tmp_path / "specot_vllm" / "tree.py").write_text("def f():\n    from . import harness\n", encoding="utf-8")
+    (tmp_path / "specot_vllm" / "harness.py").write_text("from .tree import f\n", encoding="utf-8")
+    (tmp_path / "specot_llamacpp" / "target.py").write_text("import specot_lab.bench\n", encoding="utf-8")
+    assert sorted(_leaf_imports(tmp_path)) == ["specot_llamacpp/target.py:1 imports specot_lab.bench",
+                                                "specot_vllm/tree.py:2 imports specot_vllm.harness"]
+
+
 #: Every package under ``src/``: the core, the lab and the integrations.
 PACKAGES = ("specot",) + BESIDE
 
