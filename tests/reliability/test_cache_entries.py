@@ -143,6 +143,7 @@ def test_the_reader_enforces_what_the_writer_enforces():
 def test_a_curve_measured_busy_is_flagged_and_measured_again_when_quiet(tmp_path, monkeypatch):
     cpus = C.os.cpu_count()
     monkeypatch.setattr(C, "load_average", lambda: [4.0 * cpus, 1.0, 1.0])
+    monkeypatch.setattr(C, "_others_share_now", lambda: 0.5)  # other processes hold half the CPUs
     t = FakeTarget()
     calibrate(t, cache_dir=tmp_path)
     path = calibration_path(calibration_key(t), tmp_path)
@@ -157,6 +158,62 @@ def test_a_curve_measured_busy_is_flagged_and_measured_again_when_quiet(tmp_path
     assert len(msgs) == 1 and "busy machine" in msgs[0] and str(path) in msgs[0]
     assert json.loads(path.read_text())["busy"] is False
     assert calibrate(t, cache_dir=tmp_path).source == "cache" and t.calls == 2
+
+
+def test_a_curve_timed_while_other_processes_took_the_cores_is_busy_whatever_the_load_average(tmp_path, monkeypatch):
+    """A burst of other work during the timing (the load average lags it by a minute): the entry is
+    flagged busy, and measured again by the first run that finds no other process on the CPUs."""
+    import multiprocessing
+
+    cpus = C.os.cpu_count()
+    monkeypatch.setattr(C, "load_average", lambda: [0.6 * cpus, 0.6 * cpus, 0.6 * cpus])  # neither busy nor quiet
+
+    class Contended(FakeTarget):
+        def measure_pass_times(self, widths, repeats):
+            hogs = [multiprocessing.get_context("spawn").Process(target=_spin, args=(0.6,)) for _ in range(cpus)]
+            for h in hogs:
+                h.start()
+            for h in hogs:
+                h.join()
+            return super().measure_pass_times(widths, repeats)
+
+    t = Contended()
+    calibrate(t, cache_dir=tmp_path)
+    path = calibration_path(calibration_key(t), tmp_path)
+    assert json.loads(path.read_text())["busy"] is True
+    monkeypatch.setattr(C, "_others_share_now", lambda: 0.6)  # the cores still taken: the entry is used
+    assert calibrate(t, cache_dir=tmp_path).source == "cache" and t.calls == 1
+    monkeypatch.setattr(C, "_others_share_now", lambda: 0.0)  # nobody else on the CPUs now
+    again, msgs = caught(lambda: calibrate(t, cache_dir=tmp_path))
+    assert again.source == "measured" and t.calls == 2 and len(msgs) == 1
+
+
+def test_the_cpu_clock_sees_other_processes_and_not_its_own(tmp_path):
+    import multiprocessing
+    import time
+
+    from specot.envinfo import CpuClock
+
+    with CpuClock() as own:
+        end = time.perf_counter() + 0.3
+        while time.perf_counter() < end:
+            pass
+    hog = multiprocessing.get_context("spawn").Process(target=_spin, args=(1.0,))
+    hog.start()
+    time.sleep(0.3)  # the child started
+    with CpuClock() as others:
+        time.sleep(0.4)
+    hog.join()
+    assert own.others_share is not None and others.others_share is not None
+    assert own.others_share < others.others_share and others.others_share > 0.3 / C.os.cpu_count()
+
+
+def _spin(seconds: float) -> None:
+    import time
+
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
 
 
 def test_an_entry_without_the_flag_is_judged_by_its_load_average(tmp_path, monkeypatch):
