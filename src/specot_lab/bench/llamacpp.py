@@ -338,7 +338,8 @@ def _plan_runner(target: LlamaCppTarget, method: str, temperatures: Sequence[flo
         res = run_plan(plan, target, drafter, ids, cfg, ver, on_tokens=on_tokens)
         s = res.stats
         ttft, firsts = first[0] if first else (0.0, 0)
-        pricing = getattr(drafter, "pricing", None)
+        # a draft model's pricing: its own, or that of the model drafter inside a hybrid
+        pricing = getattr(drafter, "pricing", None) or getattr(getattr(drafter, "model", None), "pricing", None)
         d = float(pricing.pricer.draft_cost) if pricing is not None else 0.0
         return {"tokens": len(res.tokens), "ttft_s": ttft, "firsts": firsts, "passes": s.target_calls,
                 "drafted": s.drafted, "accepted": s.accepted, "tree_sizes": list(s.tree_sizes),
