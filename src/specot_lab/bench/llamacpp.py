@@ -335,16 +335,19 @@ def _plan_runner(target: LlamaCppTarget, method: str, temperatures: Sequence[flo
         def on_tokens(batch: list[int]) -> None:
             if not first:
                 first.append((time.perf_counter() - t0, len(batch)))
+        suffix = getattr(drafter, "suffix", None)  # a hybrid's suffix drafter: its lookups are no draft passes
+        lookups = getattr(suffix, "calls", 0)
         res = run_plan(plan, target, drafter, ids, cfg, ver, on_tokens=on_tokens)
         s = res.stats
         ttft, firsts = first[0] if first else (0.0, 0)
         # a draft model's pricing: its own, or that of the model drafter inside a hybrid
         pricing = getattr(drafter, "pricing", None) or getattr(getattr(drafter, "model", None), "pricing", None)
         d = float(pricing.pricer.draft_cost) if pricing is not None else 0.0
+        model_passes = s.draft_calls - (getattr(suffix, "calls", 0) - lookups)
         return {"tokens": len(res.tokens), "ttft_s": ttft, "firsts": firsts, "passes": s.target_calls,
                 "drafted": s.drafted, "accepted": s.accepted, "tree_sizes": list(s.tree_sizes),
                 "emitted": [a + 1 for a in s.accepted_lengths], "draft_time_s": s.draft_time_s,
-                "draft_calls": s.draft_calls, "draft_passes_cost": s.draft_calls * d, "runs": 1,
+                "draft_calls": s.draft_calls, "draft_passes_cost": model_passes * d, "runs": 1,
                 "plan": plan.describe() if hasattr(plan, "describe") else draft}
     return run
 
