@@ -325,9 +325,6 @@ def _curve_entry(obj: Mapping[str, Any], key: Mapping[str, Any]) -> tuple[PassCo
     return PassCostCurve(**fields, source="cache"), flag
 
 
-#: Whether the last measurement of a target (by ``id``) shared the cores with other processes.
-_CONTENDED: dict[int, bool] = {}
-
 #: A measurement during which other processes took more than this share of the machine's CPU time
 #: (:class:`specot.envinfo.CpuClock`) is busy, whatever the load average said.
 OTHERS_BUSY_SHARE = 0.25
@@ -340,6 +337,17 @@ def _quiet_now() -> bool:
         return True
     share = _others_share_now()
     return share is not None and share < 0.1
+
+
+def _timed(run: Callable[[], Any]) -> tuple[Any, list[float] | None, bool]:
+    """``run()`` (a timing) with the load average before it and whether the machine was busy for it:
+    a busy load average (:func:`specot.cache_entry.busy`), or other processes taking more than
+    :data:`OTHERS_BUSY_SHARE` of the CPU time while it ran (:class:`CpuClock`)."""
+    load = load_average()
+    with CpuClock() as clock:
+        out = run()
+    share = clock.others_share
+    return out, load, busy(load, os.cpu_count()) or (share is not None and share > OTHERS_BUSY_SHARE)
 
 
 def _others_share_now() -> float | None:
@@ -365,8 +373,9 @@ def _write_json(path: Path, obj: Mapping[str, Any]) -> None:
         tmp.write_text(body, encoding="utf-8")
 
 
-def _measure(target: Any, key: Mapping[str, Any], widths: Sequence[int], repeats: int) -> PassCostCurve:
-    """The target's own measurement (``measure_pass_times``) as a curve.
+def _measure(target: Any, key: Mapping[str, Any], widths: Sequence[int], repeats: int) -> tuple[PassCostCurve, bool]:
+    """The target's own measurement (``measure_pass_times``) as a curve, and whether the machine was
+    busy for it (:func:`_timed`).
 
     Raises:
         TypeError: the target has no ``measure_pass_times``.
@@ -375,16 +384,14 @@ def _measure(target: Any, key: Mapping[str, Any], widths: Sequence[int], repeats
     measure = getattr(target, "measure_pass_times", None)
     if not callable(measure):
         raise TypeError(f"{type(target).__name__} cannot measure its passes (no measure_pass_times method)")
-    load = load_average()
-    with CpuClock() as clock:
-        t = [float(x) for x in measure(list(widths), repeats)]
-    _CONTENDED[id(target)] = clock.others_share is not None and clock.others_share > OTHERS_BUSY_SHARE
+    times, load, was_busy = _timed(lambda: measure(list(widths), repeats))
+    t = [float(x) for x in times]
     if len(t) != len(widths):
         raise ValueError(f"measure_pass_times returned {len(t)} times for {len(widths)} widths")
     t = _plausible(widths, t)
     return PassCostCurve(tuple(widths), tuple(round(x, 4) for x in t), repeats=int(repeats), key=dict(key),
                          source="measured", measured_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                         load_average=tuple(load) if load is not None else None)
+                         load_average=tuple(load) if load is not None else None), was_busy
 
 
 def _plausible(widths: Sequence[int], t_ms: Sequence[float]) -> list[float]:
@@ -446,12 +453,10 @@ def calibrate(target: Any, *, widths: Sequence[int] = DEFAULT_WIDTHS, repeats: i
             why = _busy_note(cached.load_average)
     else:
         why = None
-    curve = _measure(target, key, widths, repeats)
+    curve, was_busy = _measure(target, key, widths, repeats)
     if path is not None:
-        cpus = os.cpu_count()
-        flag = busy(curve.load_average, cpus) or _CONTENDED.pop(id(target), False)
-        unstored = _store(path, {"format": FORMAT_VERSION, "curve": curve.to_dict(), "cpu_count": cpus,
-                                 "busy": flag}, curve)
+        unstored = _store(path, {"format": FORMAT_VERSION, "curve": curve.to_dict(), "cpu_count": os.cpu_count(),
+                                 "busy": was_busy}, curve)
         _warn(f"pass-cost calibration cache {path}", why, "pass-cost calibration", unstored)
     return curve
 
@@ -556,8 +561,8 @@ def cached_measurement(name: str, key: Mapping[str, Any], measure: Callable[[], 
             why = _busy_note(cached["load_average"])
     else:
         why = None
-    load = load_average()
-    values = {k: float(v) for k, v in measure().items()}
+    measured, load, was_busy = _timed(measure)
+    values = {k: float(v) for k, v in measured.items()}
     if not all(v == v and abs(v) != float("inf") for v in values.values()):
         raise ValueError(f"{name}: measured values must be finite numbers, got {values}")
     if check is not None:
@@ -566,9 +571,8 @@ def cached_measurement(name: str, key: Mapping[str, Any], measure: Callable[[], 
             "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "load_average": list(load) if load is not None else None}
     if path is not None:
-        cpus = os.cpu_count()
-        unstored = _store(path, {"format": FORMAT_VERSION, "measurement": body, "cpu_count": cpus,
-                                 "busy": busy(load, cpus)}, {**body, "source": "measured"})
+        unstored = _store(path, {"format": FORMAT_VERSION, "measurement": body, "cpu_count": os.cpu_count(),
+                                 "busy": was_busy}, {**body, "source": "measured"})
         _warn(f"calibration cache {path} ({name})", why, name, unstored)
     return {**body, "source": "measured"}
 

@@ -9,9 +9,9 @@ comparable with timings on an idle one.
 from __future__ import annotations
 
 import os
-import time
 import platform
 import sys
+import time
 from importlib import metadata
 from typing import Any
 
