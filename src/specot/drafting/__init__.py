@@ -5,8 +5,8 @@ from .base import DraftOutcome, DraftSchedule, DraftTree, Drafter
 from .eagle import Eagle3Head, EagleDrafter
 from .hybrid import HybridDrafter
 from .model import ModelDrafter, check_vocab_compatible, draft_tree_from_model
-from .ngram import NGramDrafter, NGramTable
-from .suffix import NGramCounts, SuffixDrafter, SuffixIndex
+from .ngram import NGramCounts, NGramDrafter, NGramTable
+from .suffix import SuffixDrafter, SuffixIndex
 from .xvocab import XVocabDrafter
 from .tree import EAGLE_DEFAULT_TREE, DraftShape, TreeBudget, TreeSpec, default_law_for, load_topology, parse_tree_spec
 

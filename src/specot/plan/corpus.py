@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ..drafting.ngram import NGramTable
-from ..drafting.suffix import NGramCounts
+from ..drafting.ngram import NGramCounts
 
 __all__ = ["pydoc_texts", "check_corpus", "ngram_table", "ngram_counts"]
 
