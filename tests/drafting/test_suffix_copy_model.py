@@ -10,7 +10,7 @@ import torch
 
 from specot.calibration import PassCostCurve
 from specot.drafting import DraftOutcome, DraftTree, SuffixDrafter, TreeBudget
-from specot.drafting.suffix import COPY_EDGES, COPY_PRIOR, _copy_bucket
+from specot.drafting.copy import COPY_EDGES, COPY_PRIOR, copy_bucket as _copy_bucket
 from specot.engine import GenerationConfig, autoregressive_generate, make_generator, tree_generate
 from specot.laws import DraftLaw
 from specot.sampling import SamplingConfig

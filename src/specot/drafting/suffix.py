@@ -55,6 +55,9 @@ nodes verified in this generation (weight W(child)/W(node) each) around the prio
 :data:`COPY_PRIOR` (measured: SmolLM2-135M-Instruct on seven prompt sets, greedy at T = 0, the
 target's probability of the copied token at T = 1, interpolated between; ``copy_weight`` pseudo
 nodes). Long copies then draft long chains and short matches, where text rarely repeats, none.
+With ``copy_anchor=True`` the source is drafted again right after an edit breaks a verified copy
+(:class:`~specot.drafting.copy.CopyAnchor`: resync, insertion and replacement continuations, each
+its own learned bucket), where the suffix match alone would wait for several new tokens.
 
 **Corpus** (optional :class:`NGramCounts` — the top continuations of every corpus m-gram, m ≤ 3,
 with their frequencies; ``specot.api.load_drafter("suffix")`` builds it from ``pydoc_data.topics``
@@ -82,10 +85,8 @@ moves the rows it needs to p's device and dtype (``.to``).
 
 from __future__ import annotations
 
-import bisect
 import heapq
 import time
-from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -94,29 +95,15 @@ import torch
 from .._validation import check_count
 from ..laws import DraftLaw
 from ..sampling import SamplingConfig
+from .copy import (ALIGN_KINDS, ALIGN_MATCH, ALIGN_PRIOR, COPY_EDGES, COPY_MATCH_CAP, COPY_PRIOR, CopyAnchor,
+                   copy_bucket)
 from .base import DraftOutcome, DraftSchedule, DraftTree, Drafter, greedy_q
-from .ngram import NGramTable
+from .ngram import NGramCounts, NGramTable
 from .pricing import best_size, block_values, pass_cost
 from .tree import DraftShape, TreeBudget
 
-__all__ = ["SuffixIndex", "SuffixDrafter", "SuffixSettings", "NGramCounts", "COPY_EDGES", "COPY_PRIOR"]
+__all__ = ["SuffixIndex", "SuffixDrafter", "SuffixSettings"]
 
-#: Lower edges of the match-length buckets of the copy model (``copy_model=True``): L = 1, 2, 3,
-#: 4–5, 6–7, 8–11, 12–15, 16–31, 32+.
-COPY_EDGES = (1, 2, 3, 4, 6, 8, 12, 16, 32)
-#: Prior copy rate h(L) per bucket of :data:`COPY_EDGES`, at T = 0 (how often the token after the
-#: most recent longest earlier match of the context's last L tokens is the greedy next token) and
-#: at T = 1 (the target's mean probability of it): SmolLM2-135M-Instruct Q4_1 on llama.cpp, 10
-#: prompts each of benchmarks/prompts/{code,chat,held_out,tasks,kinds,languages,code_more}.jsonl,
-#: 128 tokens (2026-11-27; the repeat set left out: it is what the copy model is measured on). Per
-#: bucket the LOWER QUARTILE of the seven sets' rates (the means are 0.02–0.06 higher; sets differ
-#: by up to 0.25 at L = 4–5): a prior that drafts where the text at hand copies less than the mean
-#: set loses, and the generation's own verified nodes raise it where the text copies more. Between
-#: the two temperatures the rates are interpolated linearly; above T = 1 the T = 1 row.
-COPY_PRIOR = {0.0: (0.22, 0.46, 0.61, 0.70, 0.79, 0.84, 0.90, 0.95, 0.97),
-              1.0: (0.11, 0.35, 0.45, 0.53, 0.68, 0.80, 0.82, 0.82, 0.82)}
-#: Longest match length the copy model reads (tokens compared past the index's ``max_n``).
-COPY_MATCH_CAP = 64
 
 
 class _RNode:
@@ -236,109 +223,11 @@ class _TNode:
     origin: str = "context"  # "context" or "corpus"
     freq: float = 0.0  # corpus frequency (before the gate), for a corpus node
     tail: tuple[int, ...] = ()  # the last corpus.n tokens of the path (corpus lookups)
-    match: int = 0  # copy model: the longest match length behind this node (its occurrence's + depth - 1)
+    match: int = 0  # copy model: the longest match length behind this node (its occurrence's + depth - 1);
+    # -(k + 1) for the first node of a copy anchor's continuation of kind k
+    src: int = -1  # the position of this token in the sequence, in its heaviest occurrence
+    src_w: float = 0.0  # that occurrence's weight
     parent: "_TNode | None" = field(default=None, repr=False)
-
-
-def _count_ngrams(seqs: list[torch.Tensor], n: int, top: int) -> dict[tuple[int, ...], list[tuple[int, float]]]:
-    """:meth:`NGramCounts.from_token_sequences`'s table, counted in Python (any token ids)."""
-    counts: dict[tuple[int, ...], Counter[int]] = defaultdict(Counter)
-    for seq in seqs:
-        s = seq.tolist()
-        for i in range(1, len(s)):
-            for m in range(1, min(n, i) + 1):
-                counts[tuple(s[i - m:i])][s[i]] += 1
-    table = {}
-    for ctx, c in counts.items():
-        total = sum(c.values())
-        best = sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
-        table[ctx] = [(tok, k / total) for tok, k in best]
-    return table
-
-
-def _count_mgrams(seqs: list[torch.Tensor], m: int, top: int, vocab: int) -> dict[tuple[int, ...], list[tuple[int, float]]]:
-    """The table's entries for the m-token contexts, counted with tensor ops: every (m + 1)-gram
-    packed into one int64 (base ``vocab``), counted by ``torch.unique``, then the ``top`` most
-    frequent next tokens of each context (ties: lower id), the same table as :func:`_count_ngrams`."""
-    grams = [x.unfold(0, m + 1, 1) for x in seqs if x.numel() > m]  # [N_i, m + 1]
-    if not grams:
-        return {}
-    g = torch.cat(grams)  # [N, m + 1]
-    code = torch.zeros(g.shape[0], dtype=torch.int64)
-    for j in range(m + 1):
-        code = code * vocab + g[:, j]
-    code, count = torch.unique(code, return_counts=True)  # ascending: by context, then next token
-    ctx, nxt = code // vocab, code % vocab
-    order = torch.sort(-count, stable=True).indices  # most frequent first, ties keep the lower id
-    order = order[torch.sort(ctx[order], stable=True).indices]  # grouped by context again
-    ctx, nxt, count = ctx[order], nxt[order], count[order]
-    _, per_ctx = torch.unique_consecutive(ctx, return_counts=True)
-    start = torch.cumsum(per_ctx, 0) - per_ctx  # first row of each context
-    group = torch.repeat_interleave(torch.arange(per_ctx.numel()), per_ctx)
-    rank = torch.arange(ctx.numel()) - start[group]
-    total = torch.zeros(per_ctx.numel(), dtype=torch.int64).index_add_(0, group, count)[group]
-    keep = rank < top
-    digits = []  # the context's tokens, first to last
-    c = ctx[keep]
-    for _ in range(m):
-        digits.append(c % vocab)
-        c = c // vocab
-    rows = zip(zip(*[d.tolist() for d in reversed(digits)]), nxt[keep].tolist(), count[keep].tolist(),
-               total[keep].tolist())
-    table: dict[tuple[int, ...], list[tuple[int, float]]] = {}
-    for key, tok, k, tot in rows:
-        table.setdefault(key, []).append((tok, k / tot))
-    return table
-
-
-class NGramCounts:
-    """The ``top`` most frequent continuations of every token m-gram (``1 <= m <= n``) of a corpus,
-    with their relative frequencies — a multi-candidate corpus for :class:`SuffixDrafter`.
-
-    Attributes:
-        n: the longest context stored.
-        table: context tuple → ``[(token, frequency), ..]`` (decreasing frequency, ties: lower id).
-    """
-
-    def __init__(self, n: int, table: dict[tuple[int, ...], list[tuple[int, float]]]) -> None:
-        self.n, self.table = n, table
-
-    @classmethod
-    def from_token_sequences(cls, sequences, n: int = 3, top: int = 4) -> "NGramCounts":
-        """Count every (m-gram → next token) pair of ``sequences`` and keep the ``top`` most frequent.
-
-        Raises:
-            ValueError: ``n < 1`` or ``top < 1``.
-        """
-        if n < 1 or top < 1:
-            raise ValueError(f"need n >= 1 and top >= 1, got n={n}, top={top}")
-        seqs = [torch.as_tensor([int(t) for t in seq], dtype=torch.int64) for seq in sequences]
-        seqs = [x for x in seqs if x.numel() >= 2]
-        vocab = max((int(x.max()) for x in seqs), default=0) + 1
-        if not seqs or min(int(x.min()) for x in seqs) < 0 or vocab ** (n + 1) >= 2 ** 63:
-            return cls(n, _count_ngrams(seqs, n, top))  # ids that do not pack into one int64
-        table: dict[tuple[int, ...], list[tuple[int, float]]] = {}
-        for m in range(1, n + 1):
-            table.update(_count_mgrams(seqs, m, top, vocab))
-        return cls(n, table)
-
-    @classmethod
-    def from_text(cls, texts, tokenizer, n: int = 3, top: int = 4) -> "NGramCounts":
-        """Build from raw texts tokenized with ``tokenizer`` (a Hugging Face tokenizer)."""
-        seqs = (tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts)
-        return cls.from_token_sequences(seqs, n=n, top=top)
-
-    def continuations(self, context: Sequence[int], min_n: int = 1) -> list[tuple[int, float]]:
-        """Continuations of the longest stored suffix of ``context`` (length >= ``min_n``), or ``[]``."""
-        L = len(context)
-        for m in range(min(self.n, L), min_n - 1, -1):
-            got = self.table.get(tuple(context[L - m:]))
-            if got is not None:
-                return got
-        return []
-
-    def __len__(self) -> int:
-        return len(self.table)
 
 
 @dataclass(frozen=True)
@@ -363,6 +252,7 @@ class SuffixSettings:
     corpus_min_n: int = 1  # shortest corpus context accepted for a corpus draft
     copy_model: bool = False  # score context nodes by the copy model
     copy_weight: float = 4.0  # pseudo nodes of the copy prior in each bucket's rate
+    copy_anchor: bool = False  # copy model: draft the source again where a verified copy stopped
     draft_overhead: float = 0.0  # a drafted step's work beyond its pass, in one-token passes
 
 
@@ -406,6 +296,10 @@ class SuffixDrafter(Drafter):
             of their match length, learned in each generation around :data:`COPY_PRIOR`, instead
             of κ and the one calibration (default False).
         copy_weight: pseudo nodes of the prior in each bucket's rate (default 4).
+        copy_anchor: with the copy model, draft the source again right after the target leaves a
+            verified copy (an edit), from where it stopped (:class:`~specot.drafting.copy.CopyAnchor`:
+            resync, insertion and replacement continuations, each its own copy-rate bucket;
+            default False).
         draft_overhead: what a drafted step costs beyond its pass and a plain step's work, in
             one-token passes (verifying the chain, keeping its path in the cache, copying its
             logits rows), added to ``cost(N)`` for N ≥ 1 (default 0).
@@ -424,7 +318,7 @@ class SuffixDrafter(Drafter):
                  adaptive: bool = _DEFAULT.adaptive, corpus: "NGramCounts | NGramTable | None" = None,
                  corpus_min_n: int = _DEFAULT.corpus_min_n, pass_cost: Callable[[int], float] | None = None,
                  copy_model: bool = _DEFAULT.copy_model, copy_weight: float = _DEFAULT.copy_weight,
-                 draft_overhead: float = _DEFAULT.draft_overhead) -> None:
+                 copy_anchor: bool = _DEFAULT.copy_anchor, draft_overhead: float = _DEFAULT.draft_overhead) -> None:
         super().__init__()
         for what, v, lo in (("max_n", max_n, 1), ("min_n", min_n, 1), ("max_nodes", max_nodes, 1),
                             ("children", children, 1), ("max_occurrences", max_occurrences, 1),
@@ -456,6 +350,7 @@ class SuffixDrafter(Drafter):
         self.pass_cost = pass_cost
         self.corpus, self.corpus_min_n = corpus, corpus_min_n
         self.copy_model, self.copy_weight = bool(copy_model), float(copy_weight)
+        self.anchor = CopyAnchor() if copy_model and copy_anchor else None
         self.draft_overhead = float(draft_overhead)
         #: the measurement that priced ``draft_overhead`` when the plan measured it
         #: (:func:`specot.plan.step_work.suffix_draft_overhead`), else None
@@ -480,8 +375,13 @@ class SuffixDrafter(Drafter):
         self._last_corpus: list[tuple[int, int, float]] = []  # (node, parent, frequency) of corpus nodes
         self.budgets: list[int] = []  # tree size chosen at each proposal (for reports)
         # copy model: per match-length bucket, verified nodes (weighted by their share) and accepted ones
-        self._copy_n, self._copy_acc = [0.0] * len(COPY_EDGES), [0.0] * len(COPY_EDGES)
-        self._copy_prior = COPY_PRIOR[0.0]
+        buckets = len(COPY_EDGES) + len(ALIGN_KINDS)  # match lengths, then the anchor's kinds
+        self._copy_n, self._copy_acc = [0.0] * buckets, [0.0] * buckets
+        self._set_copy_prior(0.0)
+        self._last_src: dict[int, tuple[int, int]] = {}  # node id -> (source position, match): copy anchor
+        self._starts: list[tuple[int, int]] = []  # the anchor's continuations for this proposal
+        if self.anchor is not None:
+            self.anchor.reset()
         self._last_copy: list[tuple[int, int, int, float]] = []  # (node, parent, bucket, share) of context nodes
 
     @property
@@ -533,15 +433,33 @@ class SuffixDrafter(Drafter):
                 if parent in reached:  # the node was put to the test
                     self._copy_n[b] += share
                     self._copy_acc[b] += 1.0 if node in reached else 0.0
-        self._last_pred, self._last_corpus, self._last_tree, self._last_copy = 0.0, [], None, []
         if len(self.index) == outcome.context_len:
             self.index.extend(outcome.tokens)
+            if own and outcome.tree.size and self.anchor is not None:
+                self._observe_anchor(outcome)
+        self._last_pred, self._last_corpus, self._last_tree, self._last_copy = 0.0, [], None, []
+        self._last_src = {}
+
+    def _observe_anchor(self, outcome: DraftOutcome) -> None:
+        """Tell the copy anchor where the verified draft's source would have gone on: the source
+        position after the last accepted node's, or the first drafted node's when none was accepted."""
+        if outcome.path:
+            node = outcome.path[-1]
+            last = self._last_src.get(node)
+            nxt = None if last is None else last[0] + 1
+        else:
+            first = outcome.tree.child_of[0].values() if outcome.tree.child_of else ()
+            node = min(first) if first else -1
+            nxt = self._last_src[node][0] if node in self._last_src else None
+        assert self.anchor is not None
+        match = self._last_src.get(node, (0, 0))[1]
+        self.anchor.observe(self.index.tokens, nxt, outcome.context_len + len(outcome.path), len(outcome.path), match)
 
     # ------------------------------------------------------------------ drafting
     def copy_rate(self, match: int) -> float:
         """The copy model's h(L) for a match of ``match`` tokens: the bucket's verified nodes of this
         generation around the prior, ``(accepted + w·h0) / (verified + w)``."""
-        b = _copy_bucket(match)
+        b = _bucket(match)
         return (self._copy_acc[b] + self.copy_weight * self._copy_prior[b]) / (self._copy_n[b] + self.copy_weight)
 
     def _may_pay(self, depth: int) -> bool:
@@ -549,7 +467,7 @@ class SuffixDrafter(Drafter):
         best value of a chain whose every node holds its parent's whole weight (share 1) at the
         longest match length, read as :data:`COPY_MATCH_CAP` where the index stops at ``max_n``;
         always True without the copy model, its priced budget, or with a corpus."""
-        if not self.copy_model or not self.adaptive or self.corpus is not None:
+        if not self.copy_model or not self.adaptive or self.corpus is not None or self._starts:
             return True
         m = sum(1 for pos in self.index.match_nodes() if len(pos) > 1)  # an occurrence besides the suffix itself
         if m < self.min_n:
@@ -566,7 +484,8 @@ class SuffixDrafter(Drafter):
     def _set_copy_prior(self, temperature: float) -> None:
         """:data:`COPY_PRIOR` at ``temperature``: linear between its T = 0 and T = 1 rows."""
         w = min(1.0, max(0.0, float(temperature)))
-        self._copy_prior = tuple((1.0 - w) * a + w * b for a, b in zip(COPY_PRIOR[0.0], COPY_PRIOR[1.0]))
+        rows = (COPY_PRIOR[0.0] + ALIGN_PRIOR[0.0], COPY_PRIOR[1.0] + ALIGN_PRIOR[1.0])
+        self._copy_prior = tuple((1.0 - w) * a + w * b for a, b in zip(*rows))
 
     def _children(self) -> int:
         """Children per node of this generation's trees, at most: ``children``, cut to the budget's."""
@@ -599,10 +518,12 @@ class SuffixDrafter(Drafter):
                 if self.copy_model and m == self.max_n and rank <= 4:  # the index stops at max_n: read on
                     while match < COPY_MATCH_CAP and e - match >= 0 and seq[e - match] == seq[L - 1 - match]:
                         match += 1
-                for t in seq[e + 1:e + 1 + depth]:
+                for i, t in enumerate(seq[e + 1:e + 1 + depth]):
                     nxt = node.kids.get(t)
                     if nxt is None:
                         nxt = node.kids[t] = _TNode(t)
+                    if w > nxt.src_w:
+                        nxt.src, nxt.src_w = e + 1 + i, w
                     nxt.weight += w
                     nxt.count += 1
                     nxt.match = max(nxt.match, match)
@@ -613,7 +534,33 @@ class SuffixDrafter(Drafter):
                 taken += 1
                 if taken >= self.max_occurrences:
                     return root
+        self._add_anchored(root, depth)
         return root
+
+    def _add_anchored(self, root: _TNode, depth: int) -> None:
+        """The copy anchor's continuations (:class:`~specot.drafting.copy.CopyAnchor`) joined to the
+        trie, each weighing as a match of :data:`~specot.drafting.copy.ALIGN_MATCH` tokens; a first
+        node keeps the match (length or anchor kind) of higher copy rate."""
+        seq = self.index.tokens
+        for start, kind in self._starts:
+            w = self.match_weight ** ALIGN_MATCH
+            node, match = root, -(kind + 1)
+            root.weight += w
+            root.count += 1
+            for i, t in enumerate(seq[start:start + depth]):
+                nxt = node.kids.get(t)
+                if nxt is None:
+                    nxt = node.kids[t] = _TNode(t)
+                nxt.weight += w
+                nxt.count += 1
+                if nxt.match == 0 or self.copy_rate(match) > self.copy_rate(nxt.match):
+                    nxt.match = match
+                if w > nxt.src_w:
+                    nxt.src, nxt.src_w = start + i, w
+                match = ALIGN_MATCH + i
+                node = nxt
+                if t in self.stop_tokens:
+                    break
 
     def _corpus_children(self, tail: tuple[int, ...]) -> list[tuple[int, float]]:
         """(token, frequency) continuations of ``tail`` in the corpus, through a match of at least
@@ -643,7 +590,7 @@ class SuffixDrafter(Drafter):
             cand: dict[int, _TNode] = {}
             for c in node.kids.values():
                 if self.copy_model:
-                    c.cond = self.copy_rate(c.match) * (c.weight / node.weight)
+                    c.cond = self.copy_rate(c.match) * _share(c, node)
                 else:
                     c.cond = (c.weight / node.weight) * (c.count / (c.count + self.kappa))
                 c.origin, c.freq = "context", 0.0
@@ -704,6 +651,7 @@ class SuffixDrafter(Drafter):
         self._last_pred, self._last_corpus, self._last_value, self._last_copy = 0.0, [], 1.0, []
         if self.copy_model:
             self._set_copy_prior(sampling.temperature)
+        self._starts = self.anchor.starts(self.index.tokens) if self.anchor is not None else []
         selected: list[_TNode] = []
         root = None
         if depth > 0 and int(context[-1]) not in self.stop_tokens and self._may_pay(depth):
@@ -779,9 +727,20 @@ class SuffixDrafter(Drafter):
         """Remember a context node of the copy model (its bucket and share of its parent's weight) so
         that :meth:`update` counts it where its parent was reached."""
         if self.copy_model and c.origin == "context" and c.parent is not None and c.parent.weight > 0:
-            self._last_copy.append((node_id, parent_id, _copy_bucket(c.match), c.weight / c.parent.weight))
+            self._last_copy.append((node_id, parent_id, _bucket(c.match), _share(c, c.parent)))
+        if c.src >= 0:
+            self._last_src[node_id] = (c.src, c.match)
 
 
-def _copy_bucket(match: int) -> int:
-    """Index of the :data:`COPY_EDGES` bucket of a match length (0 for matches shorter than 1)."""
-    return max(0, bisect.bisect_right(COPY_EDGES, match) - 1)
+def _share(c: _TNode, parent: _TNode) -> float:
+    """The share of its parent's weight a context node's copy rate is scaled by: its occurrences'
+    weight over its parent's, or 1 for the first node of a copy anchor's continuation (its kind's
+    rate is already the chance that the text resumes there)."""
+    return 1.0 if c.match < 0 else c.weight / parent.weight
+
+
+def _bucket(match: int) -> int:
+    """The copy model's bucket of a node's ``match``: its length's (:func:`~specot.drafting.copy.copy_bucket`),
+    or, for the first node of a copy anchor's continuation (``match = -(kind + 1)``), the kind's."""
+    return len(COPY_EDGES) - match - 1 if match < 0 else copy_bucket(match)
+

@@ -21,7 +21,8 @@ SUFFIX_CHILDREN = _DEFAULT.children
 
 #: The suffix drafter's own options, beside the corpus': the shortest suffix match that drafts
 #: (``SuffixDrafter(min_n=)``), the count discount κ of its scores, the copy model
-#: (``SuffixDrafter(copy_model=)``: nodes scored by the copy rate of their match length) and the
+#: (``SuffixDrafter(copy_model=)``: nodes scored by the copy rate of their match length), its copy
+#: anchor (``SuffixDrafter(copy_anchor=)``: the source drafted again after an edit) and the
 #: work a drafted step adds outside its pass (``SuffixDrafter(draft_overhead=)``, in one-token
 #: passes; ``"measure"``: measured on this machine against the target's measured t(1), cached,
 #: :func:`specot.plan.step_work.suffix_draft_overhead`). A backend whose wide passes cost much
@@ -31,6 +32,7 @@ SUFFIX_OPTIONS = {
     "suffix_min_match": Option(_DEFAULT.min_n, lambda v: check_count(v, "suffix_min_match")),
     "suffix_kappa": Option(_DEFAULT.kappa, lambda v: check_positive_number(v, "suffix_kappa", allow_zero=True)),
     "suffix_copy_model": Option(_DEFAULT.copy_model, lambda v: _check_bool(v, "suffix_copy_model")),
+    "suffix_copy_anchor": Option(_DEFAULT.copy_anchor, lambda v: _check_bool(v, "suffix_copy_anchor")),
     "suffix_draft_overhead": Option(_DEFAULT.draft_overhead, lambda v: _check_overhead(v)),
 }
 
@@ -91,7 +93,8 @@ class SuffixKind(DraftKind):
         opts = dict(spec.options)
         return {"min_n": int(opts.get("suffix_min_match", _DEFAULT.min_n)),
                 "kappa": float(opts.get("suffix_kappa", _DEFAULT.kappa)),
-                "copy_model": bool(opts.get("suffix_copy_model", _DEFAULT.copy_model))}
+                "copy_model": bool(opts.get("suffix_copy_model", _DEFAULT.copy_model)),
+                "copy_anchor": bool(opts.get("suffix_copy_anchor", _DEFAULT.copy_anchor))}
 
     def step_work(self, spec: DraftSpec, target: Any, *, refresh: bool = False) -> tuple[float, dict[str, Any] | None]:
         """``(draft_overhead, measurement)`` of ``spec`` on ``target`` when its
