@@ -35,16 +35,23 @@ def test_a_plan_method_runs_specots_plan_for_a_draft_name_and_greedy_matches_pla
     out = tmp_path / "r.json"
     assert bench.main(["run", "--prompts", str(prompts), "--n-prompts", "1", "--max-new-tokens", "8",
                        "--temperatures", "0", "--methods", "specot-ar", "specot:none", "specot:suffix",
-                       "--cost-repeats", "1", "--no-progress", "--target", "smollm2", "--out", str(out)]) == 0
+                       "specot:auto;suffix_copy_anchor=false", "--cost-repeats", "1", "--no-progress", "--target", "smollm2", "--out", str(out)]) == 0
     res = json.loads(out.read_text())
     assert res["benchmark"] == "llamacpp"
     rows = res["results"]["p"]["0.0"]
-    assert rows["specot:none"]["tokens"] == rows["specot-ar"]["tokens"] == rows["specot:suffix"]["tokens"]
+    assert rows["specot:none"]["tokens"] == rows["specot-ar"]["tokens"] == rows["specot:suffix"]["tokens"] == \
+        rows["specot:auto;suffix_copy_anchor=false"]["tokens"]
     # a file the benchmark did not write is never replaced unasked
     other = tmp_path / "mine.json"
     other.write_text("{}", encoding="utf-8")
     assert bench.main(["run", "--prompts", str(prompts), "--methods", "specot:none", "--out", str(other)]) == 2
     assert other.read_text() == "{}"
+
+
+def test_a_plan_methods_options_are_parsed_and_override_autos_table():
+    assert bench._draft_and_options("auto;suffix_copy_anchor=false;suffix_min_match=3;ngram_corpus=none") == \
+        ("auto", {"suffix_copy_anchor": False, "suffix_min_match": 3, "ngram_corpus": "none"})
+    assert bench._draft_and_options("xvocab:a.gguf") == ("xvocab:a.gguf", {})
 
 
 def test_a_method_that_is_neither_listed_nor_a_plan_is_refused(capsys):
@@ -53,6 +60,9 @@ def test_a_method_that_is_neither_listed_nor_a_plan_is_refused(capsys):
     with pytest.raises(SystemExit):
         bench.main(["run", "--prompts", "p.jsonl", "--methods", "specot-fast"])
     assert "specot:DRAFT" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        bench.main(["run", "--prompts", "p.jsonl", "--methods", "specot:auto;suffix_copy_anchor"])
+    assert "KEY=VALUE" in capsys.readouterr().err
 
 
 def test_the_speedup_model_counts_the_draft_models_passes_and_sets_its_step_beside_the_measured_one():

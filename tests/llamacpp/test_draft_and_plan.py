@@ -101,6 +101,7 @@ def test_the_auto_plan_drafts_where_the_answer_copies_and_stays_exact(target):
     drafter, spec = auto_drafter(target, 0.0)
     assert isinstance(drafter, SuffixDrafter) and spec.depth == AUTO_TABLE.greedy.gamma
     assert (drafter.kappa, drafter.min_n, drafter.cost_per_token) == (0.05, 4, 0.38)
+    assert drafter.copy_model and drafter.anchor is not None  # the copy model and its anchor
     text = ("The Industrial Revolution began in Great Britain in the late eighteenth century. It moved production "
             "from homes and small workshops to large factories powered by water and steam.")
     ids = target.encode_prompt("Copy the following text exactly, word for word:\n\n" + text)

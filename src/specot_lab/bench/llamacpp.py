@@ -22,7 +22,9 @@ per acceptance (the speedup model below); JSON on stdout or ``--out``.
 * ``specot-hf-auto`` (only with ``--with-transformers``): specot's ``auto`` on the transformers backend.
 * ``specot:DRAFT`` (any number): specot's plan for the draft name DRAFT as ``specot generate
   --draft DRAFT`` makes it (:func:`specot.plan.make_plan`, per temperature), e.g. ``specot:auto``,
-  ``specot:none``, ``specot:xvocab-slem:PATH.gguf`` or ``specot:suffix+xvocab-slem:PATH.gguf``.
+  ``specot:none``, ``specot:xvocab-slem:PATH.gguf`` or ``specot:suffix+xvocab-slem:PATH.gguf``;
+  ``;KEY=VALUE`` after it sets a drafter option over the plan's, ``auto``'s table included
+  (``specot:auto;suffix_copy_anchor=false``: auto without the copy anchor).
 
 ``--target``: the target (default the embedded SmolLM2; a packaged model's name such as
 ``qwen2.5-coder-1.5b``, or a ``.gguf`` path), loaded once on llama.cpp for every method.
@@ -310,19 +312,51 @@ def _specot_runner(target: LlamaCppTarget, method: str, args: argparse.Namespace
     return run
 
 
+def _draft_and_options(text: str) -> tuple[str, dict[str, Any]]:
+    """``DRAFT;KEY=VALUE;..`` → (DRAFT, options): values ``true``/``false``, numbers, else text."""
+    draft, *pairs = text.split(";")
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise argparse.ArgumentTypeError(f"{pair!r} in {text!r} is not KEY=VALUE")
+        low = raw.strip().lower()
+        if low in ("true", "false"):
+            options[key.strip()] = low == "true"
+            continue
+        try:
+            options[key.strip()] = int(raw) if low.lstrip("-").isdigit() else float(raw)
+        except ValueError:
+            options[key.strip()] = raw
+    return draft, options
+
+
+def _make_plan(draft: str, options: dict[str, Any], target: Any, T: float) -> Any:
+    """The plan of ``draft`` at temperature ``T`` with ``options`` over its own — over ``auto``'s
+    table entry too (resolved here, since ``make_plan`` keeps a table's option given at its default)."""
+    from specot.plan import make_plan
+    from specot.plan.auto import auto_choice
+
+    if draft != "auto" or not options:
+        return make_plan(draft, target=target, temperature=T, **options)
+    choice = auto_choice(target, temperature=T)
+    return make_plan(choice.draft, target=target, temperature=T, n=choice.children, gamma=choice.gamma,
+                     **{**dict(choice.options), **options})
+
+
 def _plan_runner(target: LlamaCppTarget, method: str, temperatures: Sequence[float], warm_ids: list[int]):
     """``run(ids, T, max_new, seed)`` of ``specot:DRAFT``: the plan ``specot generate --draft DRAFT``
     makes for each temperature, made and its drafter loaded before any timed run, and each run once
     on ``warm_ids`` (a draft model's first-use calibration and a suffix drafter's measured step work
     are cached then, as by an earlier ``specot generate``: load and calibration are not decoding)."""
     from specot.engine.types import GenerationConfig
-    from specot.plan import make_plan, run_plan
+    from specot.plan import run_plan
     from specot.sampling import SamplingConfig
 
-    draft = method[len(SPECOT_PLAN):]
+    draft, options = _draft_and_options(method[len(SPECOT_PLAN):])
     made: dict[float, tuple[Any, Any, Any]] = {}
     for T in temperatures:
-        plan = make_plan(draft, target=target, temperature=T)
+        plan = _make_plan(draft, options, target, T)
         made[T] = (plan, plan.draft.load(target) if plan.draft is not None else None, plan.verifier.build())
         warm = GenerationConfig(max_new_tokens=8, sampling=SamplingConfig(temperature=T), seed=0)
         run_plan(made[T][0], target, made[T][1], warm_ids, warm, made[T][2])
@@ -555,6 +589,7 @@ SPECOT_PLAN = "specot:"
 def _method(text: str) -> str:
     """A ``--methods`` entry: one of :data:`METHODS` or ``specot:DRAFT`` with a draft name."""
     if text in METHODS or (text.startswith(SPECOT_PLAN) and len(text) > len(SPECOT_PLAN)):
+        _draft_and_options(text[len(SPECOT_PLAN):])  # KEY=VALUE pairs well formed
         return text
     raise argparse.ArgumentTypeError(f"{text!r} is not a method: use one of {', '.join(METHODS)} or specot:DRAFT")
 
