@@ -40,3 +40,12 @@ def chi_square_pvalue(samples: list[tuple[int, ...]], expected_probs: dict[tuple
     keys = list(expected_probs)
     return pooled_chisquare([counts.get(k, 0) for k in keys], [expected_probs[k] for k in keys], min_expected,
                             merge_rest=False)[2]
+
+
+def chain_path(tree) -> list[int]:
+    """Node ids of a draft tree's first chain, root excluded: from the root, each node's first draft."""
+    node, path = 0, []
+    while node in tree.drafts:
+        node = tree.child_of[node][tree.drafts[node][0]]
+        path.append(node)
+    return path

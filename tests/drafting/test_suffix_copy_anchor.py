@@ -10,13 +10,13 @@ import pytest
 import torch
 
 from specot.calibration import PassCostCurve
-from specot.drafting import DraftOutcome, DraftTree, SuffixDrafter, TreeBudget
+from specot.drafting import DraftOutcome, SuffixDrafter, TreeBudget
 from specot.drafting.copy import ALIGN_KINDS, ALIGN_PRIOR, COPY_EDGES, CopyAnchor
 from specot.engine import GenerationConfig, autoregressive_generate, make_generator, tree_generate
 from specot.laws import DraftLaw
 from specot.sampling import SamplingConfig
 
-from engine_helpers import chi_square_pvalue, exact_joint
+from engine_helpers import chain_path, chi_square_pvalue, exact_joint
 from model_helpers import tiny_lm
 
 ALPHA = 1e-4  # significance level of the chi-square test (seed fixed: deterministic)
@@ -37,20 +37,12 @@ def _drafter(anchor: bool = True) -> SuffixDrafter:
     return d
 
 
-def _chain(tree: DraftTree) -> list[int]:
-    node, out = 0, []
-    while node in tree.drafts:
-        node = tree.child_of[node][tree.drafts[node][0]]
-        out.append(node)
-    return out
-
-
 def _copy_then_edit(d: SuffixDrafter, src: list[int], accepted: int) -> list[int]:
     """Propose while the context ends with a 30-token copy of ``src``; the target accepts
     ``accepted`` drafts, then writes NEW where the source goes on. Returns the new context."""
     ctx = src + _text(10, 9) + src[:30]
     tree = d.propose(ctx, 8, T0)
-    path = _chain(tree)
+    path = chain_path(tree)
     assert len(path) > accepted
     toks = tuple(tree.tokens[n] for n in path[:accepted]) + (NEW,)
     d.update(DraftOutcome(tree=tree, path=tuple(path[:accepted]), tokens=toks, context_len=len(ctx)))
@@ -84,7 +76,7 @@ def test_an_insertion_is_drafted_again_at_once_and_without_the_anchor_nothing_is
     assert without.propose(ctx, 8, T0).size == 0  # NEW matches nothing: no draft for 4 tokens
     tree = with_anchor.propose(ctx, 8, T0)
     assert tree.size >= 3
-    assert [tree.tokens[n] for n in _chain(tree)] == src[32:32 + tree.size]  # the source after the edit
+    assert [tree.tokens[n] for n in chain_path(tree)] == src[32:32 + tree.size]  # the source after the edit
 
 
 def test_a_wrong_guess_lowers_its_own_bucket_and_the_value():

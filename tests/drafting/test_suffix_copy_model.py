@@ -9,13 +9,13 @@ import pytest
 import torch
 
 from specot.calibration import PassCostCurve
-from specot.drafting import DraftOutcome, DraftTree, SuffixDrafter, TreeBudget
+from specot.drafting import DraftOutcome, SuffixDrafter, TreeBudget
 from specot.drafting.copy import COPY_EDGES, COPY_PRIOR, copy_bucket as _copy_bucket
 from specot.engine import GenerationConfig, autoregressive_generate, make_generator, tree_generate
 from specot.laws import DraftLaw
 from specot.sampling import SamplingConfig
 
-from engine_helpers import chi_square_pvalue, exact_joint
+from engine_helpers import chain_path, chi_square_pvalue, exact_joint
 from model_helpers import tiny_lm
 
 ALPHA = 1e-4  # significance level of the chi-square test (seed fixed: deterministic)
@@ -41,14 +41,6 @@ def _text(n: int, seed: int) -> list[int]:
     return [rng.randrange(1, 64) for _ in range(n)]
 
 
-def _chain_path(tree: DraftTree) -> list[int]:
-    node, path = 0, []
-    while node in tree.drafts:
-        node = tree.child_of[node][tree.drafts[node][0]]
-        path.append(node)
-    return path
-
-
 def test_buckets_and_prior_shape():
     assert [_copy_bucket(L) for L in (0, 1, 2, 3, 4, 5, 6, 8, 11, 12, 16, 31, 32, 500)] == \
         [0, 0, 1, 2, 3, 3, 4, 5, 5, 6, 7, 7, 8, 8]
@@ -65,7 +57,7 @@ def test_a_long_match_drafts_a_long_chain_and_a_short_one_none():
     d = _drafter()
     tree = d.propose(long_ctx, 8, T0)
     n = _best_chain(COPY_PRIOR[0.0][-1])
-    assert n >= 3 and tree.size == n and [tree.tokens[i] for i in _chain_path(tree)] == src[40:40 + n]
+    assert n >= 3 and tree.size == n and [tree.tokens[i] for i in chain_path(tree)] == src[40:40 + n]
     short_ctx = src + _text(10, 1) + src[:5]
     d = _drafter()
     assert d.propose(short_ctx, 8, T0).size == 0
@@ -95,7 +87,7 @@ def test_rates_learn_from_the_verified_nodes():
     for _ in range(3):  # accepted chains: the answer copies src
         tree = d.propose(ctx, 8, T0)
         assert tree.size > 0
-        path = _chain_path(tree)
+        path = chain_path(tree)
         at = len(ctx) - 110  # ctx ends with src[:at]
         toks = tuple(tree.tokens[n] for n in path) + (src[at + len(path)],)
         d.update(DraftOutcome(tree=tree, path=tuple(path), tokens=toks, context_len=len(ctx)))
