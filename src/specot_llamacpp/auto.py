@@ -24,7 +24,7 @@ CAPABILITIES = Capabilities(hidden_states=False, dtypes=(torch.float32,), pass_c
 #: * ``suffix_min_match`` 4: a draft only after a match of 4+ tokens;
 #: * ``suffix_copy_model``: each node scored by the copy model (the rate at which the text after a
 #:   match of its length is copied, learned per generation around
-#:   :data:`specot.drafting.suffix.COPY_PRIOR`), so a long copy drafts a long chain and a short
+#:   :data:`specot.drafting.copy.COPY_PRIOR`), so a long copy drafts a long chain and a short
 #:   match none; ``suffix_kappa`` 0.05 the count discount of the other scores;
 #: * ``suffix_copy_anchor``: after an edit breaks a copy of 12+ tokens, the source is drafted again
 #:   from where it stopped (:class:`specot.drafting.copy.CopyAnchor`; predicted over no draft on the

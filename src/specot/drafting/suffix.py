@@ -105,7 +105,6 @@ from .tree import DraftShape, TreeBudget
 __all__ = ["SuffixIndex", "SuffixDrafter", "SuffixSettings"]
 
 
-
 class _RNode:
     __slots__ = ("pos", "kids")
 
