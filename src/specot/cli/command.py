@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 __all__ = ["CommandParser", "DeferredHandler", "UsageError", "EXIT_INTERRUPTED", "EXIT_TERMINATED",
            "EXIT_BROKEN_PIPE", "ignore_interrupts", "interrupt_status", "count", "number", "seed_type", "MAX_THREADS", "finite_float",
-           "discard_stdout", "flush_stdout", "stdout_error"]
+           "discard_stdout", "flush_stdout", "stdout_error", "scalar"]
 
 #: Exit status after Ctrl-C (128 + SIGINT, the shell's convention).
 EXIT_INTERRUPTED = 130
@@ -138,6 +138,16 @@ def discard_stdout() -> None:
         os.close(devnull)
     except (OSError, ValueError, AttributeError):  # no real file behind sys.stdout (a test's capture)
         pass
+
+
+def scalar(text: str) -> object:
+    """The value of a ``NAME=VALUE`` option: an int, else a float, else the text itself."""
+    for conv in (int, float):
+        try:
+            return conv(text)
+        except ValueError:
+            pass
+    return text
 
 
 def finite_float(text: str) -> float:

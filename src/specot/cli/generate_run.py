@@ -13,7 +13,7 @@ from ..calibration import PassCostCurve, break_even_alpha
 from ..outputs import dumps
 from ..report import EXACTNESS
 from . import catalog
-from .command import EXIT_INTERRUPTED, discard_stdout, ignore_interrupts, interrupt_status, stdout_error
+from .command import EXIT_INTERRUPTED, discard_stdout, ignore_interrupts, interrupt_status, scalar, stdout_error
 
 __all__ = ["run", "MAX_PROMPT_BYTES"]
 
@@ -80,15 +80,6 @@ def _write_stdout(text: str) -> None:
         raise stdout_error(exc) from None
 
 
-def _parse_value(text: str) -> object:
-    for conv in (int, float):
-        try:
-            return conv(text)
-        except ValueError:
-            pass
-    return text
-
-
 def _verifier_params(args: argparse.Namespace) -> dict:
     """The verifier's parameters from --lenience / --verifier-param, refusing misplaced ones."""
     params: dict = {}
@@ -107,7 +98,7 @@ def _verifier_params(args: argparse.Namespace) -> dict:
             raise ValueError(f"--verifier-param expects NAME=VALUE, got {item!r}")
         if name.strip() == "lenience":
             raise ValueError("pass the lenience as --lenience L (with --verifier lenient)")
-        params[name.strip()] = _parse_value(value.strip())
+        params[name.strip()] = scalar(value.strip())
     return params
 
 

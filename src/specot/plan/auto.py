@@ -56,6 +56,10 @@ class AutoChoice:
     min_confidence: float | None = None  # τ of the EAGLE head's confidence gate; None: off
     options: tuple[tuple[str, Any], ...] = ()  # other drafter options (a backend's tuned suffix drafter)
 
+    @property
+    def draft_options(self) -> dict[str, Any]:
+        """The drafter options this choice sets: :attr:`options`, and ``min_confidence`` where set."""
+        return dict(self.options, **({"min_confidence": self.min_confidence} if self.min_confidence else {}))
 
 
 @dataclass(frozen=True)

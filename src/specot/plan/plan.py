@@ -308,7 +308,7 @@ def make_plan(draft: Any = "auto", *, target: Any = None, backend: str = "auto",
         choice = auto_choice(target, device, backend=backend, dtype=dtype, temperature=temperature, n=n,
                              gamma=gamma, tree=tree, verifier=verifier, verifier_params=verifier_params)
         draft, n, gamma = choice.draft, choice.children, choice.gamma
-        chosen = dict(choice.options, **({"min_confidence": choice.min_confidence} if choice.min_confidence else {}))
+        chosen = choice.draft_options
         # the table's options hold unless the caller gave another value than the kind's default
         # (the front doors pass every option, defaults included: generate's ngram_corpus "pydoc")
         defaults = _option_defaults()

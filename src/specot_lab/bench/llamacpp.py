@@ -313,7 +313,10 @@ def _specot_runner(target: LlamaCppTarget, method: str, args: argparse.Namespace
 
 
 def _draft_and_options(text: str) -> tuple[str, dict[str, Any]]:
-    """``DRAFT;KEY=VALUE;..`` → (DRAFT, options): values ``true``/``false``, numbers, else text."""
+    """``DRAFT;KEY=VALUE;..`` → (DRAFT, options): values ``true``/``false``, else as ``--verifier-param``'s
+    (:func:`specot.cli.command.scalar`)."""
+    from specot.cli.command import scalar
+
     draft, *pairs = text.split(";")
     options: dict[str, Any] = {}
     for pair in pairs:
@@ -321,13 +324,7 @@ def _draft_and_options(text: str) -> tuple[str, dict[str, Any]]:
         if not sep or not key:
             raise argparse.ArgumentTypeError(f"{pair!r} in {text!r} is not KEY=VALUE")
         low = raw.strip().lower()
-        if low in ("true", "false"):
-            options[key.strip()] = low == "true"
-            continue
-        try:
-            options[key.strip()] = int(raw) if low.lstrip("-").isdigit() else float(raw)
-        except ValueError:
-            options[key.strip()] = raw
+        options[key.strip()] = low == "true" if low in ("true", "false") else scalar(raw.strip())
     return draft, options
 
 
@@ -341,7 +338,7 @@ def _make_plan(draft: str, options: dict[str, Any], target: Any, T: float) -> An
         return make_plan(draft, target=target, temperature=T, **options)
     choice = auto_choice(target, temperature=T)
     return make_plan(choice.draft, target=target, temperature=T, n=choice.children, gamma=choice.gamma,
-                     **{**dict(choice.options), **options})
+                     **{**choice.draft_options, **options})
 
 
 def _plan_runner(target: LlamaCppTarget, method: str, temperatures: Sequence[float], warm_ids: list[int]):
