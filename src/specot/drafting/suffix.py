@@ -442,17 +442,15 @@ class SuffixDrafter(Drafter):
     def _observe_anchor(self, outcome: DraftOutcome) -> None:
         """Tell the copy anchor where the verified draft's source would have gone on: the source
         position after the last accepted node's, or the first drafted node's when none was accepted."""
-        if outcome.path:
-            node = outcome.path[-1]
-            last = self._last_src.get(node)
-            nxt = None if last is None else last[0] + 1
-        else:
+        if outcome.path:  # the token after the last accepted node's
+            node, step = outcome.path[-1], 1
+        else:  # the first drafted node's own
             first = outcome.tree.child_of[0].values() if outcome.tree.child_of else ()
-            node = min(first) if first else -1
-            nxt = self._last_src[node][0] if node in self._last_src else None
+            node, step = (min(first) if first else -1), 0
+        src, match = self._last_src.get(node, (None, 0))
         assert self.anchor is not None
-        match = self._last_src.get(node, (0, 0))[1]
-        self.anchor.observe(self.index.tokens, nxt, outcome.context_len + len(outcome.path), len(outcome.path), match)
+        self.anchor.observe(self.index.tokens, None if src is None else src + step,
+                            outcome.context_len + len(outcome.path), len(outcome.path), match)
 
     # ------------------------------------------------------------------ drafting
     def copy_rate(self, match: int) -> float:
@@ -510,26 +508,11 @@ class SuffixDrafter(Drafter):
                 seen.add(e)
                 w = self.match_weight ** m * self.recency ** rank
                 rank += 1
-                node = root
-                root.weight += w
-                root.count += 1
                 match = m
                 if self.copy_model and m == self.max_n and rank <= 4:  # the index stops at max_n: read on
                     while match < COPY_MATCH_CAP and e - match >= 0 and seq[e - match] == seq[L - 1 - match]:
                         match += 1
-                for i, t in enumerate(seq[e + 1:e + 1 + depth]):
-                    nxt = node.kids.get(t)
-                    if nxt is None:
-                        nxt = node.kids[t] = _TNode(t)
-                    if w > nxt.src_w:
-                        nxt.src, nxt.src_w = e + 1 + i, w
-                    nxt.weight += w
-                    nxt.count += 1
-                    nxt.match = max(nxt.match, match)
-                    match += 1
-                    node = nxt
-                    if t in self.stop_tokens:
-                        break
+                self._add_continuation(root, e + 1, depth, w, lambda i, m0=match: m0 + i, max)
                 taken += 1
                 if taken >= self.max_occurrences:
                     return root
@@ -540,26 +523,33 @@ class SuffixDrafter(Drafter):
         """The copy anchor's continuations (:class:`~specot.drafting.copy.CopyAnchor`) joined to the
         trie, each weighing as a match of :data:`~specot.drafting.copy.ALIGN_MATCH` tokens; a first
         node keeps the match (length or anchor kind) of higher copy rate."""
-        seq = self.index.tokens
+        def keep(old: int, new: int) -> int:
+            return new if old == 0 or self.copy_rate(new) > self.copy_rate(old) else old
+
         for start, kind in self._starts:
-            w = self.match_weight ** ALIGN_MATCH
-            node, match = root, -(kind + 1)
-            root.weight += w
-            root.count += 1
-            for i, t in enumerate(seq[start:start + depth]):
-                nxt = node.kids.get(t)
-                if nxt is None:
-                    nxt = node.kids[t] = _TNode(t)
-                nxt.weight += w
-                nxt.count += 1
-                if nxt.match == 0 or self.copy_rate(match) > self.copy_rate(nxt.match):
-                    nxt.match = match
-                if w > nxt.src_w:
-                    nxt.src, nxt.src_w = start + i, w
-                match = ALIGN_MATCH + i
-                node = nxt
-                if t in self.stop_tokens:
-                    break
+            self._add_continuation(root, start, depth, self.match_weight ** ALIGN_MATCH,
+                                   lambda i, first=-(kind + 1): first if i == 0 else ALIGN_MATCH + i - 1, keep)
+
+    def _add_continuation(self, root: _TNode, start: int, depth: int, w: float, match_at: Callable[[int], int],
+                          keep: Callable[[int, int], int]) -> None:
+        """``tokens[start:start + depth]`` (cut after a stop token) added below ``root`` at weight ``w``: its
+        i-th token's node takes the match ``keep(node's, match_at(i))`` and, where ``w`` is the heaviest
+        yet, this occurrence's source position."""
+        root.weight += w
+        root.count += 1
+        node = root
+        for i, t in enumerate(self.index.tokens[start:start + depth]):
+            nxt = node.kids.get(t)
+            if nxt is None:
+                nxt = node.kids[t] = _TNode(t)
+            if w > nxt.src_w:
+                nxt.src, nxt.src_w = start + i, w
+            nxt.weight += w
+            nxt.count += 1
+            nxt.match = keep(nxt.match, match_at(i))
+            node = nxt
+            if t in self.stop_tokens:
+                break
 
     def _corpus_children(self, tail: tuple[int, ...]) -> list[tuple[int, float]]:
         """(token, frequency) continuations of ``tail`` in the corpus, through a match of at least
