@@ -37,14 +37,14 @@ def _drafter(anchor: bool = True) -> SuffixDrafter:
     return d
 
 
-def _copy_then_edit(d: SuffixDrafter, src: list[int], accepted: int) -> list[int]:
+def _copy_then_edit(d: SuffixDrafter, src: list[int], accepted: int, edit: int = NEW) -> list[int]:
     """Propose while the context ends with a 30-token copy of ``src``; the target accepts
-    ``accepted`` drafts, then writes NEW where the source goes on. Returns the new context."""
+    ``accepted`` drafts, then writes ``edit`` where the source goes on. Returns the new context."""
     ctx = src + _text(10, 9) + src[:30]
     tree = d.propose(ctx, 8, T0)
     path = chain_path(tree)
     assert len(path) > accepted
-    toks = tuple(tree.tokens[n] for n in path[:accepted]) + (NEW,)
+    toks = tuple(tree.tokens[n] for n in path[:accepted]) + (edit,)
     d.update(DraftOutcome(tree=tree, path=tuple(path[:accepted]), tokens=toks, context_len=len(ctx)))
     return ctx + list(toks)
 
@@ -77,6 +77,19 @@ def test_an_insertion_is_drafted_again_at_once_and_without_the_anchor_nothing_is
     tree = with_anchor.propose(ctx, 8, T0)
     assert tree.size >= 3
     assert [tree.tokens[n] for n in chain_path(tree)] == src[32:32 + tree.size]  # the source after the edit
+
+
+def test_the_anchor_is_drafted_also_when_the_occurrences_read_reach_their_cap():
+    """A context whose last token occurs often: max_occurrences ends the scan of the suffix's
+    occurrences, and the anchor's continuation still joins the trie."""
+    src = _text(60, 0)
+    d = SuffixDrafter(vocab_size=64, children=1, min_n=1, pass_cost=CHEAP, copy_model=True, copy_anchor=True,
+                      max_occurrences=1)
+    d.start([0], TreeBudget(children=1, gamma=8, law=DraftLaw.GREEDY))
+    ctx = _copy_then_edit(d, src, accepted=2, edit=src[5])  # a token the source holds: the scan finds it
+    assert src[5] != src[32] and d.anchor.starts(ctx)
+    tree = d.propose(ctx, 8, T0)
+    assert [tree.tokens[n] for n in chain_path(tree)][:3] == src[32:35]  # the insertion guess drafted
 
 
 def test_a_wrong_guess_lowers_its_own_bucket_and_the_value():

@@ -515,8 +515,10 @@ class SuffixDrafter(Drafter):
                 self._add_continuation(root, e + 1, depth, w, lambda i, m0=match: m0 + i, max)
                 taken += 1
                 if taken >= self.max_occurrences:
-                    return root
-        self._add_anchored(root, depth)
+                    break
+            if taken >= self.max_occurrences:
+                break
+        self._add_anchored(root, depth)  # also where max_occurrences ended the scan
         return root
 
     def _add_anchored(self, root: _TNode, depth: int) -> None:
