@@ -163,3 +163,22 @@ def test_hybrid_errors():
     plan = make_plan(hy, gamma=3)
     spec, ver = plan.tree, plan.verifier.build()
     assert spec is None and ver.name == "speculative"  # chains: any single-draft verifier
+
+
+def test_the_model_drafter_is_priced_on_the_suffix_drafters_measured_curve():
+    """With a measured curve r(B) the model drafter's value is (1 + E_m) / (r(1 + N_m) + overhead +
+    c_d·D_m), as the suffix drafter prices its own trees; without one, the linear model."""
+    target = _target()
+    eagle = EagleDrafter.random(target, draft_vocab=list(range(target.vocab_size)), seed=1, scale=5.0)
+
+    def curve(b: float) -> float:
+        return 1.0 + 0.5 * (b - 1)
+
+    hy = HybridDrafter(SuffixDrafter(vocab_size=target.vocab_size, pass_cost=curve, draft_overhead=0.05), eagle,
+                       draft_cost=0.1)
+    hy._acc, hy._size, hy._passes = 2.0, 3.0, 3.0
+    assert hy._model_value() == pytest.approx(3.0 / (curve(4) + 0.05 + 0.3))
+    linear = HybridDrafter(SuffixDrafter(vocab_size=target.vocab_size, cost_fixed=0.2, cost_per_token=0.1), eagle,
+                           draft_cost=0.1)
+    linear._acc, linear._size, linear._passes = 2.0, 3.0, 3.0
+    assert linear._model_value() == pytest.approx(3.0 / (1.0 + 0.2 + 0.1 * 3 + 0.3))

@@ -10,10 +10,10 @@ the expected number of accepted drafts E_s = Σ_i min(1, a·s_i) of its N_s node
 scores, :class:`~specot.drafting.SuffixDrafter`). The model drafter's expected accepted drafts E_m,
 tree size N_m and draft passes D_m are exponential moving averages over the iterations it drafted.
 With the cost model of the suffix drafter — a target pass over N draft tokens costs
-``1 + f + c·N`` autoregressive steps — plus ``c_d`` per draft pass (the cost coefficient c of the
-draft model), the drafter keeps the suffix tree when
+cost(N) = ``r(1 + N)`` one-token passes on its measured curve, else ``1 + f + c·N`` — plus ``c_d``
+per draft pass (the cost coefficient c of the draft model), the drafter keeps the suffix tree when
 
-    (1 + E_s) / (1 + f + c·N_s)  ≥  (1 + E_m) / (1 + f + c·N_m + c_d·D_m)
+    (1 + E_s) / cost(N_s)  ≥  (1 + E_m) / (cost(N_m) + c_d·D_m)
 
 (expected tokens per unit of target time), and otherwise asks the model drafter — unless the
 model drafter's value is below 1, the value of a plain target step (no draft): then nothing is
@@ -127,9 +127,10 @@ class HybridDrafter(Drafter):
         return self
 
     def _model_value(self) -> float:
-        """(1 + E_m) / (1 + f + c·N_m + c_d·D_m): the model drafter's expected tokens per unit of target time."""
-        s = self.suffix
-        return (1.0 + self._acc) / (1.0 + s.cost_fixed + s.cost_per_token * self._size + self.draft_cost * self._passes)
+        """(1 + E_m) / (cost(N_m) + c_d·D_m): the model drafter's expected tokens per unit of target
+        time, the pass priced as the suffix drafter prices its own (its measured curve r(1 + N_m)
+        where it has one, else ``1 + f + c·N_m``; plus its drafted step's work)."""
+        return (1.0 + self._acc) / (self.suffix._pass_cost(self._size) + self.draft_cost * self._passes)
 
     def propose(self, context: Sequence[int], gamma: int, sampling: SamplingConfig,
                 generator: torch.Generator | None = None) -> DraftTree:

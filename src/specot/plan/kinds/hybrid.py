@@ -9,7 +9,7 @@ from typing import Any, Mapping
 from ...drafting.hybrid import HybridDrafter
 from ...laws import DraftLaw
 from ..draft import DraftKind, DraftSpec, TreeSupport, draft_kinds, register_kind
-from .ngram import NGRAM_OPTIONS
+from .suffix import SUFFIX_OPTIONS
 
 HYBRID_PREFIX = "suffix+"
 #: The kinds that may follow ``suffix+``: draft models (a model-free drafter would be pointless),
@@ -26,7 +26,7 @@ class HybridKind(DraftKind):
     name = "hybrid"
     syntax = "suffix+MODEL"
     summary = "suffix trees where the text repeats, the draft model MODEL elsewhere, e.g. 'suffix+eagle'"
-    options = NGRAM_OPTIONS  # the suffix drafter's; the model's options go to the model
+    options = SUFFIX_OPTIONS  # the suffix drafter's (a backend's auto tunes them); the model's go to the model
     classes = (HybridDrafter,)
 
     def parse(self, text: str, options: Mapping[str, Any]) -> DraftSpec | None:
