@@ -338,3 +338,36 @@ def test_refusals():
     lone = TokenizerView("x", (b"x", b"y"), frozenset(), lambda s: [0] * len(s))
     with pytest.raises(ValueError, match="share no token"):
         XVocabDrafter(None, lone, TARGET_VIEW, "tli")
+
+
+def test_a_window_reads_the_prompts_last_tokens_and_stays_exact(models):
+    """``window``: the draft reads the prompt's last ``window`` target tokens and then all it commits
+    (a function of the context and the prompt's length: greedy still equals autoregressive and the
+    SLEM chain law is still the target's); a character begun before the window is dropped."""
+    target, draft = models
+    prompt = [T_VOCAB.index(t) for t in ("abc", "a", "ca", "b", "c")]  # "abcacabc"
+    full = XVocabDrafter(draft, DRAFT_VIEW, TARGET_VIEW, "slem")
+    short = XVocabDrafter(draft, DRAFT_VIEW, TARGET_VIEW, "slem", window=2)
+    spec = TreeSpec.sequences(1, 2)
+    for d in (full, short):
+        d.start(prompt, spec)
+    ctx = prompt + [T_VOCAB.index("a")]
+    assert full.draft_context(ctx) == bpe("abcacabca", D_VOCAB, D_MERGES)
+    assert short.draft_context(ctx) == bpe("bca", D_VOCAB, D_MERGES)  # "b", "c", then what was committed
+    short.start(prompt[:1], spec)  # a prompt shorter than the window: all of it
+    assert short.draft_context(prompt[:1]) == bpe("abc", D_VOCAB, D_MERGES)
+    cfg = GenerationConfig(max_new_tokens=12, gamma=3, sampling=SamplingConfig(temperature=0.0), seed=0)
+    want = autoregressive_generate(target, prompt, cfg).tokens
+    assert speculative_generate(target, XVocabDrafter(draft, DRAFT_VIEW, TARGET_VIEW, "slem", window=2), prompt,
+                                cfg).tokens == want
+    sampling = SamplingConfig(temperature=1.0)
+    windowed = XVocabDrafter(draft, DRAFT_VIEW, TARGET_VIEW, "slem", window=1)
+    windowed.start(list(PROMPT), spec)
+    got = Process(target, sampling).law(tuple(PROMPT), slem_chains(windowed, sampling, gamma=2))
+    assert max_error(got, exact_joint(target.model, PROMPT, N, sampling)) < 1e-10
+    with pytest.raises(ValueError, match="window"):
+        XVocabDrafter(draft, DRAFT_VIEW, TARGET_VIEW, "slem", window=0)
+    cut = TokenizerView("bytes", (b"\xc3", b"\xa9", b"a"), frozenset(), lambda s: [2] * len(s))
+    byte_level = XVocabDrafter(draft, DRAFT_VIEW, cut, "slem", window=2)
+    byte_level.start([0, 1, 2], spec)  # "é" split over two tokens; the window starts inside it
+    assert byte_level.draft_context([0, 1, 2]) == bpe("a", D_VOCAB, D_MERGES)

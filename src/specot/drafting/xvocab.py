@@ -43,10 +43,10 @@ from torch import Tensor
 from .._validation import trusted_inputs
 from ..geometry import token_tree
 from ..sampling import SamplingConfig, standardize
-from .base import DraftOutcome, DraftTree, Drafter
+from .base import DraftOutcome, DraftSchedule, DraftTree, Drafter
 from .model import Chain, draft_chain, draft_tree_from_model
 from .pricing import PricedChains
-from .tree import TreeSpec
+from .tree import DraftShape, TreeSpec
 
 __all__ = ["TokenizerView", "VocabMap", "hf_tokenizer_view", "intersect_vocabularies", "XVocabDrafter",
            "XVOCAB_MODES"]
@@ -283,18 +283,28 @@ class XVocabDrafter(Drafter):
         pricing: prices its chains (:class:`~specot.drafting.pricing.PricedChains`; TLI chains node
             by node in target tokens, SLEM chains in draft tokens, learning from the drafted text's
             accepted bytes), or ``None``: chains of γ (SLEM: γ + ``drop_last`` draft tokens).
+        window: the draft model reads only the prompt's last ``window`` target tokens (then all
+            it generates), or ``None``: the whole prompt. Its pass over a long prompt is then
+            short (a 135M draft read a 300-token prompt in ~0.5 s on a 2-vCPU CPU, ~10 % of a
+            48-token answer from a 1.5B target), at the cost of what it forgets.
 
     Raises:
-        ValueError: unknown mode, negative ``lookbehind``/``drop_last``, or (TLI) no shared token.
+        ValueError: unknown mode, negative ``lookbehind``/``drop_last``, ``window`` below 1, or
+            (TLI) no shared token.
     """
 
     def __init__(self, model: Any, draft_view: TokenizerView, target_view: TokenizerView, mode: str = "tli",
-                 lookbehind: int = 4, drop_last: int = 1, pricing: PricedChains | None = None) -> None:
+                 lookbehind: int = 4, drop_last: int = 1, pricing: PricedChains | None = None,
+                 window: int | None = None) -> None:
         super().__init__()
         if mode not in XVOCAB_MODES:
             raise ValueError(f"cross-vocabulary mode must be one of {XVOCAB_MODES}, got {mode!r}")
         if lookbehind < 0 or drop_last < 0:
             raise ValueError(f"lookbehind and drop_last must be >= 0, got {lookbehind}, {drop_last}")
+        if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
+            raise ValueError(f"window must be a number of tokens >= 1 or None, got {window!r}")
+        self.window = window
+        self._from = 0  # the first committed target position the draft reads (the window's start)
         self.model, self.draft_view, self.target_view, self.mode = model, draft_view, target_view, mode
         self.lookbehind, self.drop_last = lookbehind, drop_last
         self.vmap = intersect_vocabularies(draft_view, target_view) if mode == "tli" else None
@@ -321,6 +331,12 @@ class XVocabDrafter(Drafter):
         if self.pricing is not None:
             self.pricing.reset()
 
+    def start(self, prompt_ids: Sequence[int], spec: DraftShape, schedule: DraftSchedule | None = None,
+              stop_tokens: frozenset[int] = frozenset()) -> None:
+        """:meth:`Drafter.start`; the draft's window starts ``window`` tokens before the prompt's end."""
+        super().start(prompt_ids, spec, schedule, stop_tokens)
+        self._from = 0 if self.window is None else max(0, len(prompt_ids) - self.window)
+
     def update(self, outcome: DraftOutcome) -> None:
         """:meth:`Drafter.update`; a priced chain's nodes teach the calibration whether they were
         accepted (SLEM: a draft token is accepted when its bytes lie within the accepted target
@@ -343,8 +359,12 @@ class XVocabDrafter(Drafter):
     def draft_context(self, context: Sequence[int]) -> list[int]:
         """The draft's ids for the committed target ids ``context``: the draft's prefix (its BOS),
         then the committed text (a target special token as its literal text) re-encoded by the
-        draft's tokenizer. A function of ``context`` alone, so it cannot bias the output."""
-        text = _utf8_prefix(self.target_view.text_bytes(context))
+        draft's tokenizer — from the window's start (:attr:`window`; a character cut there dropped).
+        A function of ``context`` and the prompt's length alone, so it cannot bias the output."""
+        data = self.target_view.text_bytes(context[self._from:] if self._from else context)
+        if self._from:
+            data = data.lstrip(bytes(range(0x80, 0xC0)))  # a character begun before the window
+        text = _utf8_prefix(data)
         ids = list(self.draft_view.prefix) + self.draft_view.encode(text)
         return ids if ids else [min(self.draft_view.special, default=0)]
 

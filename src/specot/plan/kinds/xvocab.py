@@ -37,6 +37,7 @@ from typing import Any, Mapping
 
 import torch
 
+from ..._validation import check_count
 from ...drafting.pricing import priced_chains
 from ...drafting.xvocab import XVocabDrafter, hf_tokenizer_view
 from ...models.loading import check_model_source, load_model
@@ -68,12 +69,19 @@ def _check_pricing(value: Any) -> bool:
     return value
 
 
-#: The kind's options: where the draft model runs (module docstring) and whether its chains are
-#: priced by the measured pass costs (:func:`specot.drafting.pricing.priced_chains`).
+def _check_window(value: Any) -> int | None:
+    return None if value is None else check_count(value, "draft_window")
+
+
+#: The kind's options: where the draft model runs (module docstring), whether its chains are
+#: priced by the measured pass costs (:func:`specot.drafting.pricing.priced_chains`) and how much
+#: of the prompt it reads (:class:`~specot.drafting.XVocabDrafter`'s ``window``).
 XVOCAB_OPTIONS = {"xvocab_backend": Option("auto", _check_backend_name,
                                            help="where a GGUF draft model runs: auto, transformers or a backend"),
                   "draft_pricing": Option(True, _check_pricing,
-                                          help="price a GGUF draft model's chains by the measured pass costs")}
+                                          help="price a GGUF draft model's chains by the measured pass costs"),
+                  "draft_window": Option(None, _check_window,
+                                         help="the prompt's last N target tokens the draft model reads (None: all)")}
 
 
 @functools.lru_cache(maxsize=1)
@@ -222,7 +230,7 @@ class XVocabKind(DraftKind):
         draft = load_draft_model(source, backend=backend, dtype=dtype, device=device)
         draft_view = hf_tokenizer_view(draft.tokenizer, draft.vocab_size, name=draft.name)
         pricing = priced_chains(target, draft) if backend is not None and spec.option("draft_pricing") else None
-        return XVocabDrafter(draft, draft_view, target_view, mode, pricing=pricing)
+        return XVocabDrafter(draft, draft_view, target_view, mode, pricing=pricing, window=spec.option("draft_window"))
 
 
 KIND = register_kind(XVocabKind())
