@@ -60,7 +60,7 @@ from .theory.speedup import expected_tokens
 
 __all__ = ["PassCostCurve", "FORMAT_VERSION", "DEFAULT_WIDTHS", "DEFAULT_REPEATS", "calibration_key",
            "calibration_path", "calibrate", "break_even_alpha", "interpolate", "calibration_enabled", "pricing_curve",
-           "cached_measurement"]
+           "cached_measurement", "find_measurements"]
 
 #: Version of the cache entries' format and of the measurement; an entry of another version is stale.
 FORMAT_VERSION = 2  # 2: measured times made plausible (non-decreasing, at most B one-token passes)
@@ -502,14 +502,14 @@ def _measured_values(values: Any, name: str, check: Callable[[Mapping[str, float
     return out
 
 
-def _measurement_entry(obj: Mapping[str, Any], name: str, key: Mapping[str, Any],
+def _measurement_entry(obj: Mapping[str, Any], name: str, key: Mapping[str, Any] | None,
                        check: Callable[[Mapping[str, float]], None] | None) -> tuple[dict[str, Any], bool]:
     """A cache entry's measurement (every field checked) and its busy flag.
 
     Raises:
         DamagedEntry / ValueError: a field of the wrong type, a value that is not finite, or one
             ``check`` refuses.
-        StaleEntry: another measurement's entry, or measured under another key.
+        StaleEntry: another measurement's entry, or measured under another key (``key`` None: any key).
     """
     body = mapping(obj.get("measurement"), "measurement")
     values = _measured_values(body.get("values"), name, check)
@@ -517,7 +517,7 @@ def _measurement_entry(obj: Mapping[str, Any], name: str, key: Mapping[str, Any]
     la = None if la is None else list(numbers(la, "load_average", lo=0.0, hi=1e6, max_len=3))
     measured_at = text(body.get("measured_at", ""), "measured_at")
     flag = _flags(obj, la)
-    if body.get("name") != name or not same_json(mapping(body.get("key"), "key"), key):
+    if body.get("name") != name or key is not None and not same_json(mapping(body.get("key"), "key"), key):
         raise StaleEntry("measured under another key")
     return {"name": name, "key": body["key"], "values": values, "measured_at": measured_at, "load_average": la,
             "source": "cache"}, flag
@@ -575,6 +575,31 @@ def cached_measurement(name: str, key: Mapping[str, Any], measure: Callable[[], 
                                  "busy": was_busy}, {**body, "source": "measured"})
         _warn(f"calibration cache {path} ({name})", why, name, unstored)
     return {**body, "source": "measured"}
+
+
+def find_measurements(name: str, where: Mapping[str, Any], *,
+                      check: Callable[[Mapping[str, float]], None] | None = None,
+                      cache_dir: str | os.PathLike[str] | None = None) -> list[dict[str, Any]]:
+    """Every cached measurement called ``name`` (:func:`cached_measurement`) whose key holds each
+    item of ``where``, oldest file name first; measures nothing. An entry that is damaged or that
+    ``check`` refuses is left out (the measurement that writes it again replaces it).
+
+    Returns:
+        the records, as :func:`cached_measurement` returns them (``source`` ``"cache"``).
+    """
+    root = model_cache_dir() if cache_dir is None else Path(cache_dir)
+    if root is None or not (root / "calibration").is_dir():
+        return []
+    want = {k: json.dumps(v, sort_keys=True, default=str) for k, v in where.items()}
+    out = []
+    for path in sorted((root / "calibration").glob("*.json")):
+        found, _ = read_entry(path, FORMAT_VERSION, lambda obj: _measurement_entry(obj, name, None, check))
+        if found is None:
+            continue
+        key = found[0]["key"]
+        if all(k in key and json.dumps(key[k], sort_keys=True, default=str) == v for k, v in want.items()):
+            out.append(found[0])
+    return out
 
 
 def break_even_alpha(gamma: int, ratio: Callable[[int], float], c: float = 0.0) -> float | None:

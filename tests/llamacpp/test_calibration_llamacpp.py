@@ -45,3 +45,31 @@ def test_auto_prices_with_the_calibrated_curve_and_falls_back_without(target, ca
     monkeypatch.setenv("SPECOT_CALIBRATE", "0")
     drafter, _ = auto_drafter(target, 0.0)
     assert drafter.pass_cost is None and (drafter.cost_fixed, drafter.cost_per_token) == PASS_COST
+
+
+@pytest.mark.real_model
+def test_calibrate_draft_measures_a_verdict_that_auto_reads(tmp_path, monkeypatch, capsys):
+    """``specot calibrate --draft``: the embedded GGUF drafting for itself (a plain draft model), a few
+    tokens per calibration prompt; one verdict per temperature class, which ``auto`` then reads (the
+    hybrid where it pays, the table with the reason where it does not). No timing is asserted."""
+    import json
+
+    from specot.cli.main import main
+    from specot.models.embedded import embedded_gguf
+    from specot.plan.auto import auto_choice
+
+    monkeypatch.setenv("SPECOT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr("specot.cli.calibrate_run.CALIBRATION_TOKENS", 6)
+    directory, name = embedded_gguf()
+    gguf = str(directory / name)
+    argv = ["calibrate", "--backend", "llamacpp", "--draft", gguf, "--widths", "1,2,3", "--repeats", "1", "--json"]
+    assert main(argv) == 0
+    verdicts = json.loads(capsys.readouterr().out)["draft_verdicts"]
+    assert [v["temperature"] for v in verdicts] == [0.0, 1.0]
+    for v in verdicts:
+        assert v["draft"] == gguf and v["measured"] > 0 and v["vs_plain"] > 0 and v["predicted"] > 0
+        assert v["measured_at"]
+        assert v["block_efficiency"] >= 1 and v["draft_cost"] > 0 and v["tokens"] >= 3
+    for T, v in zip((0.0, 1.0), verdicts):
+        choice = auto_choice(None, backend="llamacpp", temperature=T)
+        assert (choice.draft == f"suffix+{gguf}") == v["pays"] and choice.reason

@@ -1,6 +1,7 @@
 """``specot calibrate``: measure (or show the cached) pass-cost curve of a target on this machine.
 
-``specot calibrate [--backend auto|llamacpp|transformers] [--target T] [--refresh] [--json] [--plot FILE.png]``
+``specot calibrate [--backend auto|llamacpp|transformers] [--target T] [--draft DRAFT] [--refresh] [--json]
+[--plot FILE.png]``
 prints, for each pass width B, the median time of one pass t(B) in ms, its ratio to a one-token pass
 r(B) = t(B)/t(1), and the break-even acceptance of a chain of γ = B − 1 drafts (the i.i.d. acceptance
 α at which it pays for its wider pass, :func:`specot.calibration.break_even_alpha`; "never" when
@@ -11,6 +12,12 @@ prices a drafted step's own work by measurement (llama.cpp: the suffix drafter's
 verification and update, :mod:`specot.plan.step_work`), that measurement is shown, cached and
 refreshed with the curve. Timings on a busy machine are noisy: the output carries the load average
 at the measurement.
+
+``--draft DRAFT`` also measures whether a draft model pays for the target here
+(:mod:`specot.plan.draft_verdict`): it decodes :data:`~specot.plan.draft_verdict.CALIBRATION_PROMPTS`
+at temperature 0 and 1 plainly, with ``auto`` as its backend's table plans it and with that plan
+plus the draft model, times each and prices the draft's iterations with the measured costs, and
+caches the verdict, which ``auto`` reads (a second call only reads it; ``--refresh`` measures again).
 """
 
 from __future__ import annotations
@@ -56,7 +63,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                         "specot.calibration.DEFAULT_WIDTHS)")
     p.add_argument("--repeats", type=count(1), default=None,
                    help="timed passes per width, median taken (default: specot.calibration.DEFAULT_REPEATS)")
-    p.add_argument("--refresh", action="store_true", help="measure again even when a cached curve exists")
+    p.add_argument("--draft", default=None, metavar="DRAFT",
+                   help="also measure whether the draft model DRAFT (as --draft of specot generate, e.g. "
+                        "xvocab-slem:SmolLM2.gguf or DRAFT.gguf) pays for the target on this machine: decodes four "
+                        "built-in prompts at temperature 0 and 1 plainly, with auto, and with auto plus the draft "
+                        "model; auto then adds it where it measured 1.10x over auto without it (cached)")
+    p.add_argument("--refresh", action="store_true",
+                   help="measure again even when a cached curve (and --draft verdict) exists")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     p.add_argument("--plot", type=Path, default=None, metavar="FILE.png",
                    help="also plot r(B) against the ideal r = 1 and r = B (matplotlib); an existing file is replaced "

@@ -5,7 +5,9 @@ The rule, one place (:func:`auto_choice`; :func:`specot.plan.make_plan` turns it
 
 * A backend with its own table (:attr:`specot.plan.Backend.auto`, an :class:`AutoTable`: what
   measured fastest on it, e.g. ``specot_llamacpp.auto.AUTO_TABLE``): the table's entry for the
-  temperature, as measured.
+  temperature, as measured — unless a draft model was measured on this machine to pay for the
+  target (``specot calibrate --draft``, :mod:`specot.plan.draft_verdict`): then that draft, as
+  ``--draft`` plans it; the choice says why in :attr:`AutoChoice.reason`.
 * The embedded target on a CPU, in bfloat16, or in float32 where oneDNN prepacks the head's
   layers: :data:`AUTO_TABLE`, suffix decoding with the shipped EAGLE-3 head (``suffix+eagle``), as
   GREEDY-law draft trees of :data:`AUTO_TREE` (2 children per node, depth 3) at temperature > 0 and
@@ -20,6 +22,7 @@ The rule, one place (:func:`auto_choice`; :func:`specot.plan.make_plan` turns it
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -28,9 +31,11 @@ import torch
 from ..models.device import prepacking_available, resolve_dtype
 from ..models.protocol import TargetModel
 from .backends import backend_of, capabilities_for, get_backend, is_embedded
+from .draft import parse_draft
+from .draft_verdict import best_verdict, draft_verdict_key, read_verdicts
 from .kinds.hybrid import HYBRID_PREFIX
 
-__all__ = ["AutoChoice", "AutoTable", "auto_choice", "AUTO_TABLE", "AUTO_HYBRID", "AUTO_TREE", "AUTO_TREE_GREEDY",
+__all__ = ["AutoChoice", "AutoTable", "auto_choice", "with_draft_model", "AUTO_TABLE", "AUTO_HYBRID", "AUTO_TREE", "AUTO_TREE_GREEDY",
            "AUTO_MIN_CONFIDENCE_GREEDY"]
 
 AUTO_HYBRID = HYBRID_PREFIX + "eagle"
@@ -55,6 +60,7 @@ class AutoChoice:
     gamma: int | None  # draft length γ (the depth of a tree); None: the default
     min_confidence: float | None = None  # τ of the EAGLE head's confidence gate; None: off
     options: tuple[tuple[str, Any], ...] = ()  # other drafter options (a backend's tuned suffix drafter)
+    reason: str = ""  # why, with its numbers, where a measurement decided (a draft model's verdict)
 
     @property
     def draft_options(self) -> dict[str, Any]:
@@ -97,6 +103,38 @@ def _fast_head(target: Any, device: str, dtype: str | torch.dtype) -> bool:
     return is_embedded(target) and on_cpu and hidden and fast
 
 
+def _usable(draft: str) -> bool:
+    """Whether a verdict's draft can still be planned (its file is there)."""
+    try:
+        parse_draft(draft).check()
+    except (ValueError, OSError):
+        return False
+    return True
+
+
+def with_draft_model(own: AutoChoice, draft: str, reason: str = "") -> AutoChoice:
+    """``own`` (a backend's table entry) with the draft model ``draft`` added: where ``own`` is suffix
+    decoding, the hybrid ``suffix+DRAFT`` with ``own``'s suffix options and depth (suffix chains
+    where the text repeats, the draft model's priced chains elsewhere,
+    :class:`~specot.drafting.HybridDrafter`); else ``draft`` as ``--draft`` plans it."""
+    if own.draft == "suffix" and not draft.startswith(HYBRID_PREFIX):
+        return AutoChoice(HYBRID_PREFIX + draft, None, own.gamma, options=own.options, reason=reason)
+    return AutoChoice(draft, None, None, reason=reason)
+
+
+def _measured_draft(target: Any, backend: str, temperature: float, own: AutoChoice) -> AutoChoice:
+    """``own`` (the backend's table) with the draft model measured fastest for ``target`` on this
+    machine where its verdict pays (:mod:`specot.plan.draft_verdict`: ``specot calibrate --draft``,
+    :func:`with_draft_model`); else ``own``, with the best verdict that did not pay as its reason."""
+    verdicts = [v for v in read_verdicts(draft_verdict_key(target, backend), temperature) if _usable(v.draft)]
+    best = best_verdict(verdicts)
+    if best is None:
+        return own
+    if best.pays:
+        return with_draft_model(own, best.draft, reason=f"a draft model pays here: {best.why()}")
+    return dataclasses.replace(own, reason=f"no draft model pays here: {best.why()}")
+
+
 def auto_choice(target: Any, device: str = "cpu", *, backend: str | None = None, dtype: str | torch.dtype = "auto",
                 temperature: float = 1.0, n: int | None = None, gamma: int | None = None, tree: Any = None,
                 verifier: str | None = None, verifier_params: Mapping[str, Any] | None = None) -> AutoChoice:
@@ -115,8 +153,11 @@ def auto_choice(target: Any, device: str = "cpu", *, backend: str | None = None,
     if backend is None and isinstance(target, TargetModel):
         backend = backend_of(target)
     table = get_backend(backend).auto if backend is not None else None
-    if table is not None:  # the backend's measured plan, as measured
-        return table.at(temperature)
+    if table is not None:  # the backend's measured plan, as measured, or a draft model measured to pay
+        own = table.at(temperature)
+        if n is None and tree is None and verifier is None and not verifier_params:
+            return _measured_draft(target, backend, temperature, own)
+        return own
     if not _fast_head(target, device, dtype):
         return AutoChoice("ngram", n, gamma)
     named = verifier is not None or bool(verifier_params)

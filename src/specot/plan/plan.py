@@ -61,6 +61,8 @@ class DecodingPlan:
         backend: the target backend (``"transformers"``, or one from ``specot.backends``).
         dtype: the dtype asked for (``"auto"``: bf16 where matmuls are native bf16, else float32).
         device: the device asked for.
+        reason: why ``auto`` chose this plan where a measurement decided (a draft model's verdict on
+            this machine, :mod:`specot.plan.draft_verdict`), with its numbers; else empty.
     """
 
     draft: DraftSpec | None
@@ -72,6 +74,7 @@ class DecodingPlan:
     backend: str = "transformers"
     dtype: str | torch.dtype = "auto"
     device: str = "cpu"
+    reason: str = ""
 
     @property
     def shape(self) -> DraftShape:
@@ -95,10 +98,11 @@ class DecodingPlan:
         (a fixed tree: law, most drafts n per node, depth) or ``"suffix, budget 4 children × depth 4"``
         (a drafter's own trees within a :class:`~specot.drafting.TreeBudget`)."""
         if self.draft is None:
-            return "none (autoregressive)"
+            return "none (autoregressive)" + (f" (auto: {self.reason})" if self.reason else "")
         shape = "chain" if self.tree is None else self.tree.label()
         gate = self.min_confidence
-        return f"{self.draft.name}, {shape}" + (f", min_confidence {gate:g}" if gate is not None else "")
+        why = f" (auto: {self.reason})" if self.reason else ""
+        return f"{self.draft.name}, {shape}" + (f", min_confidence {gate:g}" if gate is not None else "") + why
 
     def check_vocab(self, vocab: int | None, sampling: SamplingConfig) -> None:
         """The plan's check that needs the target's vocabulary size V: the ``otm`` verifier's exact
@@ -116,7 +120,8 @@ class DecodingPlan:
         return {"draft": None if self.draft is None else self.draft.name, "describe": self.describe(),
                 "tree": None if self.tree is None else _tree_dict(self.tree),
                 "verifier": self.verifier.name, "verifier_params": dict(self.verifier.params), "gamma": self.gamma,
-                "gamma_schedule": self.gamma_schedule, "cache": self.cache, "backend": self.backend}
+                "gamma_schedule": self.gamma_schedule, "cache": self.cache, "backend": self.backend,
+                "reason": self.reason}
 
 
 def _tree_dict(tree: DraftShape) -> dict[str, Any]:
@@ -304,10 +309,11 @@ def make_plan(draft: Any = "auto", *, target: Any = None, backend: str = "auto",
     backend = choose_backend(backend, str(target) if isinstance(target, Path) else target, device=device,
                              dtype=dtype, automatic=automatic)
     check_target_source(target, backend)  # as the chosen backend loads it (llama.cpp: a .gguf file)
+    reason = ""
     if is_auto:
         choice = auto_choice(target, device, backend=backend, dtype=dtype, temperature=temperature, n=n,
                              gamma=gamma, tree=tree, verifier=verifier, verifier_params=verifier_params)
-        draft, n, gamma = choice.draft, choice.children, choice.gamma
+        draft, n, gamma, reason = choice.draft, choice.children, choice.gamma, choice.reason
         chosen = choice.draft_options
         # the table's options hold unless the caller gave another value than the kind's default
         # (the front doors pass every option, defaults included: generate's ngram_corpus "pydoc")
@@ -315,7 +321,7 @@ def make_plan(draft: Any = "auto", *, target: Any = None, backend: str = "auto",
         draft_options = {**chosen, **{k: v for k, v in draft_options.items()
                                       if v is not None and not (k in chosen and v == defaults.get(k, object()))}}
     common = dict(verifier=ver, gamma=DEFAULT_GAMMA if gamma is None else gamma, gamma_schedule=gamma_schedule,
-                  cache=cache, backend=backend, dtype=dtype, device=device)
+                  cache=cache, backend=backend, dtype=dtype, device=device, reason=reason)
     if draft is None or (isinstance(draft, str) and draft == "none"):
         chain = TreeSpec.sequences(1, common["gamma"]).default_verifier
         return DecodingPlan(None, None, **{**common, "verifier": ver or VerifierSpec(chain)})
