@@ -16,7 +16,8 @@ from specot.engine.types import GenerationConfig
 from specot.models.embedded import load_embedded_draft
 from specot.sampling import SamplingConfig
 from specot.calibration import PassCostCurve, break_even_alpha
-from specot_lab.bench.llamacpp import best_chain, chain_speedup, run_speedup, tree_speedup
+from specot.plan.draft_verdict import predicted_speedup
+from specot_lab.bench.llamacpp import best_chain, chain_speedup, tree_speedup
 from specot_llamacpp.draft import LlamaCppDrafter, load_draft
 
 
@@ -67,7 +68,7 @@ def test_speedup_model_with_a_cost_curve():
     assert break_even_alpha(1, LINEAR) is None and best_chain(0.99, LINEAR).gamma == 0
     assert break_even_alpha(1, FLAT) == pytest.approx(0.0, abs=1e-6)
     assert tree_speedup([0.5, 0.5], 3, FLAT) == pytest.approx(1.75)
-    assert run_speedup([2, 0], [3, 1], LINEAR) == pytest.approx(4 / 4)
+    assert predicted_speedup([2, 0], [3, 1], LINEAR.ratio) == pytest.approx(4 / 4)
     with pytest.raises(ValueError):
         LINEAR.ratio(0)
 

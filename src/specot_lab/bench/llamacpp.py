@@ -24,7 +24,10 @@ per acceptance (the speedup model below); JSON on stdout or ``--out``.
   --draft DRAFT`` makes it (:func:`specot.plan.make_plan`, per temperature), e.g. ``specot:auto``,
   ``specot:none``, ``specot:xvocab-slem:PATH.gguf`` or ``specot:suffix+xvocab-slem:PATH.gguf``;
   ``;KEY=VALUE`` after it sets a drafter option over the plan's, ``auto``'s table included
-  (``specot:auto;suffix_copy_anchor=false``: auto without the copy anchor).
+  (``specot:auto;suffix_copy_anchor=false``: auto without the copy anchor); ``specot:auto-table``:
+  the backend's table alone (``auto`` without the draft models ``specot calibrate --draft`` measured
+  to pay); ``specot:auto+DRAFT``: the table with the draft model DRAFT added as ``auto`` adds one
+  (:func:`specot.plan.auto.with_draft_model`), at every temperature.
 
 ``--target``: the target (default the embedded SmolLM2; a packaged model's name such as
 ``qwen2.5-coder-1.5b``, or a ``.gguf`` path), loaded once on llama.cpp for every method.
@@ -36,7 +39,7 @@ tokens over its seconds, end to end; ``decode_tokens_per_s`` leaves out the time
 emitted tokens (the prompt's pass) and those tokens — at T > 0 the methods' answers end at
 different lengths, and a shorter answer spreads the same prompt pass over fewer tokens; each specot method also records its passes, tree sizes and acceptance, and
 the speedup over ``specot-ar`` that the measured cost curve predicts for those passes
-(:func:`run_speedup`). ``outside_decode_ms_per_token``: each method's time
+(:func:`specot.plan.draft_verdict.predicted_speedup`). ``outside_decode_ms_per_token``: each method's time
 outside ``llama_decode`` per token (its loop's own work; the passes' share of machine noise left
 out), the measure of how close a loop is to llama-cpp-python's. JSON on stdout or ``--out``;
 progress on stderr.
@@ -48,7 +51,7 @@ width. On llama.cpp on a CPU a pass over B tokens costs r(B) = t(B)/t(1) one-tok
 draft cost c per draft token (in one-token target passes) gives ``E(α, γ) / (r(1 + γ) + γ·c)``
 (:func:`chain_speedup`); a draft tree of N nodes with per-depth acceptance a_1..a_L
 ``(1 + Σ_d Π_{j≤d} a_j) / (r(1 + N) + L·c)`` (:func:`tree_speedup`); a run, from its iterations,
-``Σ n_i / Σ (r(1 + N_i) + c_i)`` (:func:`run_speedup`). The break-even acceptance of a chain is
+``Σ n_i / Σ (r(1 + N_i) + c_i)`` (:func:`specot.plan.draft_verdict.predicted_speedup`). The break-even acceptance of a chain is
 :func:`specot.calibration.break_even_alpha`.
 """
 
@@ -72,12 +75,13 @@ from specot.cli.command import number
 from specot.envinfo import environment_info
 from specot.outputs import check_output, dumps, json_has, write_json
 from specot.plan import make_plan
+from specot.plan.draft_verdict import predicted_speedup
 from specot.theory.speedup import block_efficiency, expected_tokens
 from specot_llamacpp.loading import load_target
 from specot_llamacpp.target import PASS_WAYS, LlamaCppTarget, default_threads
 
 __all__ = ["main", "add_arguments", "run", "METHODS", "fit_linear_cost", "measure_cost_curve", "chain_speedup",
-           "tree_speedup", "run_speedup", "best_chain", "ChainChoice", "QUIET_CURVE", "auto_drafter"]
+           "tree_speedup", "best_chain", "ChainChoice", "QUIET_CURVE", "auto_drafter"]
 
 METHODS = ("plain", "prompt-lookup", "specot-ar", "specot-ngram", "specot-suffix", "specot-suffix-llamacpp",
            "specot-draft")
@@ -114,22 +118,6 @@ def tree_speedup(rates: Sequence[float], n_nodes: int, curve: PassCostCurve, c: 
     if n_nodes < len(rates):
         raise ValueError(f"a tree of depth {len(rates)} has at least {len(rates)} nodes, got {n_nodes}")
     return float(block_efficiency(list(rates))) / (curve.ratio(1 + n_nodes) + len(rates) * c)
-
-
-def run_speedup(tree_sizes: Sequence[int], emitted: Sequence[int], curve: PassCostCurve,
-                draft_cost: Sequence[float] | None = None) -> float:
-    """A run's predicted speedup from its iterations: ``Σ emitted / Σ (r(1 + N_i) + c_i)``.
-
-    Args:
-        tree_sizes: draft nodes N_i of each iteration (0: a plain step).
-        emitted: tokens committed by each iteration.
-        curve: the target's cost curve.
-        draft_cost: the drafter's time per iteration in one-token target passes (default 0).
-    """
-    if len(tree_sizes) != len(emitted) or not tree_sizes:
-        raise ValueError("tree_sizes and emitted must be non-empty and of one length")
-    cost = sum(curve.ratio(1 + int(n)) for n in tree_sizes) + (sum(draft_cost) if draft_cost is not None else 0.0)
-    return float(sum(emitted)) / cost
 
 
 @dataclass(frozen=True)
@@ -331,12 +319,16 @@ def _draft_and_options(text: str) -> tuple[str, dict[str, Any]]:
 def _make_plan(draft: str, options: dict[str, Any], target: Any, T: float) -> Any:
     """The plan of ``draft`` at temperature ``T`` with ``options`` over its own — over ``auto``'s
     table entry too (resolved here, since ``make_plan`` keeps a table's option given at its default)."""
-    from specot.plan import make_plan
-    from specot.plan.auto import auto_choice
+    from specot.plan import get_backend, make_plan
+    from specot.plan.auto import auto_choice, with_draft_model
 
-    if draft != "auto" or not options:
+    if draft == "auto-table" or draft.startswith("auto+"):  # the table alone, or with a draft model
+        own = get_backend("llamacpp").auto.at(T)
+        choice = own if draft == "auto-table" else with_draft_model(own, draft[len("auto+"):])
+    elif draft != "auto" or not options:
         return make_plan(draft, target=target, temperature=T, **options)
-    choice = auto_choice(target, temperature=T)
+    else:
+        choice = auto_choice(target, temperature=T)
     return make_plan(choice.draft, target=target, temperature=T, n=choice.children, gamma=choice.gamma,
                      **{**choice.draft_options, **options})
 
@@ -498,9 +490,9 @@ def _step_model(c: dict, curve: PassCostCurve) -> dict[str, Any]:
     (the target's curve r(1 + N_i) for each pass, the draft model's measured pass d in one-token target
     passes for each of its ``draft_calls``) and the step it predicts against the step measured
     (wall time after each run's first tokens, per target pass after the first)."""
-    draft = [c["draft_passes_cost"]]  # Σ over the cell's draft passes, in one-token target passes
-    out = {"draft_calls": c["draft_calls"],
-           "predicted_speedup_vs_ar": round(run_speedup(c["tree_sizes"], c["emitted"], curve, draft), 3)}
+    # Σ over the cell's draft passes, in one-token target passes
+    predicted = predicted_speedup(c["tree_sizes"], c["emitted"], curve.ratio, c["draft_passes_cost"])
+    out = {"draft_calls": c["draft_calls"], "predicted_speedup_vs_ar": round(predicted, 3)}
     steps = c["passes"] - c["runs"]
     if c["firsts"] and steps > 0 and curve.t_ms:
         units = sum(curve.ratio(1 + int(n)) for n in c["tree_sizes"]) + c["draft_passes_cost"]
