@@ -253,3 +253,27 @@ def test_returned_logits_are_copies_that_later_passes_leave_alone(target, prompt
     assert torch.equal(first, kept)
     again = target.logits_after(ids, [11, 12])
     torch.testing.assert_close(again, kept, rtol=0, atol=1e-4)
+
+
+def test_a_context_grows_its_sequence_ids_at_the_first_tree_and_its_rows_stay_put(target, prompt_ids):
+    """A new target's context holds one sequence id (chains, plain decoding); the first tree of several
+    paths makes it again with ``max_leaves + 1`` and decodes the committed context again: the tree's
+    rows are those of a target that had room from the start, and the committed path is kept."""
+    fresh = LlamaCppTarget(target.path, tokenizer=target.tokenizer, n_threads=1, n_ctx=256, max_leaves=7)
+    grown = LlamaCppTarget(target.path, tokenizer=target.tokenizer, n_threads=1, n_ctx=256, max_leaves=7)
+    try:
+        ids = list(prompt_ids[0])
+        assert fresh._n_seq == 1
+        grown.tree_logits(ids, _tree(ids))
+        assert grown._n_seq == 8
+        grown.reset()
+        chain = fresh.logits_after(ids, [330, 253])  # one sequence id is enough for a chain
+        assert fresh._n_seq == 1 and fresh.cached_ids == ids + [330, 253]
+        rows = fresh.tree_logits(ids, _tree(ids))  # grows, and decodes ids again
+        assert fresh._n_seq == 8 and torch.equal(rows, grown.tree_logits(ids, _tree(ids)))
+        _close(rows[0], chain[0])
+        fresh.keep_tree_path(_path([3, 6]))
+        assert fresh.cached_ids == ids + _path_tokens([3, 6])
+    finally:
+        fresh.close()
+        grown.close()
