@@ -430,6 +430,12 @@ def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
     from tqdm import tqdm
 
     sets = _read_sets(args.prompts, args.n_prompts)
+    # The same GGUF loaded once before the measured ones and kept: in one process the first model
+    # loaded from a file ran its one-token passes 7-10 % slower than later loads of it (Qwen2.5-Coder-
+    # 1.5B, 2-vCPU Xeon: whichever came first, specot's target or llama-cpp-python's Llama; freeing
+    # it moved the loss to the next), which made specot's plain decoding look 5 % slower than
+    # llama-cpp-python's when its target was loaded first.
+    primer = load_target(args.target, n_threads=args.threads)  # noqa: F841 - kept alive for the run
     target = load_target(args.target, n_threads=args.threads)
     curves = measure_cost_curve(target, target.encode_prompt(COST_CONTEXT), DEFAULT_WIDTHS, args.cost_repeats)
     curve = curves["all"]
