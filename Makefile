@@ -46,10 +46,13 @@ setup-dev: $(VENV)/.stamp-dev setup-llamacpp $(VENV)/.stamp-model
 # its wider pass). Each prints what a wide pass costs on this machine and how often it drafted. First the
 # packaged Qwen2.5-Coder-1.5B-Instruct on llama.cpp (its first run assembles its GGUF and reads its tokenizer
 # once, about 25 s on 2 cores, then measures its pass costs once; fewer chat repeats: a token costs about ten
-# times SmolLM2's), then the embedded SmolLM2-135M-Instruct (a 135M model: its chat answers are weak).
+# times SmolLM2's), then the embedded SmolLM2-135M-Instruct (a 135M model: its chat answers are weak). Before
+# them, whether SmolLM2 drafting for Qwen (cross-vocabulary, SLEM) pays on this machine, measured once (about
+# 2 minutes, then cached): auto adds it where it does, and each run's report says why or why not.
 DEMO_EDIT ?= examples/rename_variable.txt
 DEMO_TARGET ?= qwen2.5-coder-1.5b
 demo: setup $(VENV)/.stamp-coder
+	$(VENV)/bin/specot calibrate --target $(DEMO_TARGET) --draft xvocab-slem:smollm2
 	$(VENV)/bin/specot generate --target $(DEMO_TARGET) --prompt-file "$(DEMO_EDIT)" --temperature 0 --max-new-tokens 120 --baseline --repeats 3
 	$(VENV)/bin/specot generate --target $(DEMO_TARGET) --prompt "$(DEMO_PROMPT)" --max-new-tokens 96 --baseline --repeats 3
 	$(VENV)/bin/specot generate --prompt-file "$(DEMO_EDIT)" --temperature 0 --max-new-tokens 120 --baseline --repeats 3

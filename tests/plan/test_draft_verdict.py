@@ -130,3 +130,16 @@ def test_the_plan_says_why_auto_drafted_with_a_model(files, monkeypatch):
     assert "(auto: a draft model pays here:" in plan.describe() and plan.to_dict()["reason"] == plan.reason
     plain = make_plan("auto", target=gguf, backend="llamacpp", temperature=1.0)
     assert plain.draft.name == "suffix" and plain.reason == ""
+
+
+def test_the_embedded_gguf_drafts_by_its_name():
+    """``xvocab-slem:smollm2`` names the embedded SmolLM2 GGUF (the draft of ``make demo``'s verdict)."""
+    from specot.models.embedded import embedded_gguf
+    from specot.plan import parse_draft
+    from specot.plan.kinds.xvocab import _source_file
+
+    directory, name = embedded_gguf()
+    assert _source_file("smollm2") == (str(directory), name)
+    spec = parse_draft("xvocab-slem:smollm2")
+    spec.check()
+    assert spec.source == "smollm2"

