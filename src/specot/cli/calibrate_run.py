@@ -147,7 +147,7 @@ def _draft_verdicts(target: Any, backend: str, draft: str, curve: PassCostCurve)
         ValueError: ``draft`` is no draft model, or its pass cost is not measured.
     """
     key = draft_verdict_key(target, backend)
-    prompts = [target.encode_prompt(p, chat=True) for p in CALIBRATION_PROMPTS]
+    prompts = [target.encode_prompt(p) for p in CALIBRATION_PROMPTS]  # a chat turn where there is a template
     out = []
     for T in VERDICT_TEMPERATURES:
         methods = _methods(target, backend, draft, T)

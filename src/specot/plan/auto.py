@@ -5,9 +5,9 @@ The rule, one place (:func:`auto_choice`; :func:`specot.plan.make_plan` turns it
 
 * A backend with its own table (:attr:`specot.plan.Backend.auto`, an :class:`AutoTable`: what
   measured fastest on it, e.g. ``specot_llamacpp.auto.AUTO_TABLE``): the table's entry for the
-  temperature, as measured — unless a draft model was measured on this machine to pay for the
-  target (``specot calibrate --draft``, :mod:`specot.plan.draft_verdict`): then that draft, as
-  ``--draft`` plans it; the choice says why in :attr:`AutoChoice.reason`.
+  temperature, as measured — with a draft model added (:func:`with_draft_model`) where one was
+  measured on this machine to pay for the target (``specot calibrate --draft``,
+  :mod:`specot.plan.draft_verdict`); the choice says why in :attr:`AutoChoice.reason`.
 * The embedded target on a CPU, in bfloat16, or in float32 where oneDNN prepacks the head's
   layers: :data:`AUTO_TABLE`, suffix decoding with the shipped EAGLE-3 head (``suffix+eagle``), as
   GREEDY-law draft trees of :data:`AUTO_TREE` (2 children per node, depth 3) at temperature > 0 and
@@ -35,8 +35,8 @@ from .draft import parse_draft
 from .draft_verdict import best_verdict, draft_verdict_key, read_verdicts
 from .kinds.hybrid import HYBRID_PREFIX
 
-__all__ = ["AutoChoice", "AutoTable", "auto_choice", "with_draft_model", "AUTO_TABLE", "AUTO_HYBRID", "AUTO_TREE", "AUTO_TREE_GREEDY",
-           "AUTO_MIN_CONFIDENCE_GREEDY"]
+__all__ = ["AutoChoice", "AutoTable", "auto_choice", "with_draft_model", "AUTO_TABLE", "AUTO_HYBRID", "AUTO_TREE",
+           "AUTO_TREE_GREEDY", "AUTO_MIN_CONFIDENCE_GREEDY"]
 
 AUTO_HYBRID = HYBRID_PREFIX + "eagle"
 #: (children per node, depth) of auto's GREEDY-law trees at temperature > 0.

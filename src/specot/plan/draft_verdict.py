@@ -84,9 +84,10 @@ _TEXT = ("Lighthouses once depended on keepers who trimmed wicks, wound clockwor
          "the 1960s many stations no longer needed anyone on site. Today most lighthouses are monitored "
          "remotely, satellite navigation has made them a backup rather than a primary aid, and several hundred "
          "have been sold to towns, charities and private owners who maintain them as museums or guest houses.")
-#: What ``specot calibrate --draft`` decodes (chat prompts): short ones that repeat nothing (a draft
-#: model's own acceptance) and two over a longer context that the answer partly copies (what the draft
-#: model's pass over the prompt costs, and how it fares beside suffix decoding).
+#: What ``specot calibrate --draft`` decodes (chat turns where the target has a template): two short
+#: prompts that repeat nothing (a draft model's own acceptance) and two over a longer context that
+#: the answer partly copies (what the draft model's pass over the prompt costs, and how it fares
+#: beside suffix decoding).
 CALIBRATION_PROMPTS = (
     "Write a Python function that returns the n-th Fibonacci number iteratively, with a docstring.",
     "Explain in three sentences why the sky is blue.",
