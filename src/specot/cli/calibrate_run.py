@@ -140,8 +140,9 @@ def _draft_verdicts(target: Any, backend: str, draft: str, curve: PassCostCurve)
     """Measure and cache whether ``draft`` pays for ``target`` (:mod:`specot.plan.draft_verdict`), one
     verdict per temperature of :data:`~specot.plan.draft_verdict.VERDICT_TEMPERATURES`: each
     calibration prompt decoded by every method of :func:`_methods` in turn (after one short warm-up
-    of each), each run's time counted from the end of plain decoding's first pass over the same
-    prompt (the target's prompt pass, common to all, left out; a draft model's own kept in).
+    of each), each run's time less the shortest time to the first committed tokens among the
+    prompt's runs (the target's pass over the prompt, common to all, left out; a draft model's own
+    pass over it kept in).
 
     Raises:
         ValueError: ``draft`` is no draft model, or its pass cost is not measured.
@@ -163,18 +164,20 @@ def _draft_verdicts(target: Any, backend: str, draft: str, curve: PassCostCurve)
         passes = 0
         for seed, ids in enumerate(prompts):
             cfg = GenerationConfig(max_new_tokens=CALIBRATION_TOKENS, sampling=SamplingConfig(temperature=T), seed=seed)
-            first = None
+            runs = {}
             for m, (plan, loaded, ver) in methods.items():
                 suffix = getattr(loaded, "suffix", None)  # a hybrid's suffix lookups are no draft passes
                 lookups = getattr(suffix, "calls", 0)
-                total, ttft, result = _timed(plan, target, loaded, ids, cfg, ver)
-                first = ttft if first is None else first  # plain decoding's: the target's prompt pass
-                seconds[m] += total - first
-                tokens[m] += len(result.tokens) - 1
+                runs[m] = _timed(plan, target, loaded, ids, cfg, ver)
                 if m == "draft":
-                    sizes += result.stats.tree_sizes
-                    emitted += [a + 1 for a in result.stats.accepted_lengths]
-                    passes += result.stats.draft_calls - (getattr(suffix, "calls", 0) - lookups)
+                    stats = runs[m][2].stats
+                    sizes += stats.tree_sizes
+                    emitted += [a + 1 for a in stats.accepted_lengths]
+                    passes += stats.draft_calls - (getattr(suffix, "calls", 0) - lookups)
+            prompt_pass = min(ttft for _, ttft, _ in runs.values())  # the target's, common to all
+            for m, (total, _, result) in runs.items():
+                seconds[m] += total - prompt_pass
+                tokens[m] += len(result.tokens)
         rate = {m: tokens[m] / seconds[m] if seconds[m] > 0 else 0.0 for m in methods}
         if not sizes or not all(rate.values()):
             raise ValueError(f"--draft {draft!r}: the calibration prompts ended before a drafted step")

@@ -19,7 +19,7 @@ DRAFTS: tuple[tuple[str, str], ...] = (
     ('ngram', 'prompt lookup plus an n-gram table; model-free chains'),
     ('suffix', 'suffix decoding: model-free draft trees from every earlier occurrence of the current suffix, verified by the greedy verifier'),
     ('suffix+MODEL', "suffix trees where the text repeats, the draft model MODEL elsewhere, e.g. 'suffix+eagle'"),
-    ('xvocab:PATH | xvocab-slem:PATH', 'a draft model with another tokenizer (GGUF file, model directory or gemma3-270m)'),
+    ('xvocab:PATH | xvocab-slem:PATH', 'a draft model with another tokenizer (GGUF file, model directory, gemma3-270m or smollm2)'),
     ('distilled | DIR | HUB_ID | PATH.gguf', "a draft model sharing the target's tokenizer: the shipped distilled draft, a directory, a hub id or a GGUF file"),
 )
 #: The drafter options that have a CLI flag: ``{option: (flag, default, help)}``.
