@@ -79,3 +79,20 @@ def test_the_speedup_model_counts_the_draft_models_passes_and_sets_its_step_besi
     assert row["predicted_step_ms"] == round(100.0 * units / 4, 2)
     assert row["measured_step_ms"] == 250.0  # 0.5 s after the first tokens over 2 later passes
     assert row["step_vs_predicted"] == round(250.0 / (100.0 * units / 4), 3)
+
+
+def test_auto_table_and_auto_plus_a_draft_are_the_plans_auto_would_run(target):
+    """``specot:auto-table`` is the backend's table alone; ``specot:auto+DRAFT`` the table with the draft
+    model added as ``auto`` adds one (its suffix options kept), at every temperature."""
+    from specot.models.embedded import embedded_gguf
+    from specot_llamacpp.auto import AUTO_TABLE
+
+    directory, name = embedded_gguf()
+    gguf = str(directory / name)
+    table = bench._make_plan("auto-table", {}, target, 1.0)
+    assert table.draft.name == "suffix" and table.tree.children == AUTO_TABLE.at(1.0).children
+    both = bench._make_plan(f"auto+{gguf}", {}, target, 1.0)
+    assert both.draft.name == f"suffix+{gguf}" and both.gamma == AUTO_TABLE.at(1.0).gamma
+    assert both.draft.option("suffix_copy_anchor") is True and both.draft.option("suffix_min_match") == 4
+    window = bench._make_plan(f"auto+xvocab-slem:{gguf}", {"draft_window": 64}, target, 0.0)
+    assert window.draft.inner.option("draft_window") == 64
