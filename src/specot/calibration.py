@@ -590,14 +590,13 @@ def find_measurements(name: str, where: Mapping[str, Any], *,
     root = model_cache_dir() if cache_dir is None else Path(cache_dir)
     if root is None or not (root / "calibration").is_dir():
         return []
-    want = {k: json.dumps(v, sort_keys=True, default=str) for k, v in where.items()}
     out = []
     for path in sorted((root / "calibration").glob("*.json")):
         found, _ = read_entry(path, FORMAT_VERSION, lambda obj: _measurement_entry(obj, name, None, check))
         if found is None:
             continue
         key = found[0]["key"]
-        if all(k in key and json.dumps(key[k], sort_keys=True, default=str) == v for k, v in want.items()):
+        if all(k in key for k in where) and same_json({k: key[k] for k in where}, where):
             out.append(found[0])
     return out
 

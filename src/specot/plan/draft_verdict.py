@@ -134,9 +134,9 @@ class DraftVerdict:
         """One line: the numbers behind the verdict (the draft's files by their names)."""
         label = ":".join(Path(part).name if "/" in part else part for part in self.draft.split(":"))
         return (f"{label} measured {self.measured:.2f}x over auto without it at T = {self.temperature:g}, "
-                f"{self.vs_plain:.2f}x over plain decoding, predicted {self.predicted:.2f}x (block efficiency {self.block_efficiency:.2f}, draft pass "
-                f"d = {self.draft_cost:.3f}, {self.tokens} tokens, {self.measured_at or 'now'}; auto drafts with a "
-                f"model from {PAYS_AT:g}x)")
+                f"{self.vs_plain:.2f}x over plain decoding, predicted {self.predicted:.2f}x (block efficiency "
+                f"{self.block_efficiency:.2f}, draft pass d = {self.draft_cost:.3f}, {self.tokens} tokens, "
+                f"{self.measured_at or 'now'}; auto drafts with a model from {PAYS_AT:g}x)")
 
 
 def predicted_speedup(tree_sizes: Sequence[int], emitted: Sequence[int], ratio: Callable[[int], float],
