@@ -61,6 +61,8 @@ def test_verdicts_are_cached_per_target_and_temperature_class(files):
     key = draft_verdict_key(str(files["target.gguf"]), "llamacpp")
     assert key["target"] == {"file": "target.gguf", "size": 100} and key["backend"] == "llamacpp"
     assert draft_verdict_key("no-such-model", "llamacpp") is None and read_verdicts(None, 0.0) == []
+    embedded = draft_verdict_key(None, "llamacpp")  # the embedded target, unnamed or by its name
+    assert embedded is not None and draft_verdict_key("smollm2", "llamacpp") == embedded
     assert read_verdicts(key, 0.0) == []
     store_verdict(key, _verdict(files["d1.gguf"], 0.0, 1.3))
     store_verdict(key, _verdict(files["d1.gguf"], 1.0, 0.9))

@@ -39,6 +39,7 @@ from ..calibration import cached_measurement, find_measurements
 from ..envinfo import cpu_flags, cpu_model, package_version
 from ..models.embedded import embedded_gguf
 from ..models.packaged import packaged_model
+from .backends import is_embedded
 
 __all__ = ["DraftVerdict", "PAYS_AT", "CALIBRATION_PROMPTS", "CALIBRATION_TOKENS", "VERDICT_TEMPERATURES",
            "predicted_speedup", "draft_verdict_key", "store_verdict", "read_verdicts", "best_verdict"]
@@ -166,23 +167,25 @@ def _file(path: Path) -> dict[str, Any] | None:
 
 
 def _target_file(target: Any, backend: str) -> dict[str, Any] | None:
-    """The target's model file (name and size) without loading it: a loaded target's ``path``, a
-    packaged model's pinned file, a ``.gguf`` path; ``None`` for anything else."""
+    """The target's model file (name and size) without loading it: a loaded target's ``path``, the
+    embedded target's GGUF on llama.cpp (named ``smollm2`` or unnamed,
+    :func:`~specot.plan.backends.is_embedded`), a packaged model's pinned file, a ``.gguf`` path;
+    ``None`` for anything else."""
     path = getattr(target, "path", None)
     if path is not None:
         return _file(Path(str(path)))
+    if backend == "llamacpp" and is_embedded(target):  # the embedded target's GGUF
+        try:
+            directory, name = embedded_gguf()
+        except FileNotFoundError:
+            return None
+        return _file(Path(directory) / name)
     if isinstance(target, (str, os.PathLike)):
         packaged = packaged_model(str(target))
         if packaged is not None:
             return {"file": packaged.file_name, "size": packaged.size}
         p = Path(str(target)).expanduser()
         return _file(p) if p.suffix == ".gguf" and p.is_file() else None
-    if target is None and backend == "llamacpp":  # the embedded target's GGUF
-        try:
-            directory, name = embedded_gguf()
-        except FileNotFoundError:
-            return None
-        return _file(Path(directory) / name)
     return None
 
 
