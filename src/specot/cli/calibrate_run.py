@@ -11,14 +11,15 @@ from typing import Any
 
 from ..calibration import (DEFAULT_REPEATS, DEFAULT_WIDTHS, PassCostCurve, break_even_alpha, calibrate,
                            calibration_key, calibration_path)
+from ..drafting.hybrid import model_drafter
 from ..engine.types import GenerationConfig
 from ..outputs import atomic_path, check_output, dumps
 from ..plan import make_plan, run_plan
 from ..plan.auto import AutoChoice, with_draft_model
 from ..plan.draft_verdict import (CALIBRATION_PROMPTS, CALIBRATION_TOKENS, PAYS_AT, VERDICT_TEMPERATURES, DraftVerdict,
                                   draft_verdict_key, predicted_speedup, read_verdicts, store_verdict)
-from ..sampling import SamplingConfig
 from ..plan.backends import available_backends, get_backend
+from ..sampling import SamplingConfig
 
 __all__ = ["cmd_calibrate"]
 
@@ -105,8 +106,7 @@ def _priced_model(drafter: Any, draft: str) -> float:
     Raises:
         ValueError: ``draft`` has no measured draft-model pass.
     """
-    model = drafter.model if hasattr(drafter, "suffix") else drafter
-    pricing = getattr(model, "pricing", None)
+    pricing = getattr(model_drafter(drafter), "pricing", None)
     if pricing is None:
         raise ValueError(f"--draft {draft!r}: not a draft model whose pass this backend measures (a GGUF draft "
                          "model, xvocab[-slem]:PATH.gguf, or suffix+ one of them), or SPECOT_CALIBRATE is 0")

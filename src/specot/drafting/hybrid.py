@@ -45,7 +45,7 @@ from .base import DraftOutcome, DraftSchedule, DraftTree, Drafter
 from .suffix import SuffixDrafter
 from .tree import DraftShape
 
-__all__ = ["HybridDrafter"]
+__all__ = ["HybridDrafter", "model_drafter"]
 
 
 class HybridDrafter(Drafter):
@@ -166,3 +166,9 @@ class HybridDrafter(Drafter):
             self._size = w * self._size + (1 - w) * outcome.tree.size
             self._passes = w * self._passes + (1 - w) * max(outcome.tree.draft_calls, 1)
         self._last = None
+
+
+def model_drafter(drafter: Drafter | None) -> Drafter | None:
+    """The drafter of ``drafter``'s draft model: a hybrid's model drafter, else ``drafter`` itself
+    (where a draft model's pricing, :class:`~specot.drafting.pricing.PricedChains`, is read)."""
+    return drafter.model if isinstance(drafter, HybridDrafter) else drafter

@@ -72,6 +72,7 @@ import numpy as np
 
 from specot.calibration import PassCostCurve, break_even_alpha
 from specot.cli.command import number
+from specot.drafting.hybrid import model_drafter
 from specot.envinfo import environment_info
 from specot.outputs import check_output, dumps, json_has, write_json
 from specot.plan import make_plan
@@ -363,8 +364,7 @@ def _plan_runner(target: LlamaCppTarget, method: str, temperatures: Sequence[flo
         res = run_plan(plan, target, drafter, ids, cfg, ver, on_tokens=on_tokens)
         s = res.stats
         ttft, firsts = first[0] if first else (0.0, 0)
-        # a draft model's pricing: its own, or that of the model drafter inside a hybrid
-        pricing = getattr(drafter, "pricing", None) or getattr(getattr(drafter, "model", None), "pricing", None)
+        pricing = getattr(model_drafter(drafter), "pricing", None)  # a hybrid's: its model drafter's
         d = float(pricing.pricer.draft_cost) if pricing is not None else 0.0
         model_passes = s.draft_calls - (getattr(suffix, "calls", 0) - lookups)
         return {"tokens": len(res.tokens), "ttft_s": ttft, "firsts": firsts, "passes": s.target_calls,
