@@ -96,12 +96,13 @@ class DecodingPlan:
     def describe(self) -> str:
         """One line: the draft and its shape, e.g. ``"suffix+eagle, tree greedy 3×6, min_confidence 0.1"``
         (a fixed tree: law, most drafts n per node, depth) or ``"suffix, budget 4 children × depth 4"``
-        (a drafter's own trees within a :class:`~specot.drafting.TreeBudget`)."""
+        (a drafter's own trees within a :class:`~specot.drafting.TreeBudget`), then ``auto``'s
+        :attr:`reason` where a measurement decided."""
+        why = f" (auto: {self.reason})" if self.reason else ""
         if self.draft is None:
-            return "none (autoregressive)" + (f" (auto: {self.reason})" if self.reason else "")
+            return "none (autoregressive)" + why
         shape = "chain" if self.tree is None else self.tree.label()
         gate = self.min_confidence
-        why = f" (auto: {self.reason})" if self.reason else ""
         return f"{self.draft.name}, {shape}" + (f", min_confidence {gate:g}" if gate is not None else "") + why
 
     def check_vocab(self, vocab: int | None, sampling: SamplingConfig) -> None:
